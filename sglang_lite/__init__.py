@@ -1,0 +1,1 @@
+"""sglang-lite: a structured-generation LLM serving engine."""
