@@ -1,0 +1,110 @@
+"""What a matcher needs from a compiled constraint, and the DFA-backed implementation.
+
+A state is any hashable value; the automaton is immutable apart from its lazily filled,
+per-state caches (token bitmask rows, forced bytes), which every matcher of it shares.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable
+
+import numpy as np
+import torch
+
+from .bitmask import pack_token_ids
+from .fsm import DEAD, ByteDFA
+from .token_walk import walk_vocab
+from .vocab import TokenizerInfo
+
+State = Hashable
+
+
+class TokenAutomaton(ABC):
+    """A byte-level language over a tokenizer's vocabulary."""
+
+    def __init__(self, info: TokenizerInfo):
+        self.info = info
+        self._rows: dict[State, torch.Tensor] = {}
+
+    @property
+    @abstractmethod
+    def initial(self) -> State: ...
+
+    @abstractmethod
+    def advance(self, state: State, data: bytes) -> State | None:
+        """State after consuming `data`, or None if some byte is not allowed."""
+
+    @abstractmethod
+    def is_accepting(self, state: State) -> bool: ...
+
+    @abstractmethod
+    def allowed_token_ids(self, state: State) -> np.ndarray:
+        """Non-special token ids whose bytes may come next (EOS excluded)."""
+
+    @abstractmethod
+    def forced_bytes(self, state: State) -> bytes:
+        """The bytes every continuation must start with (b"" if none or if it may end here)."""
+
+    def can_continue(self, state: State) -> bool:
+        return bool(len(self.allowed_token_ids(state)))
+
+    def mask_row(self, state: State) -> torch.Tensor:
+        """Packed int32 row [ceil(V/32)], EOS bits set where the constraint may end; cached."""
+        row = self._rows.get(state)
+        if row is None:
+            ids = self.allowed_token_ids(state)
+            if self.is_accepting(state) and self.info.eos_token_ids:
+                ids = np.concatenate([ids, np.array(self.info.eos_token_ids, dtype=np.int64)])
+            row = torch.from_numpy(pack_token_ids(ids, self.info.vocab_size))
+            self._rows[state] = row
+        return row
+
+    @property
+    def num_cached_masks(self) -> int:
+        return len(self._rows)
+
+
+class DFAAutomaton(TokenAutomaton):
+    """States are DFA state ints; token masks come from the vectorized vocabulary walk."""
+
+    def __init__(self, info: TokenizerInfo, dfa: ByteDFA):
+        super().__init__(info)
+        self.dfa = dfa
+        self._forced: dict[int, bytes] = {}
+
+    @property
+    def initial(self) -> int:
+        return 0
+
+    def advance(self, state: int, data: bytes) -> int | None:
+        s = self.dfa.walk(state, data)
+        return None if s == DEAD else s
+
+    def is_accepting(self, state: int) -> bool:
+        return bool(self.dfa.accept[state])
+
+    def allowed_token_ids(self, state: int) -> np.ndarray:
+        ids, _ = walk_vocab(self.dfa.trans, state, self.info.layout)
+        return ids
+
+    def can_continue(self, state: int) -> bool:
+        return bool((self.dfa.trans[state] >= 0).any())
+
+    def forced_bytes(self, state: int) -> bytes:
+        out = self._forced.get(state)
+        if out is None:
+            out = self._forced[state] = self._follow_single_edges(state)
+        return out
+
+    def _follow_single_edges(self, state: int) -> bytes:
+        out = bytearray()
+        seen = set()
+        while not self.dfa.accept[state] and state not in seen:
+            seen.add(state)
+            nxt = np.nonzero(self.dfa.trans[state] >= 0)[0]
+            if len(nxt) != 1:
+                break
+            out.append(int(nxt[0]))
+            state = int(self.dfa.trans[state, nxt[0]])
+        return bytes(out)

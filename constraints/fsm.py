@@ -1,0 +1,216 @@
+"""Immutable byte-level DFA, built from an NFA by subset construction, and product automata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .budget import CompileBudget
+from .nfa import NFA
+
+DEAD = -1
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ByteDFA:
+    """trans[state, byte] -> next state or DEAD; state 0 is the start."""
+
+    trans: np.ndarray  # [num_states, 256] int32
+    accept: np.ndarray  # [num_states] bool
+
+    @property
+    def num_states(self) -> int:
+        return int(self.trans.shape[0])
+
+    def walk(self, state: int, data: bytes) -> int:
+        trans = self.trans
+        for b in data:
+            state = int(trans[state, b])
+            if state < 0:
+                return DEAD
+        return state
+
+    def matches(self, data: bytes) -> bool:
+        s = self.walk(0, data)
+        return s >= 0 and bool(self.accept[s])
+
+    def is_empty(self) -> bool:
+        return not bool(self.accept[_reachable(self)].any())
+
+
+def _reachable(dfa: ByteDFA) -> np.ndarray:
+    seen = np.zeros(dfa.num_states, dtype=bool)
+    seen[0] = True
+    frontier = [0]
+    while frontier:
+        row = dfa.trans[frontier]
+        nxt = np.unique(row[row >= 0])
+        nxt = nxt[~seen[nxt]]
+        seen[nxt] = True
+        frontier = nxt.tolist()
+    return seen
+
+
+def _closure(nfa: NFA, states: frozenset[int]) -> frozenset[int]:
+    stack = list(states)
+    seen = set(states)
+    eps = nfa.eps
+    while stack:
+        for t in eps[stack.pop()]:
+            if t not in seen:
+                seen.add(t)
+                stack.append(t)
+    return frozenset(seen)
+
+
+def _moves(nfa: NFA, members: frozenset[int]) -> list[tuple[int, int, frozenset[int]]]:
+    """Partition 0..255 into ranges with the same NFA target set (non-empty ones only)."""
+    edges = [e for s in members for e in nfa.edges[s]]
+    if not edges:
+        return []
+    cuts = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+    out = []
+    for lo, nxt in zip(cuts, cuts[1:]):
+        targets = frozenset(d for elo, ehi, d in edges if elo <= lo and nxt - 1 <= ehi)
+        if targets:
+            out.append((lo, nxt - 1, targets))
+    return out
+
+
+def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget) -> ByteDFA:
+    """Subset construction; raises GrammarTooComplexError / CompileTimeoutError past the budget."""
+    closures: dict[frozenset[int], frozenset[int]] = {}
+    first = _closure(nfa, frozenset([start]))
+    ids = {first: 0}
+    order = [first]
+    rows: list[list[tuple[int, int, int]]] = []
+    while len(rows) < len(order):
+        members = order[len(rows)]
+        row = []
+        for lo, hi, targets in _moves(nfa, members):
+            closed = closures.get(targets)
+            if closed is None:
+                closed = closures[targets] = _closure(nfa, targets)
+            if closed not in ids:
+                ids[closed] = len(order)
+                order.append(closed)
+                budget.check_dfa_states(len(order))
+            row.append((lo, hi, ids[closed]))
+        rows.append(row)
+        if len(rows) % 64 == 0:
+            budget.check_time()
+    trans = np.full((len(order), 256), DEAD, dtype=np.int32)
+    for s, row in enumerate(rows):
+        for lo, hi, d in row:
+            trans[s, lo : hi + 1] = d
+    accept = np.array([final in m for m in order], dtype=bool)
+    return ByteDFA(trans, accept)
+
+
+def product(a: ByteDFA, b: ByteDFA, mode: str, budget: CompileBudget) -> ByteDFA:
+    """Product automaton: mode 'and' = intersection, 'diff' = L(a) minus L(b)."""
+    ids = {(0, 0): 0}
+    order = [(0, 0)]
+    rows = []
+    while len(rows) < len(order):
+        sa, sb = order[len(rows)]
+        ta = a.trans[sa]
+        tb = b.trans[sb] if sb >= 0 else np.full(256, DEAD, dtype=np.int32)
+        row = np.full(256, DEAD, dtype=np.int32)
+        for byte in np.nonzero(ta >= 0)[0].tolist():
+            nb = int(tb[byte])
+            if mode == "and" and nb < 0:
+                continue
+            key = (int(ta[byte]), nb)
+            if key not in ids:
+                ids[key] = len(order)
+                order.append(key)
+                budget.check_dfa_states(len(order))
+            row[byte] = ids[key]
+        rows.append(row)
+        if len(rows) % 64 == 0:
+            budget.check_time()
+    acc_a = [bool(a.accept[x]) for x, _ in order]
+    acc_b = [y >= 0 and bool(b.accept[y]) for _, y in order]
+    accept = [x and (y if mode == "and" else not y) for x, y in zip(acc_a, acc_b)]
+    return ByteDFA(np.stack(rows).astype(np.int32), np.array(accept, dtype=bool))
+
+
+def embed_dfa(nfa: NFA, start: int, dfa: ByteDFA) -> int:
+    """Copy a DFA into the NFA as a fragment from `start`; returns the fragment's end state."""
+    base = len(nfa.edges)
+    for _ in range(dfa.num_states):
+        nfa.new_state()
+    end = nfa.new_state()
+    nfa.add_eps(start, base)
+    for s, runs in enumerate(_dfa_runs(dfa)):
+        for lo, hi, d in runs:
+            nfa.add_edge(base + s, lo, hi, base + d)
+        if dfa.accept[s]:
+            nfa.add_eps(base + s, end)
+    return end
+
+
+@lru_cache(maxsize=256)
+def _dfa_runs(dfa: ByteDFA) -> tuple[list[tuple[int, int, int]], ...]:
+    # Shared sub-automata (string bodies, numbers) are embedded many times: runs computed once.
+    return tuple(_byte_runs(dfa.trans[s]) for s in range(dfa.num_states))
+
+
+def _byte_runs(row: np.ndarray) -> list[tuple[int, int, int]]:
+    change = np.nonzero(np.diff(row))[0] + 1
+    starts = np.concatenate(([0], change))
+    ends = np.concatenate((change - 1, [255]))
+    return [(int(lo), int(hi), int(row[lo])) for lo, hi in zip(starts, ends) if row[lo] >= 0]
+
+
+def _co_reachable(dfa: ByteDFA) -> np.ndarray:
+    """States from which some accepting state can be reached."""
+    alive = dfa.accept.copy()
+    while True:
+        succ_alive = np.zeros_like(dfa.trans, dtype=bool)
+        ok = dfa.trans >= 0
+        succ_alive[ok] = alive[dfa.trans[ok]]
+        grown = alive | succ_alive.any(axis=1)
+        if (grown == alive).all():
+            return alive
+        alive = grown
+
+
+def trim_and_minimize(dfa: ByteDFA) -> ByteDFA:
+    """Drop states that cannot reach acceptance (a token must never lead into a dead end),
+    then merge equivalent states (Moore refinement) so fewer states need token masks."""
+    alive = _co_reachable(dfa)
+    if not alive[0]:
+        return ByteDFA(np.full((1, 256), DEAD, dtype=np.int32), np.zeros(1, dtype=bool))
+    trans = np.where((dfa.trans >= 0) & alive[np.maximum(dfa.trans, 0)], dfa.trans, DEAD)
+    keep = np.nonzero(alive & _reachable(ByteDFA(trans, dfa.accept)))[0]
+    cls = dfa.accept[keep].astype(np.int64)
+    remap = np.full(dfa.num_states, DEAD, dtype=np.int64)
+    remap[keep] = np.arange(len(keep))
+    sub = trans[keep]
+    sub = np.where(sub >= 0, remap[np.maximum(sub, 0)], DEAD)
+    while True:
+        succ = np.where(sub >= 0, cls[np.maximum(sub, 0)], DEAD)
+        sig = np.concatenate([cls[:, None], succ], axis=1)
+        _, new_cls = np.unique(sig, axis=0, return_inverse=True)
+        new_cls = new_cls.reshape(-1)
+        if new_cls.max() == cls.max():
+            break
+        cls = new_cls
+    return _renumber(sub, dfa.accept[keep], cls)
+
+
+def _renumber(sub: np.ndarray, accept: np.ndarray, cls: np.ndarray) -> ByteDFA:
+    # Classes renumbered in first-appearance order so the start state stays 0.
+    _, first = np.unique(cls, return_index=True)
+    order = np.argsort(first)
+    new_id = np.empty_like(order)
+    new_id[order] = np.arange(len(order))
+    cls = new_id[cls]
+    reps = first[order]
+    trans = sub[reps]
+    trans = np.where(trans >= 0, cls[np.maximum(trans, 0)], DEAD).astype(np.int32)
+    return ByteDFA(trans, accept[reps].copy())

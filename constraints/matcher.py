@@ -1,0 +1,111 @@
+"""GrammarMatcher: one request's position in a compiled constraint (a small history of states)."""
+
+from __future__ import annotations
+
+import torch
+
+from .automaton import State, TokenAutomaton
+
+
+class GrammarMatcher:
+    """Tracks accepted tokens; cheap to create (one per request), states shared via the automaton.
+
+    The history holds one entry per accepted token (or accepted string), so rollback(k) pops k.
+    """
+
+    __slots__ = ("_automaton", "_history", "_terminated")
+
+    def __init__(self, automaton: TokenAutomaton):
+        self._automaton = automaton
+        self._history: list[tuple[State, bool]] = []
+        self._terminated = False
+
+    @property
+    def _state(self) -> State:
+        return self._history[-1][0] if self._history else self._automaton.initial
+
+    def accept_token(self, token_id: int) -> bool:
+        """Advance by one token; False (state unchanged) if the token is not allowed here."""
+        if self._terminated:
+            return False
+        info = self._automaton.info
+        if token_id in info.eos_token_ids:
+            if not self._automaton.is_accepting(self._state):
+                return False
+            self._push(self._state, True)
+            return True
+        if not 0 <= token_id < info.vocab_size or not info.token_bytes[token_id]:
+            return False
+        return self._advance(info.token_bytes[token_id])
+
+    def accept_string(self, text: str | bytes) -> bool:
+        """Advance by raw text (after jump-forward); counts as one step for rollback."""
+        if self._terminated:
+            return False
+        return self._advance(text.encode() if isinstance(text, str) else text)
+
+    def _advance(self, data: bytes) -> bool:
+        nxt = self._automaton.advance(self._state, data)
+        if nxt is None:
+            return False
+        self._push(nxt, False)
+        return True
+
+    def _push(self, state: State, terminated: bool) -> None:
+        self._history.append((state, terminated))
+        self._terminated = terminated
+
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
+        """Write the allowed-token row into bitmask[row] ([rows, ceil(V/32)] int32)."""
+        if self._terminated:
+            bitmask[row].zero_()
+            return
+        bitmask[row].copy_(self._automaton.mask_row(self._state))
+
+    def is_terminated(self) -> bool:
+        """EOS accepted, or the text is complete and nothing more can follow."""
+        if self._terminated:
+            return True
+        state = self._state
+        return self._automaton.is_accepting(state) and not self._automaton.can_continue(state)
+
+    def can_terminate(self) -> bool:
+        return self._terminated or self._automaton.is_accepting(self._state)
+
+    def rollback(self, num_tokens: int) -> None:
+        if num_tokens > len(self._history):
+            raise ValueError(f"cannot roll back {num_tokens} of {len(self._history)} steps")
+        if num_tokens:
+            del self._history[-num_tokens:]
+        self._terminated = bool(self._history) and self._history[-1][1]
+
+    def find_jump_forward_string(self) -> str:
+        """The text every continuation must start with ("" if not exactly one)."""
+        if self._terminated:
+            return ""
+        data = self._automaton.forced_bytes(self._state)
+        return data.decode("utf-8", errors="ignore") if _complete_utf8(data) else _trim(data)
+
+    def reset(self) -> None:
+        self._history.clear()
+        self._terminated = False
+
+    @property
+    def num_accepted(self) -> int:
+        return len(self._history)
+
+
+def _complete_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _trim(data: bytes) -> str:
+    # A forced run may stop inside a multi-byte character: return only whole characters.
+    for cut in range(len(data), max(len(data) - 4, -1), -1):
+        if _complete_utf8(data[:cut]):
+            return data[:cut].decode("utf-8")
+    return ""

@@ -1,0 +1,111 @@
+"""Byte-level NFA builder (Thompson construction) that regexes and JSON schemas emit into.
+
+Every `emit_*` helper takes the state to start from and returns the state where its match ends,
+so sequences chain naturally. Loops always target a fresh state, which keeps fragments that
+share a start state from leaking into each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .budget import CompileBudget
+from .utf8 import utf8_sequences
+
+Emit = Callable[["NFA", int], int]
+
+
+@dataclass(slots=True)
+class NFA:
+    """States are ints; edges are inclusive byte ranges (lo, hi, dst) plus epsilon moves."""
+
+    budget: CompileBudget
+    edges: list[list[tuple[int, int, int]]] = field(default_factory=list)
+    eps: list[list[int]] = field(default_factory=list)
+
+    def new_state(self) -> int:
+        self.edges.append([])
+        self.eps.append([])
+        n = len(self.edges)
+        if n % 1024 == 0:
+            self.budget.check_nfa_states(n)
+            self.budget.check_time()
+        return n - 1
+
+    def add_edge(self, src: int, lo: int, hi: int, dst: int) -> None:
+        self.edges[src].append((lo, hi, dst))
+
+    def add_eps(self, src: int, dst: int) -> None:
+        self.eps[src].append(dst)
+
+
+def emit_bytes(nfa: NFA, start: int, data: bytes) -> int:
+    for b in data:
+        nxt = nfa.new_state()
+        nfa.add_edge(start, b, b, nxt)
+        start = nxt
+    return start
+
+
+def emit_code_point_ranges(nfa: NFA, start: int, ranges: list[tuple[int, int]]) -> int:
+    """One character from the given code-point ranges, as UTF-8 bytes."""
+    end = nfa.new_state()
+    for lo, hi in ranges:
+        for seq in utf8_sequences(lo, hi):
+            cur = start
+            for i, (blo, bhi) in enumerate(seq):
+                nxt = end if i == len(seq) - 1 else nfa.new_state()
+                nfa.add_edge(cur, blo, bhi, nxt)
+                cur = nxt
+    return end
+
+
+def emit_alt(nfa: NFA, start: int, branches: list[Emit]) -> int:
+    end = nfa.new_state()
+    for branch in branches:
+        entry = nfa.new_state()
+        nfa.add_eps(start, entry)
+        nfa.add_eps(branch(nfa, entry), end)
+    return end
+
+
+def emit_seq(nfa: NFA, start: int, parts: list[Emit]) -> int:
+    for part in parts:
+        start = part(nfa, start)
+    return start
+
+
+def emit_repeat(nfa: NFA, start: int, item: Emit, lo: int, hi: int | None,
+                sep: Emit | None = None) -> int:
+    """item{lo,hi} (hi None = unbounded), optionally separated by `sep` between items."""
+    if hi is not None and hi < lo:
+        return _emit_nothing(nfa, start)
+    if hi == 0:
+        return start
+    end = nfa.new_state()
+    if lo == 0:
+        nfa.add_eps(start, end)
+    cur = item(nfa, start)
+    for i in range(1, hi if hi is not None else max(lo, 1)):
+        if i >= lo:
+            nfa.add_eps(cur, end)
+        cur = item(nfa, sep(nfa, cur) if sep else cur)
+    nfa.add_eps(cur, end)
+    if hi is None:
+        # One looping copy: end -> sep -> item -> end.
+        loop_entry = nfa.new_state()
+        nfa.add_eps(cur, loop_entry)
+        back = item(nfa, sep(nfa, loop_entry) if sep else loop_entry)
+        nfa.add_eps(back, loop_entry)
+        nfa.add_eps(loop_entry, end)
+    return end
+
+
+def _emit_nothing(nfa: NFA, start: int) -> int:
+    # A fresh state with no way in from `start`: the empty language.
+    return nfa.new_state()
+
+
+def emit_nothing(nfa: NFA, start: int) -> int:
+    return _emit_nothing(nfa, start)

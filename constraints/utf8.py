@@ -1,0 +1,74 @@
+"""Code-point ranges to UTF-8 byte-range sequences (the split used by RE2 and Rust's regex)."""
+
+from __future__ import annotations
+
+MAX_CODE_POINT = 0x10FFFF
+_SURROGATES = (0xD800, 0xDFFF)
+_LENGTH_LIMITS = (0x7F, 0x7FF, 0xFFFF)
+
+ByteSeq = list[tuple[int, int]]
+
+
+def utf8_sequences(lo: int, hi: int) -> list[ByteSeq]:
+    """Byte-range sequences whose union encodes exactly the code points lo..hi (surrogates skipped).
+
+    Each sequence is a list of inclusive (lo, hi) byte ranges, one per byte of the encoding.
+    """
+    out: list[ByteSeq] = []
+    _split(lo, hi, out)
+    return out
+
+
+def _split(lo: int, hi: int, out: list[ByteSeq]) -> None:
+    if lo > hi:
+        return
+    if lo <= _SURROGATES[1] and hi >= _SURROGATES[0]:
+        _split(lo, _SURROGATES[0] - 1, out)
+        _split(_SURROGATES[1] + 1, hi, out)
+        return
+    for limit in _LENGTH_LIMITS:
+        if lo <= limit < hi:
+            _split(lo, limit, out)
+            _split(limit + 1, hi, out)
+            return
+    if hi <= 0x7F:
+        out.append([(lo, hi)])
+        return
+    # Continuation bytes must range fully (0x80-0xBF) below the first differing byte.
+    for i in range(1, len(chr(lo).encode())):
+        mask = (1 << (6 * i)) - 1
+        if lo & ~mask != hi & ~mask:
+            if lo & mask:
+                _split(lo, lo | mask, out)
+                _split((lo | mask) + 1, hi, out)
+                return
+            if hi & mask != mask:
+                _split(lo, (hi & ~mask) - 1, out)
+                _split(hi & ~mask, hi, out)
+                return
+    out.append(list(zip(chr(lo).encode(), chr(hi).encode())))
+
+
+def ranges_of_chars(chars: frozenset[str] | set[str]) -> list[tuple[int, int]]:
+    """Sorted, merged inclusive code-point ranges covering the given characters."""
+    points = sorted(ord(c) for c in chars)
+    ranges: list[tuple[int, int]] = []
+    for p in points:
+        if ranges and ranges[-1][1] + 1 == p:
+            ranges[-1] = (ranges[-1][0], p)
+        else:
+            ranges.append((p, p))
+    return ranges
+
+
+def complement_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """All code points not in the sorted, merged ranges."""
+    out: list[tuple[int, int]] = []
+    nxt = 0
+    for lo, hi in ranges:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= MAX_CODE_POINT:
+        out.append((nxt, MAX_CODE_POINT))
+    return out

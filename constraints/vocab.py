@@ -1,0 +1,108 @@
+"""TokenizerInfo: the byte string of every token id, and which ids are EOS or special.
+
+Byte-level BPE (GPT-2, SmolLM2, Llama-3) spells bytes through the GPT-2 byte-to-unicode map;
+SentencePiece with byte fallback (Llama-2, Mistral) spells spaces as U+2581 and raw bytes as
+`<0xAB>` tokens. Special tokens map to b"" and are never allowed; EOS is handled by the matcher.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+_BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+_SPIECE_SPACE = "\u2581"
+
+
+@lru_cache(maxsize=1)
+def gpt2_unicode_to_byte() -> dict[str, int]:
+    """Inverse of GPT-2's bytes_to_unicode table."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1))
+    printable += list(range(0xAE, 0xFF + 1))
+    chars = printable[:]
+    n = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+@dataclass(slots=True)
+class VocabLayout:
+    """Non-empty tokens sorted by byte length, as a column-major padded byte matrix."""
+
+    token_ids: np.ndarray  # [N] int64, ascending byte length
+    lengths: np.ndarray  # [N] int64
+    columns: np.ndarray  # [max_len, N] uint8; columns[j, i] = byte j of token i (0 padded)
+
+
+@dataclass(slots=True)
+class TokenizerInfo:
+    token_bytes: list[bytes]  # len == vocab_size; b"" = never allowed
+    eos_token_ids: tuple[int, ...]
+    special_token_ids: frozenset[int] = frozenset()
+    _layout: VocabLayout | None = field(default=None, init=False, repr=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.token_bytes)
+
+    @property
+    def layout(self) -> VocabLayout:
+        if self._layout is None:
+            self._layout = _build_layout(self.token_bytes)
+        return self._layout
+
+    @classmethod
+    def from_huggingface(cls, tokenizer, vocab_size: int | None = None) -> TokenizerInfo:
+        """vocab_size is the model's logits width; ids past the tokenizer are never allowed."""
+        vocab: dict[str, int] = tokenizer.get_vocab()
+        size = max(vocab_size or 0, max(vocab.values()) + 1)
+        added = {i: t.content for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
+        special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        special |= {i for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items() if t.special}
+        decode = _spiece_bytes if _is_byte_fallback(vocab) else _byte_level_bytes
+        token_bytes = [b""] * size
+        for text, i in vocab.items():
+            if i in special or i >= size:
+                continue
+            token_bytes[i] = added[i].encode() if i in added else decode(text)
+        eos = tokenizer.eos_token_id
+        eos_ids = tuple(sorted({eos} if isinstance(eos, int) else set(eos or [])))
+        return cls(token_bytes, eos_ids, frozenset(special))
+
+
+def _is_byte_fallback(vocab: dict[str, int]) -> bool:
+    return "<0x0A>" in vocab and "<0xFF>" in vocab
+
+
+def _byte_level_bytes(text: str) -> bytes:
+    table = gpt2_unicode_to_byte()
+    try:
+        return bytes(table[c] for c in text)
+    except KeyError:
+        return text.encode()
+
+
+def _spiece_bytes(text: str) -> bytes:
+    m = _BYTE_FALLBACK.match(text)
+    if m:
+        return bytes([int(m.group(1), 16)])
+    return text.replace(_SPIECE_SPACE, " ").encode()
+
+
+def _build_layout(token_bytes: list[bytes]) -> VocabLayout:
+    ids = [i for i, b in enumerate(token_bytes) if b]
+    ids.sort(key=lambda i: len(token_bytes[i]))
+    lengths = np.array([len(token_bytes[i]) for i in ids], dtype=np.int64)
+    max_len = int(lengths.max()) if len(ids) else 0
+    columns = np.zeros((max_len, len(ids)), dtype=np.uint8)
+    for k, i in enumerate(ids):
+        b = token_bytes[i]
+        columns[: len(b), k] = np.frombuffer(b, dtype=np.uint8)
+    return VocabLayout(np.array(ids, dtype=np.int64), lengths, columns)
