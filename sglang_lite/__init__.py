@@ -1,1 +1,7 @@
 """sglang-lite: a structured-generation LLM serving engine."""
+
+from sglang_lite.engine import Engine, QueueFullError
+from sglang_lite.sampling_params import SamplingParams
+
+__all__ = ["Engine", "QueueFullError", "SamplingParams"]
+__version__ = "0.1.0"

@@ -1,0 +1,112 @@
+"""Plain-torch paged attention: gather each request's k/v through req_to_token, then
+matmul/SDPA. Runs on CPU and GPU; the reference the Triton backend is checked against.
+
+Rows with one new token (decode) are batched into one padded gather; rows with several
+(prefill / chunk) are processed one request at a time with a causal mask offset by the
+cached prefix. Grouped-query attention folds the q heads of a kv head into the query
+axis instead of repeating k/v.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from sglang_lite.attention.base import AttentionBackend, ForwardBatch
+from sglang_lite.mem.kv_pool import KVPool
+
+
+@dataclass(slots=True)
+class _DecodeRows:
+    token_rows: torch.Tensor  # [Bd] rows of the token axis
+    slots: torch.Tensor  # [Bd, Lmax] pool slots (padding points at slot 0)
+    mask: torch.Tensor  # [Bd, 1, 1, Lmax] True = attend
+
+
+@dataclass(slots=True)
+class _ExtendRow:
+    start: int
+    length: int
+    slots: torch.Tensor  # [L] pool slots of the whole visible sequence
+    mask: torch.Tensor | None  # [n, L] True = attend; None when n == 1
+
+
+class TorchAttentionBackend(AttentionBackend):
+    def __init__(self, kv_pool: KVPool):
+        self.kv_pool = kv_pool
+        self._decode: _DecodeRows | None = None
+        self._extend: list[_ExtendRow] = []
+
+    def init_forward_metadata(self, batch: ForwardBatch) -> None:
+        device = batch.input_ids.device
+        decode_idx = [i for i, n in enumerate(batch.extend_lens_cpu) if n == 1]
+        self._decode = _build_decode_rows(batch, decode_idx, device) if decode_idx else None
+        self._extend = []
+        starts = batch.extend_start_loc.tolist() if batch.extend_start_loc.device.type == "cpu" else None
+        start = 0
+        for i, n in enumerate(batch.extend_lens_cpu):
+            if starts is not None:
+                start = starts[i]
+            if n > 1:
+                self._extend.append(_build_extend_row(batch, i, start, device))
+            start += n
+
+    def forward(self, q, k, v, layer_id: int, batch: ForwardBatch, sm_scale: float) -> torch.Tensor:
+        self.kv_pool.store(layer_id, batch.out_cache_loc, k, v)
+        k_buf = self.kv_pool.k_buffers[layer_id]
+        v_buf = self.kv_pool.v_buffers[layer_id]
+        out = torch.empty_like(q)
+        if self._decode is not None:
+            d = self._decode
+            out[d.token_rows] = _decode_attention(q[d.token_rows], k_buf, v_buf, d, sm_scale)
+        for row in self._extend:
+            qs = q[row.start : row.start + row.length]
+            out[row.start : row.start + row.length] = _extend_attention(qs, k_buf, v_buf, row, sm_scale)
+        return out
+
+
+def _build_decode_rows(batch: ForwardBatch, idx: list[int], device) -> _DecodeRows:
+    idx_t = torch.tensor(idx, dtype=torch.long, device=device)
+    seq_lens = batch.seq_lens[idx_t]
+    max_len = max(batch.seq_lens_cpu[i] for i in idx)
+    rows = batch.req_pool_indices[idx_t]
+    slots = batch.req_to_token[rows, :max_len].long()  # [Bd, Lmax]
+    mask = torch.arange(max_len, device=device)[None, :] < seq_lens[:, None]
+    slots = slots.masked_fill(~mask, 0)
+    return _DecodeRows(batch.extend_start_loc[idx_t], slots, mask[:, None, None, :])
+
+
+def _build_extend_row(batch: ForwardBatch, i: int, start: int, device) -> _ExtendRow:
+    n, total = batch.extend_lens_cpu[i], batch.seq_lens_cpu[i]
+    slots = batch.req_to_token[batch.req_pool_indices_cpu[i], :total].long()
+    q_pos = torch.arange(total - n, total, device=device)  # absolute positions of the new tokens
+    mask = torch.arange(total, device=device)[None, :] <= q_pos[:, None]  # [n, L]
+    return _ExtendRow(start, n, slots, mask)
+
+
+def _decode_attention(q, k_buf, v_buf, rows: _DecodeRows, sm_scale: float) -> torch.Tensor:
+    # q: [Bd, Hq, D] -> [Bd, Hkv, group, D]; k/v gathered: [Bd, Hkv, Lmax, D]
+    bd, hq, d = q.shape
+    hkv = k_buf.shape[1]
+    k = k_buf[rows.slots].permute(0, 2, 1, 3)
+    v = v_buf[rows.slots].permute(0, 2, 1, 3)
+    qg = q.view(bd, hkv, hq // hkv, d)
+    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * sm_scale  # [Bd, Hkv, group, Lmax]
+    scores = scores.masked_fill(~rows.mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    return torch.matmul(probs, v).reshape(bd, hq, d)
+
+
+def _extend_attention(q, k_buf, v_buf, row: _ExtendRow, sm_scale: float) -> torch.Tensor:
+    # q: [n, Hq, D]; k/v: [L, Hkv, D]. Fold the group of q heads into the query axis.
+    n, hq, d = q.shape
+    hkv = k_buf.shape[1]
+    group = hq // hkv
+    k = k_buf[row.slots].transpose(0, 1)  # [Hkv, L, D]
+    v = v_buf[row.slots].transpose(0, 1)
+    qg = q.view(n, hkv, group, d).permute(1, 2, 0, 3).reshape(hkv, group * n, d)
+    mask = row.mask.repeat(group, 1)  # [group * n, L]
+    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=sm_scale)  # [Hkv, group*n, D]
+    return o.view(hkv, group, n, d).permute(2, 0, 1, 3).reshape(n, hq, d)

@@ -1,0 +1,97 @@
+"""Engine options: "auto" values are resolved once in ``EngineConfig.create`` and the
+result is frozen; runtime state never writes back into it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    model: str | None = None
+    tokenizer: str | None = None  # tokenizer dir for dummy models
+    device: str = "auto"  # auto -> cuda if available else cpu
+    dtype: str = "auto"  # auto -> bfloat16 on cuda, float32 on cpu
+    attention_backend: str = "auto"  # auto -> triton on cuda, torch on cpu
+    page_size: int = 16
+    kv_cache_memory: str | int = "1GiB"  # CPU: size of the KV pool
+    mem_fraction_static: float = 0.85  # GPU: fraction of free memory for weights + KV
+    max_total_tokens: int | None = None  # overrides both sizes above
+    max_running_requests: int = 256
+    max_prefill_tokens: int = 4096  # token budget of one step (decode + prefill)
+    chunked_prefill_size: int = 1024  # longest piece of one prompt computed in one step
+    context_length: int | None = None  # default: the model's max positions (capped by the pool)
+    max_queue_size: int = 4096  # waiting requests beyond this are refused
+    disable_radix_cache: bool = False
+    schedule_policy: str = "lpm"  # lpm (longest prefix match) or fcfs
+    new_token_ratio: float = 0.4  # share of remaining decode tokens reserved at admission
+    enable_jump_forward: bool = True
+    disable_cuda_graph: bool = False
+    cuda_graph_max_bs: int = 256
+    seed: int = 0  # dummy weights
+    stream_interval: int = 1
+    num_threads: int | None = None  # CPU torch threads
+
+    @classmethod
+    def create(cls, **options: Any) -> EngineConfig:
+        known = {f.name for f in fields(cls)}
+        for key in options:
+            if key not in known:
+                raise ValueError(f"engine option: unknown option {key!r} (known: {sorted(known)})")
+        cfg = cls(**options)
+        device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        on_gpu = device.startswith("cuda")
+        dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
+        backend = cfg.attention_backend
+        if backend == "auto":
+            backend = "triton" if on_gpu else "torch"
+        resolved = cls(**{**{f.name: getattr(cfg, f.name) for f in fields(cls)},
+                          "device": device, "dtype": dtype, "attention_backend": backend})
+        resolved.validate()
+        return resolved
+
+    def validate(self) -> None:
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype: unknown dtype {self.dtype!r} (known: {sorted(_DTYPES)})")
+        if self.attention_backend not in ("torch", "triton"):
+            raise ValueError(f"attention_backend: unknown backend {self.attention_backend!r}")
+        if self.attention_backend == "triton" and not self.device.startswith("cuda"):
+            raise ValueError("attention_backend: 'triton' needs a CUDA device")
+        for name in ("page_size", "max_running_requests", "max_prefill_tokens", "chunked_prefill_size",
+                     "max_queue_size", "stream_interval"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}: must be >= 1")
+        if self.chunked_prefill_size > self.max_prefill_tokens:
+            raise ValueError("chunked_prefill_size: must be <= max_prefill_tokens")
+        if not 0 < self.mem_fraction_static < 1:
+            raise ValueError("mem_fraction_static: must be in (0, 1)")
+        if self.schedule_policy not in ("lpm", "fcfs"):
+            raise ValueError("schedule_policy: must be 'lpm' or 'fcfs'")
+        parse_size(self.kv_cache_memory)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _DTYPES[self.dtype]
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(self.device)
+
+
+def parse_size(size: str | int) -> int:
+    """'512MiB', '2GB', '1g' or an int of bytes -> bytes."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        return size
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", str(size), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"kv_cache_memory: cannot parse size {size!r} (e.g. '512MiB', '2GB')")
+    power = " kmgt".index(m.group(2).lower() or " ")
+    base = 1024 if m.group(3).lower().startswith("i") or m.group(3) == "" else 1000
+    return int(float(m.group(1)) * base**power)

@@ -1,0 +1,378 @@
+"""The public, SGLang-compatible entry point: ``Engine(model=None, **options)``.
+
+The engine owns a scheduler that runs in a background thread; ``generate`` and
+``async_generate`` submit requests to it and collect their output chunks, so several
+callers (threads, asyncio tasks, the HTTP server) share one continuously batched loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import secrets
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import torch
+
+from sglang_lite.attention import create_backend
+from sglang_lite.config import EngineConfig, parse_size
+from sglang_lite.mem.kv_pool import KVPool
+from sglang_lite.mem.req_to_token import ReqToTokenPool
+from sglang_lite.model.loader import load_model, load_tokenizer, resolve_model
+from sglang_lite.model_runner import ModelRunner
+from sglang_lite.request import Req
+from sglang_lite.sampler import Sampler
+from sglang_lite.sampling_params import SamplingParams
+from sglang_lite.scheduler.cache import KVCacheManager
+from sglang_lite.scheduler.output import OutputProcessor
+from sglang_lite.scheduler.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+class QueueFullError(RuntimeError):
+    """The waiting queue is over ``max_queue_size``; retry later."""
+
+
+class Engine:
+    def __init__(self, model: str | None = None, **options: Any):
+        self.config = cfg = EngineConfig.create(model=model, **options)
+        if cfg.num_threads and cfg.device == "cpu":
+            torch.set_num_threads(cfg.num_threads)
+        self.source = resolve_model(cfg.model, cfg.tokenizer)
+        self.model = load_model(self.source, cfg.torch_dtype, cfg.torch_device, cfg.seed)
+        self.model_config = self.model.config
+        self.tokenizer = load_tokenizer(self.source)
+        self.eos_token_ids = self._eos_ids()
+        self.kv_pool = self._build_kv_pool()
+        usable_tokens = self.kv_pool.allocator.num_usable_pages * cfg.page_size
+        self.context_length = min(cfg.context_length or self.model_config.max_position_embeddings,
+                                  self.model_config.max_position_embeddings, usable_tokens)
+        self.req_pool = ReqToTokenPool(cfg.max_running_requests, self.context_length, cfg.torch_device)
+        backend = create_backend(cfg.attention_backend, self.kv_pool)
+        runner = ModelRunner(self.model, backend, self.req_pool, cfg.torch_device)
+        radix, policy = self._build_radix()
+        self.cache = KVCacheManager(self.kv_pool, self.req_pool, radix)
+        self.scheduler = Scheduler(
+            cfg, runner, self.cache, Sampler(self.model_config.vocab_size, self.eos_token_ids),
+            OutputProcessor(self.tokenizer, self.eos_token_ids, cfg.stream_interval),
+            self.context_length, policy=policy, grammar_backend=self._build_grammar_backend(),
+        )
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="sglang-lite-scheduler", daemon=True)
+        self._thread.start()
+
+    # ---- construction helpers ---------------------------------------------------------------
+    def _eos_ids(self) -> tuple[int, ...]:
+        ids = set(self.model_config.eos_token_ids)
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return tuple(sorted(ids))
+
+    def _build_kv_pool(self) -> KVPool:
+        cfg, mc = self.config, self.model_config
+        per_token = KVPool.bytes_per_token(mc.num_layers, mc.num_kv_heads, mc.head_dim, cfg.torch_dtype)
+        if cfg.max_total_tokens is not None:
+            tokens = cfg.max_total_tokens
+        elif cfg.device.startswith("cuda"):
+            free, total = torch.cuda.mem_get_info(cfg.torch_device)
+            tokens = int(free - total * (1 - cfg.mem_fraction_static)) // per_token
+        else:
+            tokens = parse_size(cfg.kv_cache_memory) // per_token
+        num_pages = tokens // cfg.page_size + 1  # + the reserved padding page
+        if num_pages < 2:
+            raise ValueError(f"kv_cache_memory: too small for one page of {cfg.page_size} tokens")
+        return KVPool(num_pages, cfg.page_size, mc.num_layers, mc.num_kv_heads, mc.head_dim,
+                      cfg.torch_dtype, cfg.torch_device)
+
+    def _build_radix(self):
+        if self.config.disable_radix_cache:
+            return None, None
+        try:
+            from sglang_lite.mem.radix_cache import RadixCache
+        except ImportError:  # pragma: no cover - during bring-up
+            return None, None
+        policy = None
+        if self.config.schedule_policy == "lpm":
+            from sglang_lite.scheduler.policy import order_waiting
+
+            policy = order_waiting
+        return RadixCache(self.kv_pool.allocator, self.config.page_size), policy
+
+    def _build_grammar_backend(self):
+        if self.tokenizer is None:
+            return None
+        from sglang_lite.grammar import GrammarBackend
+
+        return GrammarBackend(self.tokenizer, self.model_config.vocab_size, self.eos_token_ids,
+                              self.config.enable_jump_forward)
+
+    # ---- the scheduler thread ---------------------------------------------------------------
+    def _loop(self) -> None:
+        sched = self.scheduler
+        while True:
+            try:
+                item = self._inbox.get(block=not sched.has_work)
+                while True:
+                    if self._handle(item) is False:
+                        return
+                    item = self._inbox.get_nowait()
+            except queue.Empty:
+                pass
+            try:
+                sched.step()
+            except Exception as e:  # a bug or OOM fails the batch, never the engine
+                log.exception("scheduler step failed")
+                sched.abort_all(f"engine error: {type(e).__name__}: {e}")
+
+    def _handle(self, item: tuple) -> bool:
+        kind = item[0]
+        if kind == "add":
+            self.scheduler.add_request(item[1])
+        elif kind == "abort":
+            self.scheduler.abort(item[1])
+        elif kind == "call":
+            _, fn, box, done = item
+            try:
+                box.append(fn())
+            except Exception as e:
+                box.append(e)
+            done.set()
+        elif kind == "stop":
+            self.scheduler.abort_all("engine shut down")
+            return False
+        return True
+
+    def _call(self, fn):
+        """Run ``fn`` on the scheduler thread, between steps, and return its result."""
+        box: list = []
+        done = threading.Event()
+        self._inbox.put(("call", fn, box, done))
+        done.wait()
+        if isinstance(box[0], Exception):
+            raise box[0]
+        return box[0]
+
+    # ---- request intake ---------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise ValueError("prompt: this model has no tokenizer; pass input_ids")
+        bos = self.tokenizer.bos_token
+        add_special = not (bos and text.startswith(bos))
+        return self.tokenizer.encode(text, add_special_tokens=add_special)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kw) -> str:
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError("messages: this model has no chat template")
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt, **kw)
+
+    def _make_reqs(self, prompt, input_ids, sampling_params, return_logprob, top_logprobs_num,
+                   stream, rid) -> tuple[list[tuple[Req, list]], bool]:
+        """Validate everything first, so one bad item leaves nothing submitted."""
+        single = not (isinstance(prompt, list) or (input_ids and isinstance(input_ids[0], list)))
+        if prompt is None and input_ids is None:
+            raise ValueError("prompt: one of prompt or input_ids is required")
+        if prompt is not None and input_ids is not None:
+            raise ValueError("prompt: pass prompt or input_ids, not both")
+        items = [prompt] if prompt is not None and single else prompt
+        id_lists = ([input_ids] if single else input_ids) if input_ids is not None else None
+        if id_lists is None:
+            if not all(isinstance(p, str) for p in items):
+                raise ValueError("prompt: must be a string or a list of strings")
+            id_lists = [self.tokenize(p) for p in items]
+        params_list = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(id_lists)
+        if len(params_list) != len(id_lists):
+            raise ValueError("sampling_params: a list must have one entry per prompt")
+        if not isinstance(top_logprobs_num, int) or top_logprobs_num < 0 or top_logprobs_num > 20:
+            raise ValueError("top_logprobs_num: must be an integer in [0, 20]")
+        out = []
+        for ids, sp in zip(id_lists, params_list):
+            params = SamplingParams.from_dict(sp)
+            self._check_input_ids(ids)
+            if params.constraint is not None:
+                self.scheduler.grammar_backend.check(params)  # compile errors surface here
+            for i in range(params.n):
+                seed = secrets.randbits(62) if params.seed is None else params.seed + i
+                rid_i = rid if (rid and params.n == 1 and single) else uuid.uuid4().hex
+                req = Req(rid_i, list(ids), params, seed, on_output=None, return_logprob=return_logprob,
+                          top_logprobs_num=top_logprobs_num if return_logprob else 0, stream=stream)
+                out.append((req, ids))
+        return out, single and out[0][0].sampling.n == 1
+
+    def _check_input_ids(self, ids) -> None:
+        if not isinstance(ids, list) or not ids or not all(isinstance(t, int) for t in ids):
+            raise ValueError("input_ids: must be a non-empty list of token ids")
+        vocab = self.model_config.vocab_size
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise ValueError(f"input_ids: token ids must be in [0, {vocab})")
+        if len(ids) >= self.context_length:
+            raise ValueError(f"prompt: {len(ids)} tokens does not fit the context length "
+                             f"{self.context_length} (prompt plus at least one new token)")
+
+    def _submit(self, req: Req, sink) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("engine: shut down")
+            if self._in_flight >= self.config.max_queue_size + self.config.max_running_requests:
+                raise QueueFullError(f"queue: more than {self.config.max_queue_size} waiting requests")
+            self._in_flight += 1
+
+        def on_output(chunk: dict) -> None:
+            if chunk["finished"]:
+                with self._lock:
+                    self._in_flight -= 1
+            sink(chunk)
+
+        req.on_output = on_output
+        self._inbox.put(("add", req))
+
+    # ---- public API -------------------------------------------------------------------------
+    def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob: bool = False,
+                 top_logprobs_num: int = 0, stream: bool = False, rid: str | None = None):
+        """A dict for one prompt (n == 1), else a list of dicts; an iterator of chunks if stream."""
+        reqs, single = self._make_reqs(prompt, input_ids, sampling_params, return_logprob,
+                                       top_logprobs_num, stream, rid)
+        if stream:
+            if len(reqs) != 1:
+                raise ValueError("stream: streaming takes a single prompt with n == 1")
+            return self._stream(reqs[0][0])
+        queues = []
+        for req, _ in reqs:
+            q: queue.SimpleQueue = queue.SimpleQueue()
+            self._submit(req, q.put)
+            queues.append(q)
+        results = [_collect(iter(q.get, None)) for q in queues]
+        return results[0] if single else results
+
+    def _stream(self, req: Req) -> Iterator[dict]:
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        self._submit(req, q.put)
+        try:
+            while True:
+                chunk = q.get()
+                yield chunk
+                if chunk["finished"]:
+                    return
+        finally:
+            if not req.finished:
+                self.abort(req.rid)
+
+    async def async_generate(self, prompt=None, sampling_params=None, input_ids=None,
+                             return_logprob: bool = False, top_logprobs_num: int = 0,
+                             stream: bool = False, rid: str | None = None):
+        """Awaitable result, or (stream=True) an async iterator of chunks."""
+        reqs, single = self._make_reqs(prompt, input_ids, sampling_params, return_logprob,
+                                       top_logprobs_num, stream, rid)
+        if stream:
+            if len(reqs) != 1:
+                raise ValueError("stream: streaming takes a single prompt with n == 1")
+            return self._astream(reqs[0][0])
+        results = await asyncio.gather(*(_acollect(self._astream(r)) for r, _ in reqs))
+        return results[0] if single else list(results)
+
+    async def _astream(self, req: Req) -> AsyncIterator[dict]:
+        loop = asyncio.get_running_loop()
+        aq: asyncio.Queue = asyncio.Queue()
+        self._submit(req, lambda c: loop.call_soon_threadsafe(aq.put_nowait, c))
+        try:
+            while True:
+                chunk = await aq.get()
+                yield chunk
+                if chunk["finished"]:
+                    return
+        finally:
+            if not req.finished:
+                self.abort(req.rid)
+
+    def abort(self, rid: str) -> None:
+        self._inbox.put(("abort", rid))
+
+    def flush_cache(self) -> bool:
+        """Drop every cached prefix not in use; False if requests are running."""
+        def flush():
+            if self.cache.radix is None:
+                return True
+            if self.scheduler.running:
+                return False
+            self.cache.radix.reset()
+            return True
+        return self._call(flush)
+
+    def get_stats(self) -> dict[str, Any]:
+        def stats():
+            s = self.scheduler.stats
+            alloc = self.kv_pool.allocator
+            radix = self.cache.radix
+            return {
+                "num_running_reqs": len(self.scheduler.running),
+                "num_queue_reqs": len(self.scheduler.waiting),
+                "num_free_pages": alloc.num_free_pages,
+                "num_usable_pages": alloc.num_usable_pages,
+                "num_cached_pages": (radix.total_size // self.config.page_size) if radix else 0,
+                "token_usage": 1 - alloc.num_free_pages / alloc.num_usable_pages,
+                "cache_hit_rate": s.cache_hit_rate,
+                "evicted_tokens": getattr(radix, "evicted_tokens", 0) if radix else 0,
+                "num_prompt_tokens": s.num_prompt_tokens,
+                "num_cached_prompt_tokens": s.num_cached_prompt_tokens,
+                "num_generated_tokens": s.num_generated_tokens,
+                "num_prefill_tokens": s.num_prefill_tokens,
+                "num_retractions": s.num_retractions,
+                "num_finished": s.num_finished,
+                "num_aborted": s.num_aborted,
+                "num_steps": s.num_steps,
+                "new_token_ratio": self.scheduler.new_token_ratio,
+            }
+        return self._call(stats)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._inbox.put(("stop",))
+        self._thread.join(timeout=30)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def _merge(result: dict | None, chunk: dict) -> dict:
+    if result is None:
+        result = {"text": "", "output_ids": [], "meta_info": {}}
+    result["text"] += chunk["text"]
+    result["output_ids"] += chunk["output_ids"]
+    meta = chunk["meta_info"]
+    for key in ("output_token_logprobs", "output_top_logprobs"):
+        if key in meta:
+            meta = {**meta, key: result["meta_info"].get(key, []) + meta[key]}
+    result["meta_info"] = meta
+    return result
+
+
+def _collect(chunks) -> dict:
+    result = None
+    for chunk in chunks:
+        result = _merge(result, chunk)
+        if chunk["finished"]:
+            break
+    return result
+
+
+async def _acollect(chunks) -> dict:
+    result = None
+    async for chunk in chunks:
+        result = _merge(result, chunk)
+    return result
+
+

@@ -1,0 +1,75 @@
+"""Constrained decoding in the engine: compile a request's regex / JSON schema / EBNF with
+``constraints``, fill its bitmask row each step, and advance its matcher by the sampled
+token. A matcher failure finishes only its own request."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from sglang_lite.request import Req
+from sglang_lite.sampling_params import SamplingParams
+
+
+class GrammarBackend:
+    def __init__(self, tokenizer, vocab_size: int, eos_token_ids: tuple[int, ...], jump_forward: bool):
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.eos_token_ids = eos_token_ids
+        self.jump_forward = jump_forward
+        self._compiler = None
+        self._lock = threading.Lock()  # compile from caller threads, match on the scheduler's
+        self.compile_seconds: list[float] = []
+
+    @property
+    def compiler(self):
+        with self._lock:
+            if self._compiler is None:
+                from constraints import GrammarCompiler, TokenizerInfo
+
+                info = TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab_size)
+                self._compiler = GrammarCompiler(info)
+            return self._compiler
+
+    def compile(self, params: SamplingParams):
+        """The compiled grammar for ``params``; ValueError naming the field if it cannot be."""
+        from constraints import ConstraintError
+
+        kind, spec = params.constraint
+        try:
+            if kind == "regex":
+                return self.compiler.compile_regex(spec)
+            if kind == "json_schema":
+                return self.compiler.compile_json_schema(spec)
+            return self.compiler.compile_ebnf(spec)
+        except ConstraintError as e:
+            raise ValueError(f"{kind}: {e}") from e
+
+    def check(self, params: SamplingParams) -> None:
+        self.compile(params)
+
+    def fill_bitmask(self, reqs: list[Req]) -> torch.Tensor | None:
+        """[B, ceil(V/32)] int32 rows (all ones for unconstrained rows), or None."""
+        if not any(r.sampling.constraint is not None for r in reqs):
+            return None
+        from constraints import bitmask_words
+
+        mask = torch.full((len(reqs), bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
+        for i, req in enumerate(reqs):
+            if req.sampling.constraint is None:
+                continue
+            if req.grammar is None:
+                req.grammar = self.compile(req.sampling).matcher()
+            req.grammar.fill_next_token_bitmask(mask, i)
+        return mask
+
+    def accept(self, req: Req, token: int) -> dict | None:
+        """Advance the matcher; a finish reason if the constraint is done or broken."""
+        if req.grammar is None:
+            return None
+        if not req.grammar.accept_token(token):
+            return {"type": "abort", "message": f"constraint: token {token} rejected by the grammar"}
+        if req.grammar.is_terminated():
+            return {"type": "stop", "matched": token}
+        return None

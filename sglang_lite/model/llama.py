@@ -1,0 +1,150 @@
+"""Our Llama-family decoder, written against the paged-KV ``AttentionBackend`` seam.
+
+q/k/v and gate/up projections are merged into single matmuls; weights load from Hugging
+Face names through ``load_weights``. Qwen2's qkv bias and Qwen3's per-head qk-norm are
+switches in ``ModelConfig``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sglang_lite.attention.base import AttentionBackend, ForwardBatch
+from sglang_lite.model.config import ModelConfig
+from sglang_lite.model.rope import RotaryEmbedding
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int, rope: RotaryEmbedding):
+        super().__init__()
+        self.layer_id = layer_id
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_size = cfg.num_heads * cfg.head_dim
+        self.kv_size = cfg.num_kv_heads * cfg.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.rope = rope
+        self.sm_scale = cfg.head_dim**-0.5
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
+        # x: [T, hidden]
+        qkv = self.qkv_proj(x)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rope(batch.positions, q, k)
+        o = backend.forward(q, k, v, self.layer_id, batch, self.sm_scale)  # [T, Hq, D]
+        return self.o_proj(o.reshape(-1, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int, rope: RotaryEmbedding):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer_id, rope)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), batch, backend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        rope = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling)
+        self.rope = rope
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, rope) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
+        """Logits [B, vocab] (fp32) at each request's last new token."""
+        x = self.embed_tokens(batch.input_ids)  # [T, hidden]
+        for layer in self.layers:
+            x = layer(x, batch, backend)
+        x = self.norm(x[batch.logits_indices])  # [B, hidden]
+        return self.lm_head(x).float()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy Hugging Face-named tensors in, merging q/k/v and gate/up on the way."""
+        params = dict(self.named_parameters(remove_duplicate=False))
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            target, offset = _map_hf_name(name, self.config)
+            if target is None:
+                continue
+            if target not in params:
+                raise ValueError(f"weights: unexpected tensor {name!r}")
+            param = params[target]
+            with torch.no_grad():
+                if offset is None:
+                    param.copy_(tensor.to(param.dtype))
+                else:
+                    param[offset : offset + tensor.shape[0]].copy_(tensor.to(param.dtype))
+            loaded.add(target)
+        if self.config.tie_word_embeddings:
+            loaded.add("lm_head.weight")
+        missing = {n for n in params if n not in loaded}
+        if missing:
+            raise ValueError(f"weights: missing tensors {sorted(missing)[:5]}")
+
+
+def _map_hf_name(name: str, cfg: ModelConfig) -> tuple[str | None, int | None]:
+    """HF tensor name -> (our parameter name, row offset inside a merged weight)."""
+    if "rotary_emb" in name:
+        return None, None
+    if name == "lm_head.weight" and cfg.tie_word_embeddings:
+        return None, None
+    name = name.removeprefix("model.")
+    q = cfg.num_heads * cfg.head_dim
+    kv = cfg.num_kv_heads * cfg.head_dim
+    merged = {
+        "self_attn.q_proj": ("self_attn.qkv_proj", 0),
+        "self_attn.k_proj": ("self_attn.qkv_proj", q),
+        "self_attn.v_proj": ("self_attn.qkv_proj", q + kv),
+        "mlp.gate_proj": ("mlp.gate_up_proj", 0),
+        "mlp.up_proj": ("mlp.gate_up_proj", cfg.intermediate_size),
+    }
+    for src, (dst, offset) in merged.items():
+        if f".{src}." in name:
+            return name.replace(src, dst), offset
+    return name, None

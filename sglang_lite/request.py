@@ -1,0 +1,73 @@
+"""One request's state, from admission to its last output."""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sglang_lite.sampling_params import SamplingParams
+
+
+class ReqStatus(enum.Enum):
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    FINISHED = enum.auto()
+
+
+@dataclass(slots=True, eq=False)
+class Req:
+    rid: str
+    origin_input_ids: list[int]
+    sampling: SamplingParams
+    seed: int
+    on_output: Callable[[dict[str, Any]], None]
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    stream: bool = False
+    arrival_time: float = field(default_factory=time.monotonic)
+
+    output_ids: list[int] = field(default_factory=list)
+    status: ReqStatus = ReqStatus.WAITING
+    finished_reason: dict[str, Any] | None = None
+    # KV memory: positions [0, kv_len) have k/v in the pool.
+    req_pool_idx: int | None = None
+    kv_len: int = 0
+    pages: list[int] = field(default_factory=list)  # pages backing positions, in order
+    num_cached_pages: int = 0  # leading pages owned by the radix cache (locked, not ours)
+    cache_node: Any = None  # radix node locked for this request
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache (first admission)
+    num_retractions: int = 0
+    # Outputs
+    detok: Any = None
+    text: str = ""  # full decoded text so far (before stop-string trimming)
+    emitted_chars: int = 0  # len of text already sent to the consumer
+    emitted_ids: int = 0
+    output_logprobs: list[tuple[float, int]] = field(default_factory=list)
+    output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
+    grammar: Any = None  # constraints matcher, if constrained
+    first_token_time: float | None = None
+    finish_time: float | None = None
+
+    @property
+    def fill_ids(self) -> list[int]:
+        """Every token whose k/v must exist before the next token is sampled."""
+        return self.origin_input_ids + self.output_ids
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.origin_input_ids) + len(self.output_ids)
+
+    @property
+    def extend_len(self) -> int:
+        return self.seq_len - self.kv_len
+
+    @property
+    def remaining_new_tokens(self) -> int:
+        return max(self.sampling.max_new_tokens - len(self.output_ids), 0)
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_reason is not None

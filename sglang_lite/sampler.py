@@ -1,0 +1,86 @@
+"""From logits to next tokens: grammar bitmask -> penalties -> min-tokens -> logprobs ->
+temperature / top-k / top-p / min-p sampling (``kernels.sampling``: Triton on CUDA,
+torch on CPU), seeded per request by (seed, step)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels.sampling import sample
+from sglang_lite.request import Req
+
+
+@dataclass(slots=True)
+class SampleOutput:
+    next_ids: list[int]
+    logprobs: list[float] | None  # logprob of each chosen token (rows wanting it; else 0.0)
+    top_logprobs: list[list[tuple[float, int]]] | None
+
+
+class Sampler:
+    def __init__(self, vocab_size: int, eos_token_ids: tuple[int, ...]):
+        self.vocab_size = vocab_size
+        self.eos_token_ids = eos_token_ids
+
+    def __call__(self, logits: torch.Tensor, reqs: list[Req], bitmask: torch.Tensor | None = None) -> SampleOutput:
+        # logits: [B, V] fp32, one row per request in ``reqs``
+        device = logits.device
+        raw = logits
+        logits = logits.clone() if any(r.return_logprob for r in reqs) else logits
+        if any(r.sampling.uses_penalties for r in reqs):
+            self._apply_penalties(logits, reqs)
+        self._mask_early_stop(logits, reqs)
+        params = [r.sampling for r in reqs]
+        next_ids = sample(
+            logits,
+            torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
+            torch.tensor([p.top_k for p in params], dtype=torch.int32, device=device),
+            torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
+            torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
+            torch.tensor([r.seed for r in reqs], dtype=torch.int64, device=device),
+            torch.tensor([len(r.output_ids) for r in reqs], dtype=torch.int64, device=device),
+            bitmask,
+        )
+        out = SampleOutput(next_ids.tolist(), None, None)
+        if any(r.return_logprob for r in reqs):
+            self._logprobs(raw, next_ids, reqs, out)
+        return out
+
+    def _apply_penalties(self, logits: torch.Tensor, reqs: list[Req]) -> None:
+        rows = [i for i, r in enumerate(reqs) if r.sampling.uses_penalties]
+        for i in rows:
+            p, req = reqs[i].sampling, reqs[i]
+            if req.output_ids and (p.frequency_penalty or p.presence_penalty):
+                out_ids = torch.tensor(req.output_ids, device=logits.device)
+                counts = torch.zeros(self.vocab_size, device=logits.device)
+                counts.scatter_add_(0, out_ids, torch.ones_like(out_ids, dtype=counts.dtype))
+                logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).float()
+            if p.repetition_penalty != 1.0:
+                seen = torch.tensor(sorted(set(req.fill_ids)), device=logits.device)
+                vals = logits[i, seen]
+                logits[i, seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+
+    def _mask_early_stop(self, logits: torch.Tensor, reqs: list[Req]) -> None:
+        """Before min_new_tokens, neither EOS nor a stop token may be sampled."""
+        for i, r in enumerate(reqs):
+            if len(r.output_ids) < r.sampling.min_new_tokens:
+                banned = list(r.sampling.stop_token_ids)
+                if not r.sampling.ignore_eos:
+                    banned += list(self.eos_token_ids)
+                if banned:
+                    logits[i, banned] = float("-inf")
+
+    def _logprobs(self, raw: torch.Tensor, next_ids: torch.Tensor, reqs: list[Req], out: SampleOutput) -> None:
+        logprobs = torch.log_softmax(raw.float(), dim=-1)  # [B, V]
+        chosen = logprobs.gather(1, next_ids[:, None]).squeeze(1)
+        out.logprobs = chosen.tolist()
+        k = max(r.top_logprobs_num for r in reqs)
+        if k > 0:
+            vals, idx = logprobs.topk(k, dim=-1)
+            vals, idx = vals.tolist(), idx.tolist()
+            out.top_logprobs = [
+                list(zip(vals[i][: r.top_logprobs_num], idx[i][: r.top_logprobs_num]))
+                for i, r in enumerate(reqs)
+            ]

@@ -1,0 +1,114 @@
+"""Per-request sampling options (SGLang's names), validated once at submission."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    max_new_tokens: int = 128
+    min_new_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    n: int = 1
+    seed: int | None = None
+    regex: str | None = None
+    json_schema: str | None = None
+    ebnf: str | None = None
+    skip_special_tokens: bool = True
+    no_stop_trim: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
+        """Build and validate; every error is a ValueError naming the field."""
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"sampling_params: unknown key {unknown[0]!r} (known: {sorted(known)})")
+        if isinstance(d.get("stop"), str):
+            d["stop"] = [d["stop"]]
+        if d.get("stop") is None:
+            d.pop("stop", None)
+        if d.get("stop_token_ids") is None:
+            d.pop("stop_token_ids", None)
+        if isinstance(d.get("json_schema"), dict):
+            d["json_schema"] = json.dumps(d["json_schema"])
+        params = cls(**d)
+        params.validate()
+        return params
+
+    def validate(self) -> None:
+        _check_int("max_new_tokens", self.max_new_tokens, lo=0)
+        _check_int("min_new_tokens", self.min_new_tokens, lo=0)
+        if self.min_new_tokens > self.max_new_tokens:
+            raise ValueError("min_new_tokens: must be <= max_new_tokens")
+        _check_num("temperature", self.temperature, lo=0.0)
+        _check_num("top_p", self.top_p, lo=0.0, lo_open=True, hi=1.0)
+        _check_int("top_k", self.top_k, lo=-1)
+        if self.top_k == 0:
+            raise ValueError("top_k: must be -1 (disabled) or >= 1, got 0")
+        _check_num("min_p", self.min_p, lo=0.0, hi=1.0)
+        _check_num("frequency_penalty", self.frequency_penalty, lo=-2.0, hi=2.0)
+        _check_num("presence_penalty", self.presence_penalty, lo=-2.0, hi=2.0)
+        _check_num("repetition_penalty", self.repetition_penalty, lo=0.0, lo_open=True, hi=2.0)
+        _check_int("n", self.n, lo=1, hi=128)
+        if self.seed is not None:
+            _check_int("seed", self.seed, lo=0)
+        if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError("stop: must be a non-empty string or a list of non-empty strings")
+        if len(self.stop) > 16:
+            raise ValueError("stop: at most 16 stop strings")
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids):
+            raise ValueError("stop_token_ids: must be a list of non-negative integers")
+        constraints = [k for k in ("regex", "json_schema", "ebnf") if getattr(self, k) is not None]
+        if len(constraints) > 1:
+            raise ValueError(f"{constraints[1]}: only one of regex, json_schema, ebnf per request")
+        for k in constraints:
+            if not isinstance(getattr(self, k), str):
+                raise ValueError(f"{k}: must be a string")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+    @property
+    def uses_penalties(self) -> bool:
+        return bool(self.frequency_penalty or self.presence_penalty or self.repetition_penalty != 1.0)
+
+    @property
+    def constraint(self) -> tuple[str, str] | None:
+        for kind in ("regex", "json_schema", "ebnf"):
+            spec = getattr(self, kind)
+            if spec is not None:
+                return kind, spec
+        return None
+
+
+def _check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name}: must be an integer, got {value!r}")
+    if lo is not None and value < lo:
+        raise ValueError(f"{name}: must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name}: must be <= {hi}, got {value}")
+
+
+def _check_num(name: str, value: Any, lo: float, hi: float | None = None, lo_open: bool = False) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        raise ValueError(f"{name}: must be a number, got {value!r}")
+    if value < lo or (lo_open and value == lo):
+        raise ValueError(f"{name}: must be {'>' if lo_open else '>='} {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name}: must be <= {hi}, got {value}")

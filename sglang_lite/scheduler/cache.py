@@ -1,0 +1,129 @@
+"""KV ownership per request: which pages back its positions, what the prefix cache
+serves, and where its pages go when it finishes, is retracted or aborted.
+
+The pool and the radix tree are mechanisms; this manager is the policy that drives them
+for the scheduler. Without a radix tree every request owns all of its pages.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sglang_lite.mem.kv_pool import KVPool
+from sglang_lite.mem.req_to_token import ReqToTokenPool
+from sglang_lite.request import Req
+
+
+class KVCacheManager:
+    def __init__(self, kv_pool: KVPool, req_pool: ReqToTokenPool, radix=None):
+        self.kv_pool = kv_pool
+        self.req_pool = req_pool
+        self.allocator = kv_pool.allocator
+        self.page_size = kv_pool.page_size
+        self.radix = radix
+
+    # ---- capacity -------------------------------------------------------------------
+    @property
+    def available_pages(self) -> int:
+        """Pages obtainable now: free ones plus unlocked cached ones."""
+        evictable = self.radix.evictable_size // self.page_size if self.radix else 0
+        return self.allocator.num_free_pages + evictable
+
+    def pages_needed(self, req: Req, num_tokens: int) -> int:
+        """New pages ``req`` needs to hold positions up to kv_len + num_tokens."""
+        total = -(-(req.kv_len + num_tokens) // self.page_size)
+        return max(total - len(req.pages), 0)
+
+    def prefix_len(self, token_ids: list[int]) -> int:
+        """Length of the cached prefix of ``token_ids`` (no locking)."""
+        if self.radix is None:
+            return 0
+        return len(self.radix.match_prefix(token_ids).slots)
+
+    # ---- lifecycle --------------------------------------------------------------------
+    def admit(self, req: Req) -> None:
+        """Give ``req`` a req_to_token row and reuse its longest cached prefix."""
+        req.req_pool_idx = self.req_pool.allocate()
+        req.pages, req.kv_len, req.num_cached_pages = [], 0, 0
+        if self.radix is None:
+            return
+        fill = req.fill_ids
+        # Leave at least one token to compute, so the step produces logits.
+        m = self.radix.match_prefix(fill[: len(fill) - 1])
+        n = len(m.slots)
+        if n:
+            self.radix.inc_lock_ref(m.last_node)
+            req.cache_node = m.last_node
+            req.pages = (m.slots[:: self.page_size] // self.page_size).tolist()
+            req.num_cached_pages = len(req.pages)
+            req.kv_len = n
+            self.req_pool.write(req.req_pool_idx, 0, m.slots)
+
+    def allocate(self, req: Req, num_tokens: int) -> torch.Tensor:
+        """Slots [num_tokens] for positions kv_len .. kv_len+num_tokens, pages allocated
+        (evicting cached pages if needed) and req_to_token updated."""
+        need = self.pages_needed(req, num_tokens)
+        if need:
+            self._ensure_free(need)
+            req.pages.extend(self.allocator.allocate(need))
+        start = req.kv_len
+        pos = torch.arange(start, start + num_tokens)
+        pages = torch.tensor(req.pages, dtype=torch.int64)
+        slots = pages[pos // self.page_size] * self.page_size + pos % self.page_size
+        self.req_pool.write(req.req_pool_idx, start, slots)
+        return slots
+
+    def _ensure_free(self, num_pages: int) -> None:
+        short = num_pages - self.allocator.num_free_pages
+        if short > 0 and self.radix is not None:
+            self.radix.evict(short)
+        if num_pages > self.allocator.num_free_pages:
+            raise MemoryError(f"KV pool: need {num_pages} pages, {self.allocator.num_free_pages} free")
+
+    def slots_of(self, req: Req, length: int) -> torch.Tensor:
+        return self.req_pool.req_to_token[req.req_pool_idx, :length].to(torch.int64).cpu()
+
+    def cache_unfinished(self, req: Req) -> None:
+        """Insert the computed, page-aligned part of a still-running request (a chunk that
+        just finished) so later requests can share it; the request keeps using it, locked."""
+        if self.radix is None:
+            return
+        aligned = req.kv_len // self.page_size * self.page_size
+        if aligned <= req.num_cached_pages * self.page_size:
+            return
+        tokens = req.fill_ids[:aligned]
+        self._insert_and_free_duplicates(req, tokens, aligned)
+        m = self.radix.match_prefix(tokens)
+        self.radix.inc_lock_ref(m.last_node)
+        if req.cache_node is not None:
+            self.radix.dec_lock_ref(req.cache_node)
+        req.cache_node = m.last_node
+        n_pages = aligned // self.page_size
+        req.pages[:n_pages] = (m.slots[:: self.page_size] // self.page_size).tolist()
+        req.num_cached_pages = n_pages
+        self.req_pool.write(req.req_pool_idx, 0, m.slots)
+
+    def release(self, req: Req) -> None:
+        """Return everything ``req`` holds (finished, retracted or aborted). Computed,
+        page-aligned tokens go into the prefix cache; the rest is freed."""
+        own_from = req.num_cached_pages
+        if self.radix is not None and req.kv_len >= self.page_size:
+            aligned = req.kv_len // self.page_size * self.page_size
+            self._insert_and_free_duplicates(req, req.fill_ids[:aligned], aligned)
+            own_from = aligned // self.page_size
+        self.allocator.free(req.pages[own_from:])
+        if self.radix is not None and req.cache_node is not None:
+            self.radix.dec_lock_ref(req.cache_node)
+        self.req_pool.free(req.req_pool_idx)
+        req.pages, req.kv_len, req.num_cached_pages = [], 0, 0
+        req.cache_node, req.req_pool_idx = None, None
+
+    def _insert_and_free_duplicates(self, req: Req, tokens: list[int], aligned: int) -> None:
+        slots = self.slots_of(req, aligned)
+        present = self.radix.insert(tokens, slots)
+        # Pages we computed for a range some other request cached first are duplicates.
+        dup_from, dup_to = req.num_cached_pages, present // self.page_size
+        if dup_to > dup_from:
+            self.allocator.free(req.pages[dup_from:dup_to])
+            # Those positions now live in the tree's pages; the caller re-reads or drops them.
+            req.pages[dup_from:dup_to] = [-1] * (dup_to - dup_from)

@@ -1,0 +1,121 @@
+"""Post-processing of sampled tokens: finish conditions (EOS, stop tokens, stop strings,
+length), incremental text, logprobs, and the chunks handed to each request's consumer."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sglang_lite.detokenizer import IncrementalDetokenizer
+from sglang_lite.request import Req
+
+
+class OutputProcessor:
+    def __init__(self, tokenizer, eos_token_ids: tuple[int, ...], stream_interval: int = 1):
+        self.tokenizer = tokenizer
+        self.eos_token_ids = set(eos_token_ids)
+        self.stream_interval = stream_interval
+
+    def append_token(self, req: Req, token: int, logprob: float | None,
+                     top: list[tuple[float, int]] | None, context_length: int) -> dict | None:
+        """Record ``token``; return a finish reason if the request is now done."""
+        now = time.monotonic()
+        if req.first_token_time is None:
+            req.first_token_time = now
+        req.output_ids.append(token)
+        if req.return_logprob:
+            req.output_logprobs.append((logprob, token))
+            if req.top_logprobs_num:
+                req.output_top_logprobs.append(top or [])
+        self._detokenize(req, [token])
+        p = req.sampling
+        if len(req.output_ids) > p.min_new_tokens or len(req.output_ids) == p.max_new_tokens:
+            if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
+                return {"type": "stop", "matched": token}
+            matched = self._find_stop_string(req)
+            if matched is not None:
+                return {"type": "stop", "matched": matched}
+        if len(req.output_ids) >= p.max_new_tokens:
+            return {"type": "length", "length": p.max_new_tokens}
+        if req.seq_len >= context_length:
+            return {"type": "length", "length": len(req.output_ids)}
+        return None
+
+    def _detokenize(self, req: Req, ids: list[int]) -> None:
+        if self.tokenizer is None:
+            return
+        if req.detok is None:
+            req.detok = IncrementalDetokenizer(self.tokenizer, req.origin_input_ids,
+                                               req.sampling.skip_special_tokens)
+            if len(req.output_ids) > len(ids):  # recomputed after retraction: catch up
+                ids = req.output_ids
+        req.text += req.detok.step(ids)
+
+    def _find_stop_string(self, req: Req) -> str | None:
+        stops = req.sampling.stop
+        if not stops or self.tokenizer is None:
+            return None
+        # Only the tail can contain a new match: the last token added at most a few chars.
+        window = max(len(s) for s in stops) + 16
+        start = max(len(req.text) - window, 0)
+        best: tuple[int, str] | None = None
+        for s in stops:
+            idx = req.text.find(s, start)
+            if idx != -1 and (best is None or idx < best[0]):
+                best = (idx, s)
+        if best is None:
+            return None
+        if not req.sampling.no_stop_trim:
+            req.text = req.text[: best[0]]
+        return best[1]
+
+    # ---- emission -------------------------------------------------------------------------
+    def maybe_emit(self, req: Req) -> None:
+        if req.stream and len(req.output_ids) % self.stream_interval == 0:
+            self._emit(req, final=False)
+
+    def finish(self, req: Req) -> None:
+        req.finish_time = time.monotonic()
+        # A stop-string match already trimmed the text: nothing after it may be added.
+        if req.detok is not None and not isinstance(req.finished_reason.get("matched"), str):
+            req.text += req.detok.flush()
+        self._emit(req, final=True)
+
+    def _emit(self, req: Req, final: bool) -> None:
+        text_end = len(req.text)
+        if not final and req.sampling.stop:
+            # Hold back what could still become a stop string, so it is never streamed.
+            text_end = max(req.emitted_chars, text_end - (max(len(s) for s in req.sampling.stop) - 1))
+        chunk: dict[str, Any] = {
+            "text": req.text[req.emitted_chars : text_end],
+            "output_ids": req.output_ids[req.emitted_ids :],
+            "meta_info": self.meta_info(req),
+            "finished": final,
+        }
+        if req.return_logprob:
+            chunk["meta_info"]["output_token_logprobs"] = [
+                (lp, t, None) for lp, t in req.output_logprobs[req.emitted_ids :]
+            ]
+            if req.top_logprobs_num:
+                chunk["meta_info"]["output_top_logprobs"] = [
+                    [(lp, t, None) for lp, t in row] for row in req.output_top_logprobs[req.emitted_ids :]
+                ]
+        req.emitted_chars = text_end
+        req.emitted_ids = len(req.output_ids)
+        req.on_output(chunk)
+
+    @staticmethod
+    def meta_info(req: Req) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "id": req.rid,
+            "prompt_tokens": len(req.origin_input_ids),
+            "completion_tokens": len(req.output_ids),
+            "cached_tokens": req.cached_tokens,
+            "finish_reason": req.finished_reason,
+            "num_retractions": req.num_retractions,
+        }
+        if req.first_token_time is not None:
+            info["ttft"] = req.first_token_time - req.arrival_time
+        if req.finish_time is not None:
+            info["e2e_latency"] = req.finish_time - req.arrival_time
+        return info

@@ -1,0 +1,231 @@
+"""Continuous batching: each step retires finished requests, keeps every running request
+decoding, admits waiting ones (and chunks of long prompts) under a token budget, runs one
+forward pass for all of them, samples, and streams outputs.
+
+A step is a mixed batch: running requests contribute one token each, prefills contribute
+up to ``chunked_prefill_size`` tokens, so a long prompt never stalls the others' decoding.
+When KV memory runs out, the youngest requests are retracted and recomputed later.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from sglang_lite.config import EngineConfig
+from sglang_lite.model_runner import ModelRunner, ScheduledBatch
+from sglang_lite.request import Req, ReqStatus
+from sglang_lite.sampler import Sampler
+from sglang_lite.scheduler.cache import KVCacheManager
+from sglang_lite.scheduler.output import OutputProcessor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SchedulerStats:
+    num_steps: int = 0
+    num_prefill_tokens: int = 0  # computed prompt (and recomputed) tokens
+    num_generated_tokens: int = 0
+    num_prompt_tokens: int = 0  # prompt tokens of admitted requests (first admission)
+    num_cached_prompt_tokens: int = 0
+    num_retractions: int = 0
+    num_finished: int = 0
+    num_aborted: int = 0
+
+    @property
+    def cache_hit_rate(self) -> float:
+        return self.num_cached_prompt_tokens / self.num_prompt_tokens if self.num_prompt_tokens else 0.0
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, runner: ModelRunner, cache: KVCacheManager,
+                 sampler: Sampler, outputs: OutputProcessor, context_length: int, policy=None,
+                 grammar_backend=None):
+        self.config = config
+        self.runner = runner
+        self.cache = cache
+        self.sampler = sampler
+        self.outputs = outputs
+        self.context_length = context_length
+        self.policy = policy  # callable(waiting, radix, now) -> ordered list, or None for FCFS
+        self.grammar_backend = grammar_backend
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []  # holds KV; includes the request being chunk-prefilled
+        self.chunked: Req | None = None
+        self.new_token_ratio = config.new_token_ratio
+        self.stats = SchedulerStats()
+
+    # ---- intake -------------------------------------------------------------------------
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add_request(self, req: Req) -> None:
+        req.status = ReqStatus.WAITING
+        self.waiting.append(req)
+
+    def abort(self, rid: str) -> None:
+        for req in list(self.waiting):
+            if req.rid == rid:
+                self.waiting.remove(req)
+                self._finish(req, {"type": "abort", "message": "aborted by client"})
+        for req in list(self.running):
+            if req.rid == rid:
+                self._drop_running(req)
+                self._finish(req, {"type": "abort", "message": "aborted by client"})
+
+    def abort_all(self, message: str) -> None:
+        for req in list(self.waiting) + list(self.running):
+            self.abort_one(req, message)
+
+    def abort_one(self, req: Req, message: str) -> None:
+        if req in self.running:
+            self._drop_running(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self._finish(req, {"type": "abort", "message": message})
+
+    # ---- the loop body ------------------------------------------------------------------
+    def step(self) -> bool:
+        """Run one batch; False when there was nothing to run."""
+        batch = self._schedule()
+        if batch is None:
+            return False
+        logits = self.runner.forward(batch)
+        self._process(batch, logits)
+        self.stats.num_steps += 1
+        return True
+
+    def _schedule(self) -> ScheduledBatch | None:
+        decode = [r for r in self.running if r is not self.chunked]
+        self._make_room_for_decode(decode)
+        decode = [r for r in self.running if r is not self.chunked]
+        budget = self.config.max_prefill_tokens - len(decode)
+        prefill = self._admit(budget)
+        reqs = decode + [r for r, _ in prefill]
+        if not reqs:
+            return None
+        lens = [1] * len(decode) + [n for _, n in prefill]
+        slots = [self.cache.allocate(r, n) for r, n in zip(reqs, lens)]
+        return ScheduledBatch(reqs, lens, slots)
+
+    def _make_room_for_decode(self, decode: list[Req]) -> None:
+        need = sum(self.cache.pages_needed(r, 1) for r in decode)
+        while need > self.cache.available_pages and decode:
+            victim = max(decode, key=lambda r: r.arrival_time)  # the youngest
+            decode.remove(victim)
+            need -= self.cache.pages_needed(victim, 1)
+            self._retract(victim)
+
+    def _retract(self, req: Req) -> None:
+        log.debug("retracting %s at %d tokens", req.rid, req.seq_len)
+        self._drop_running(req)
+        req.status = ReqStatus.WAITING
+        req.num_retractions += 1
+        self.stats.num_retractions += 1
+        self.waiting.appendleft(req)
+        self.new_token_ratio = min(1.0, self.new_token_ratio + 0.1)
+
+    def _drop_running(self, req: Req) -> None:
+        self.running.remove(req)
+        if req is self.chunked:
+            self.chunked = None
+        self.cache.release(req)
+
+    def _admit(self, budget: int) -> list[tuple[Req, int]]:
+        """Pick prefill work for this step: the in-progress chunk first, then new requests."""
+        chunk = self.config.chunked_prefill_size
+        picked: list[tuple[Req, int]] = []
+        if self.chunked is not None:
+            n = min(self.chunked.extend_len, chunk, budget)
+            if n <= 0:
+                return picked
+            picked.append((self.chunked, n))
+            budget -= n
+            if n < self.chunked.extend_len:
+                return picked
+        reserve = self._reserved_tokens()
+        for req in self._ordered_waiting():
+            if budget <= 0 or len(self.running) >= self.config.max_running_requests:
+                break
+            if self.cache.req_pool.num_free_rows == 0:
+                break
+            self.cache.admit(req)
+            n = min(req.extend_len, chunk, budget)
+            need = self.cache.pages_needed(req, n) + -(-int(reserve) // self.cache.page_size)
+            alone = not self.running and not picked
+            if need > self.cache.available_pages and not (alone and self.cache.pages_needed(req, n) <= self.cache.available_pages):
+                self.cache.release(req)
+                break
+            if n < req.extend_len and self.chunked is not None:
+                self.cache.release(req)
+                break
+            self._start(req)
+            if n < req.extend_len:
+                self.chunked = req
+            picked.append((req, n))
+            budget -= n
+            reserve += min(req.remaining_new_tokens, self.context_length) * self.new_token_ratio
+        return picked
+
+    def _reserved_tokens(self) -> float:
+        return sum(r.remaining_new_tokens for r in self.running) * self.new_token_ratio
+
+    def _ordered_waiting(self) -> list[Req]:
+        if self.policy is None:
+            return list(self.waiting)
+        return self.policy(list(self.waiting), self.cache.radix, time.monotonic())
+
+    def _start(self, req: Req) -> None:
+        self.waiting.remove(req)
+        req.status = ReqStatus.RUNNING
+        self.running.append(req)
+        if req.num_retractions == 0 and not req.output_ids:
+            req.cached_tokens = req.kv_len
+            self.stats.num_prompt_tokens += len(req.origin_input_ids)
+            self.stats.num_cached_prompt_tokens += req.kv_len
+
+    # ---- results -------------------------------------------------------------------------
+    def _process(self, batch: ScheduledBatch, logits) -> None:
+        ready_rows, ready = [], []
+        for i, (req, n) in enumerate(zip(batch.reqs, batch.extend_lens)):
+            req.kv_len += n
+            if req.extend_len > 0:  # mid-prompt chunk: no token yet
+                self.stats.num_prefill_tokens += n
+                self.cache.cache_unfinished(req)
+                continue
+            if n > 1 or req is self.chunked:
+                self.stats.num_prefill_tokens += n
+            if req is self.chunked:
+                self.chunked = None
+            ready_rows.append(i)
+            ready.append(req)
+        if not ready:
+            return
+        bitmask = self.grammar_backend.fill_bitmask(ready) if self.grammar_backend else None
+        out = self.sampler(logits[ready_rows], ready, bitmask)
+        for j, req in enumerate(ready):
+            self.stats.num_generated_tokens += 1
+            lp = out.logprobs[j] if out.logprobs is not None else None
+            top = out.top_logprobs[j] if out.top_logprobs is not None else None
+            reason = self.outputs.append_token(req, out.next_ids[j], lp, top, self.context_length)
+            if reason is None and self.grammar_backend is not None:
+                reason = self.grammar_backend.accept(req, out.next_ids[j])
+            if reason is not None:
+                self._drop_running(req)
+                self._finish(req, reason)
+            else:
+                self.outputs.maybe_emit(req)
+        self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002)
+
+    def _finish(self, req: Req, reason: dict) -> None:
+        req.status = ReqStatus.FINISHED
+        req.finished_reason = reason
+        if reason["type"] == "abort":
+            self.stats.num_aborted += 1
+        else:
+            self.stats.num_finished += 1
+        self.outputs.finish(req)
