@@ -175,7 +175,7 @@ class Engine:
                                                   add_generation_prompt=add_generation_prompt, **kw)
 
     def _make_reqs(self, prompt, input_ids, sampling_params, return_logprob, top_logprobs_num,
-                   stream, rid) -> tuple[list[tuple[Req, list]], bool]:
+                   stream, rid, logprob_start_len=None) -> tuple[list[tuple[Req, list]], bool]:
         """Validate everything first, so one bad item leaves nothing submitted."""
         single = not (isinstance(prompt, list) or (input_ids and isinstance(input_ids[0], list)))
         if prompt is None and input_ids is None:
@@ -203,7 +203,8 @@ class Engine:
                 seed = secrets.randbits(62) if params.seed is None else params.seed + i
                 rid_i = rid if (rid and params.n == 1 and single) else uuid.uuid4().hex
                 req = Req(rid_i, list(ids), params, seed, on_output=None, return_logprob=return_logprob,
-                          top_logprobs_num=top_logprobs_num if return_logprob else 0, stream=stream)
+                          top_logprobs_num=top_logprobs_num if return_logprob else 0, stream=stream,
+                          logprob_start_len=_input_logprob_start(return_logprob, logprob_start_len, ids))
                 out.append((req, ids))
         return out, single and out[0][0].sampling.n == 1
 
@@ -236,10 +237,13 @@ class Engine:
 
     # ---- public API -------------------------------------------------------------------------
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob: bool = False,
-                 top_logprobs_num: int = 0, stream: bool = False, rid: str | None = None):
-        """A dict for one prompt (n == 1), else a list of dicts; an iterator of chunks if stream."""
+                 top_logprobs_num: int = 0, stream: bool = False, rid: str | None = None,
+                 logprob_start_len: int | None = None):
+        """A dict for one prompt (n == 1), else a list of dicts; an iterator of chunks if stream.
+        With return_logprob and logprob_start_len=k, prompt tokens from k on get
+        ``input_token_logprobs`` (the first prompt token's is None)."""
         reqs, single = self._make_reqs(prompt, input_ids, sampling_params, return_logprob,
-                                       top_logprobs_num, stream, rid)
+                                       top_logprobs_num, stream, rid, logprob_start_len)
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")
@@ -267,10 +271,14 @@ class Engine:
 
     async def async_generate(self, prompt=None, sampling_params=None, input_ids=None,
                              return_logprob: bool = False, top_logprobs_num: int = 0,
-                             stream: bool = False, rid: str | None = None):
-        """Awaitable result, or (stream=True) an async iterator of chunks."""
-        reqs, single = self._make_reqs(prompt, input_ids, sampling_params, return_logprob,
-                                       top_logprobs_num, stream, rid)
+                             stream: bool = False, rid: str | None = None,
+                             logprob_start_len: int | None = None):
+        """Awaitable result, or (stream=True) an async iterator of chunks. Tokenizing and
+        grammar compilation run in a worker thread, off the event loop."""
+        loop = asyncio.get_running_loop()
+        reqs, single = await loop.run_in_executor(
+            None, self._make_reqs, prompt, input_ids, sampling_params, return_logprob,
+            top_logprobs_num, stream, rid, logprob_start_len)
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")
@@ -345,6 +353,14 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def _input_logprob_start(return_logprob: bool, start: int | None, ids: list[int]) -> int | None:
+    if not return_logprob or start is None or start < 0:
+        return None
+    if not isinstance(start, int) or start >= len(ids):
+        raise ValueError(f"logprob_start_len: must be an integer in [0, {len(ids)})")
+    return start
 
 
 def _merge(result: dict | None, chunk: dict) -> dict:

@@ -34,12 +34,19 @@ class ModelRunner:
         self.req_pool = req_pool
         self.device = device
 
-    def build_forward_batch(self, batch: ScheduledBatch) -> ForwardBatch:
-        ids, positions = [], []
+    def build_forward_batch(self, batch: ScheduledBatch) -> tuple[ForwardBatch, list[list[int]]]:
+        """The step's tensors, and for each request the input positions whose logits are
+        wanted for input logprobs (their rows come before the request's last row)."""
+        ids, positions, logit_rows, lp_positions = [], [], [], []
         prefix_lens = [r.kv_len for r in batch.reqs]
         for req, n, start in zip(batch.reqs, batch.extend_lens, prefix_lens):
+            row0 = len(ids)
             ids.extend(req.fill_ids[start : start + n])
             positions.extend(range(start, start + n))
+            wanted = req.input_logprob_positions(start, n)
+            lp_positions.append(wanted)
+            logit_rows.extend(row0 + p - start for p in wanted)
+            logit_rows.append(row0 + n - 1)
         extend = torch.tensor(batch.extend_lens, dtype=torch.int64)
         start_loc = torch.cumsum(extend, 0) - extend
         seq_lens = [p + n for p, n in zip(prefix_lens, batch.extend_lens)]
@@ -49,7 +56,7 @@ class ModelRunner:
         def to_dev(x):
             return torch.as_tensor(x, dtype=torch.int64).to(dev, non_blocking=True)
 
-        return ForwardBatch(
+        fb = ForwardBatch(
             mode=ForwardMode.DECODE if batch.is_decode else ForwardMode.EXTEND,
             input_ids=to_dev(ids),
             positions=to_dev(positions),
@@ -59,17 +66,36 @@ class ModelRunner:
             prefix_lens=to_dev(prefix_lens),
             extend_lens=to_dev(extend),
             extend_start_loc=to_dev(start_loc),
-            logits_indices=to_dev(start_loc + extend - 1),
+            logits_indices=to_dev(logit_rows),
             req_to_token=self.req_pool.req_to_token,
             seq_lens_cpu=seq_lens,
             prefix_lens_cpu=prefix_lens,
             extend_lens_cpu=list(batch.extend_lens),
             req_pool_indices_cpu=rows,
         )
+        return fb, lp_positions
 
     @torch.inference_mode()
     def forward(self, batch: ScheduledBatch) -> torch.Tensor:
-        """Logits [B, vocab] fp32 at each request's last new token."""
-        fb = self.build_forward_batch(batch)
+        """Logits [B, vocab] fp32 at each request's last new token. Input logprobs asked
+        for by requests are recorded on them (``req.input_logprobs``) on the way."""
+        fb, lp_positions = self.build_forward_batch(batch)
         self.backend.init_forward_metadata(fb)
-        return self.model(fb, self.backend)
+        logits = self.model(fb, self.backend)  # [rows, vocab]
+        if not any(lp_positions):
+            return logits
+        last_rows, row = [], 0
+        for req, wanted in zip(batch.reqs, lp_positions):
+            if wanted:
+                _record_input_logprobs(req, wanted, logits[row : row + len(wanted)])
+            row += len(wanted)
+            last_rows.append(row)
+            row += 1
+        return logits[last_rows]
+
+
+def _record_input_logprobs(req: Req, positions: list[int], logits: torch.Tensor) -> None:
+    # logits[i] scores the prompt token after positions[i]
+    targets = torch.tensor([req.origin_input_ids[p + 1] for p in positions], device=logits.device)
+    lps = torch.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None]).squeeze(1).tolist()
+    req.input_logprobs.extend(zip(lps, targets.tolist()))

@@ -27,6 +27,7 @@ class Req:
     return_logprob: bool = False
     top_logprobs_num: int = 0
     stream: bool = False
+    logprob_start_len: int | None = None  # prompt positions from here get input logprobs
     arrival_time: float = field(default_factory=time.monotonic)
 
     output_ids: list[int] = field(default_factory=list)
@@ -47,6 +48,7 @@ class Req:
     emitted_ids: int = 0
     output_logprobs: list[tuple[float, int]] = field(default_factory=list)
     output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
+    input_logprobs: list[tuple[float | None, int]] = field(default_factory=list)
     grammar: Any = None  # constraints matcher, if constrained
     first_token_time: float | None = None
     finish_time: float | None = None
@@ -63,6 +65,23 @@ class Req:
     @property
     def extend_len(self) -> int:
         return self.seq_len - self.kv_len
+
+    @property
+    def cacheable_prefix_limit(self) -> int:
+        """How much of the prompt may come from the prefix cache: input logprobs need
+        logits at every position from logprob_start_len - 1 on, so those are computed."""
+        limit = self.seq_len - 1  # at least one token is computed, so there are logits
+        if self.logprob_start_len is not None:
+            limit = min(limit, max(self.logprob_start_len - 1, 0))
+        return limit
+
+    def input_logprob_positions(self, start: int, n: int) -> list[int]:
+        """Positions in [start, start+n) whose logits score a prompt token we must report."""
+        if self.logprob_start_len is None:
+            return []
+        first = max(self.logprob_start_len, 1) - 1
+        last = len(self.origin_input_ids) - 2  # position p scores token p + 1
+        return list(range(max(start, first), min(start + n - 1, last) + 1))
 
     @property
     def remaining_new_tokens(self) -> int:

@@ -48,8 +48,7 @@ class KVCacheManager:
         if self.radix is None:
             return
         fill = req.fill_ids
-        # Leave at least one token to compute, so the step produces logits.
-        m = self.radix.match_prefix(fill[: len(fill) - 1])
+        m = self.radix.match_prefix(fill[: req.cacheable_prefix_limit])
         n = len(m.slots)
         if n:
             self.radix.inc_lock_ref(m.last_node)

@@ -100,6 +100,9 @@ class OutputProcessor:
                 chunk["meta_info"]["output_top_logprobs"] = [
                     [(lp, t, None) for lp, t in row] for row in req.output_top_logprobs[req.emitted_ids :]
                 ]
+        if final and req.logprob_start_len is not None:
+            first = [(None, req.origin_input_ids[0], None)] if req.logprob_start_len == 0 else []
+            chunk["meta_info"]["input_token_logprobs"] = first + [(lp, t, None) for lp, t in req.input_logprobs]
         req.emitted_chars = text_end
         req.emitted_ids = len(req.output_ids)
         req.on_output(chunk)

@@ -201,6 +201,10 @@ class Scheduler:
                 self.stats.num_prefill_tokens += n
             if req is self.chunked:
                 self.chunked = None
+            if req.sampling.max_new_tokens == 0:  # prefill only (scoring, e.g. select)
+                self._drop_running(req)
+                self._finish(req, {"type": "length", "length": 0})
+                continue
             ready_rows.append(i)
             ready.append(req)
         if not ready:

@@ -1,0 +1,5 @@
+import sys
+
+from sglang_lite.cli import main
+
+sys.exit(main())
