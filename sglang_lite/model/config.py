@@ -75,6 +75,12 @@ _SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
 # Shapes of public checkpoints, for `dummy` random-weight models (benchmarks: weights do
 # not change the work).
 PRESETS: dict[str, ModelConfig] = {
+    # A few-layer model with SmolLM2's vocabulary: the real code paths in milliseconds (tests).
+    "tiny": ModelConfig(
+        vocab_size=49152, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+        num_kv_heads=2, head_dim=16, rope_theta=10000.0, max_position_embeddings=2048,
+        tie_word_embeddings=True, bos_token_id=1, eos_token_ids=(2,),
+    ),
     "smollm2-135m": ModelConfig(
         vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
         num_kv_heads=3, head_dim=64, rms_norm_eps=1e-5, rope_theta=100000.0,

@@ -104,7 +104,8 @@ class Scheduler:
         self._make_room_for_decode(decode)
         decode = [r for r in self.running if r is not self.chunked]
         budget = self.config.max_prefill_tokens - len(decode)
-        prefill = self._admit(budget)
+        committed = sum(self.cache.pages_needed(r, 1) for r in decode)
+        prefill = self._admit(budget, committed)
         reqs = decode + [r for r, _ in prefill]
         if not reqs:
             return None
@@ -135,14 +136,17 @@ class Scheduler:
             self.chunked = None
         self.cache.release(req)
 
-    def _admit(self, budget: int) -> list[tuple[Req, int]]:
-        """Pick prefill work for this step: the in-progress chunk first, then new requests."""
+    def _admit(self, budget: int, committed: int) -> list[tuple[Req, int]]:
+        """Pick prefill work for this step: the in-progress chunk first, then new requests.
+        ``committed`` pages are already promised to this step's decodes."""
         chunk = self.config.chunked_prefill_size
         picked: list[tuple[Req, int]] = []
         if self.chunked is not None:
             n = min(self.chunked.extend_len, chunk, budget)
-            if n <= 0:
+            need = self.cache.pages_needed(self.chunked, n)
+            if n <= 0 or need + committed > self.cache.available_pages:
                 return picked
+            committed += need
             picked.append((self.chunked, n))
             budget -= n
             if n < self.chunked.extend_len:
@@ -155,15 +159,18 @@ class Scheduler:
                 break
             self.cache.admit(req)
             n = min(req.extend_len, chunk, budget)
-            need = self.cache.pages_needed(req, n) + -(-int(reserve) // self.cache.page_size)
+            need = self.cache.pages_needed(req, n)
+            reserve_pages = -(-int(reserve) // self.cache.page_size)
+            available = self.cache.available_pages - committed  # after admit() locked its prefix
             alone = not self.running and not picked
-            if need > self.cache.available_pages and not (alone and self.cache.pages_needed(req, n) <= self.cache.available_pages):
+            if need + (0 if alone else reserve_pages) > available:
                 self.cache.release(req)
                 break
             if n < req.extend_len and self.chunked is not None:
                 self.cache.release(req)
                 break
             self._start(req)
+            committed += need
             if n < req.extend_len:
                 self.chunked = req
             picked.append((req, n))

@@ -1,0 +1,52 @@
+"""Shared fixtures: the embedded model, converted once per machine, and engines on it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sglang_lite import Engine
+from sglang_lite.model.loader import embedded_model_dir
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def model_dir():
+    """The embedded SmolLM2-135M-Instruct as an HF directory (fp32 safetensors + tokenizer)."""
+    return embedded_model_dir()
+
+
+@pytest.fixture(scope="session")
+def engine(model_dir):
+    """One engine on the embedded model, shared by tests that do not change its options."""
+    eng = Engine()
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture(scope="session")
+def hf_model(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(engine):
+    return engine.tokenizer
+
+
+def assert_no_leak(eng: Engine) -> None:
+    """Every KV page is free once nothing runs and the prefix cache is flushed."""
+    assert eng.flush_cache()
+    stats = eng.get_stats()
+    assert stats["num_running_reqs"] == 0 and stats["num_queue_reqs"] == 0
+    assert stats["num_free_pages"] == stats["num_usable_pages"], stats

@@ -1,0 +1,40 @@
+"""When KV memory runs out mid-decode, the youngest requests are retracted and recomputed
+later; with a deliberately tiny pool every request still finishes with the greedy output
+it has with a large pool, and every page comes back."""
+
+from __future__ import annotations
+
+from sglang_lite import Engine
+from tests.conftest import assert_no_leak
+
+PROMPTS = [f"Story {i}: the {w} walked into the" for i, w in
+           enumerate(["cat", "robot", "sailor", "child", "wizard", "doctor", "farmer", "pilot"])]
+
+
+def test_tiny_pool_retracts_and_outputs_are_unchanged(engine):
+    params = {"temperature": 0, "max_new_tokens": 40, "ignore_eos": True}
+    reference = [o["output_ids"] for o in engine.generate(PROMPTS, params)]
+    # 12 pages of 16 tokens: 8 requests of ~12 + 40 tokens need 8 x 4 = 32 pages at the end.
+    tiny = Engine(max_total_tokens=12 * 16, disable_radix_cache=True)
+    try:
+        outs = tiny.generate(PROMPTS, params)
+        stats = tiny.get_stats()
+        assert stats["num_retractions"] > 0, "the pool was meant to run out"
+        assert [o["output_ids"] for o in outs] == reference
+        assert all(o["meta_info"]["finish_reason"]["type"] == "length" for o in outs)
+        assert sum(o["meta_info"]["num_retractions"] for o in outs) == stats["num_retractions"]
+        assert_no_leak(tiny)
+    finally:
+        tiny.shutdown()
+
+
+def test_tiny_pool_with_radix_cache_keeps_outputs(engine):
+    params = {"temperature": 0, "max_new_tokens": 30, "ignore_eos": True}
+    prompts = [p + " house" for p in PROMPTS[:6]]
+    reference = [o["output_ids"] for o in engine.generate(prompts, params)]
+    tiny = Engine(max_total_tokens=10 * 16)
+    try:
+        assert [o["output_ids"] for o in tiny.generate(prompts, params)] == reference
+        assert_no_leak(tiny)
+    finally:
+        tiny.shutdown()

@@ -1,0 +1,56 @@
+import pytest
+
+from sglang_lite.config import EngineConfig, parse_size
+from sglang_lite.sampling_params import SamplingParams
+
+
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"max_new_tokens": -1}, "max_new_tokens"),
+        ({"max_new_tokens": 1.5}, "max_new_tokens"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": 0}, "top_k"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"min_p": 2}, "min_p"),
+        ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"frequency_penalty": 3}, "frequency_penalty"),
+        ({"n": 0}, "n"),
+        ({"stop": [""]}, "stop"),
+        ({"stop_token_ids": [-1]}, "stop_token_ids"),
+        ({"min_new_tokens": 5, "max_new_tokens": 2}, "min_new_tokens"),
+        ({"regex": "a", "ebnf": "start: 'a'"}, "ebnf"),
+        ({"temprature": 0.5}, "temprature"),
+        ({"seed": -3}, "seed"),
+    ],
+)
+def test_bad_values_name_their_field(params, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams.from_dict(params)
+
+
+def test_defaults_and_normalization():
+    p = SamplingParams.from_dict({"stop": "\n", "json_schema": {"type": "object"}})
+    assert p.stop == ["\n"]
+    assert p.json_schema == '{"type": "object"}'
+    assert p.constraint == ("json_schema", '{"type": "object"}')
+    assert SamplingParams.from_dict(None).max_new_tokens == 128
+    assert SamplingParams.from_dict({"temperature": 0}).greedy
+
+
+def test_engine_config_resolves_auto_and_rejects_unknown_options():
+    cfg = EngineConfig.create()
+    assert cfg.device == "cpu" and cfg.dtype == "float32" and cfg.attention_backend == "torch"
+    with pytest.raises(ValueError, match="max_prefil_tokens"):
+        EngineConfig.create(max_prefil_tokens=3)
+    with pytest.raises(ValueError, match="chunked_prefill_size"):
+        EngineConfig.create(chunked_prefill_size=9000, max_prefill_tokens=4096)
+    with pytest.raises(ValueError, match="attention_backend"):
+        EngineConfig.create(attention_backend="triton")
+
+
+@pytest.mark.parametrize("text, expected", [("1GiB", 2**30), ("512MiB", 512 * 2**20), ("2GB", 2 * 10**9),
+                                            ("64m", 64 * 2**20), (4096, 4096)])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
