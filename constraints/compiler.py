@@ -44,7 +44,7 @@ class GrammarCompiler:
                             lenient: bool = False) -> CompiledGrammar:
         from .json_schema import json_schema_to_automaton
 
-        spec = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True)
+        spec = schema if isinstance(schema, str) else json.dumps(schema)  # key order is output order
         return self._cached(("json_schema", spec, whitespace, lenient),
                             lambda b: json_schema_to_automaton(self.info, spec, whitespace, lenient, b))
 

@@ -1,0 +1,151 @@
+"""Small cached byte automata every JSON schema shares: strings, numbers, keys, any value.
+
+Schemas are composed by embedding these (see DESIGN.md: one giant regex per schema costs
+30-150 ms to determinize; shared sub-automata are built once per process).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from .budget import CompileBudget
+from .errors import InvalidConstraintError, UnsupportedSchemaError
+from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
+from .nfa import NFA, emit_alt, emit_bytes, emit_code_point_ranges, emit_repeat
+from .regex import emit_regex, parse_regex, regex_to_dfa
+
+# Unescaped string characters: anything but '"', '\\' and C0 controls.
+_PLAIN = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)]
+_PLAIN_ASCII = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E)]
+# "\/" and \u escapes of ordinary characters are left out: one spelling per key keeps
+# property-name exclusion and length counting exact.
+_SHORT_ESCAPES = b'"\\bfnrt'
+
+FORMATS = {
+    "date": r"([0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)"
+            r"|(0[13578]|1[02])-31)|([0-9]{2}(0[48]|[2468][048]|[13579][26])"
+            r"|(0[48]|[2468][048]|[13579][26])00)-02-29)",
+    "time": r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?"
+            r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])",
+    "email": r"[a-zA-Z0-9_+-]+(\.[a-zA-Z0-9_+-]+)*@[a-zA-Z0-9]([a-zA-Z0-9-]{0,30}[a-zA-Z0-9])?"
+             r"(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,30}[a-zA-Z0-9])?)*\.[a-zA-Z]{2,10}",
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "uri": r"[a-zA-Z][a-zA-Z0-9+.-]*:(//)?[a-zA-Z0-9._~%!$&'()*+,;=:@/?#-]+",
+    "ipv4": r"((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}"
+            r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
+    "ipv6": r"(([0-9a-f]{1,4}:){7}[0-9a-f]{1,4}|([0-9a-f]{1,4}:){1,7}:"
+            r"|([0-9a-f]{1,4}:){1,6}:[0-9a-f]{1,4}|([0-9a-f]{1,4}:){1,5}(:[0-9a-f]{1,4}){1,2}"
+            r"|([0-9a-f]{1,4}:){1,4}(:[0-9a-f]{1,4}){1,3}|([0-9a-f]{1,4}:){1,3}(:[0-9a-f]{1,4}){1,4}"
+            r"|([0-9a-f]{1,4}:){1,2}(:[0-9a-f]{1,4}){1,5}|[0-9a-f]{1,4}:(:[0-9a-f]{1,4}){1,6}"
+            r"|:((:[0-9a-f]{1,4}){1,7}|:))",
+    # Label lengths and counts are capped (a subset of valid names) to keep the DFA small.
+    "hostname": r"[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?"
+                r"(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?){0,3}",
+}
+FORMATS["date-time"] = FORMATS["date"] + "T" + FORMATS["time"]
+
+
+def _leaf_budget() -> CompileBudget:
+    return CompileBudget(max_states=50_000, timeout_s=30.0)
+
+
+def emit_json_char(nfa: NFA, start: int) -> int:
+    """One JSON string character as it appears between the quotes."""
+    def plain(n: NFA, s: int) -> int:
+        return emit_code_point_ranges(n, s, _PLAIN)
+
+    def short_escape(n: NFA, s: int) -> int:
+        return emit_alt(n, emit_bytes(n, s, b"\\"), [
+            lambda n2, s2, b=b: emit_bytes(n2, s2, bytes([b])) for b in _SHORT_ESCAPES])
+
+    def control_escape(n: NFA, s: int) -> int:
+        s = emit_code_point_ranges(n, emit_bytes(n, s, b"\\u00"), [(0x30, 0x31)])
+        return emit_code_point_ranges(n, s, [(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)])
+
+    return emit_alt(nfa, start, [plain, short_escape, control_escape])
+
+
+@lru_cache(maxsize=512)
+def regex_leaf(pattern: str) -> ByteDFA:
+    return regex_to_dfa(pattern, _leaf_budget())
+
+
+@lru_cache(maxsize=512)
+def string_dfa(min_len: int, max_len: int | None, pattern: str | None, fmt: str | None,
+               budget_states: int = 50_000) -> ByteDFA:
+    """A quoted JSON string honoring length (in characters), pattern (search) and format."""
+    budget = CompileBudget(max_states=budget_states, timeout_s=30.0)
+    if pattern is None and fmt is None:
+        body = _counted_chars(min_len, max_len, budget)
+    else:
+        body = _raw_body(min_len, max_len, pattern, fmt, budget)
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    end = emit_bytes(nfa, embed_dfa(nfa, emit_bytes(nfa, start, b'"'), body), b'"')
+    return trim_and_minimize(determinize(nfa, start, end, budget))
+
+
+def _counted_chars(lo: int, hi: int | None, budget: CompileBudget) -> ByteDFA:
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    end = emit_repeat(nfa, start, emit_json_char, lo, hi)
+    return trim_and_minimize(determinize(nfa, start, end, budget))
+
+
+def _raw_body(lo: int, hi: int | None, pattern: str | None, fmt: str | None,
+              budget: CompileBudget) -> ByteDFA:
+    """Pattern/format strings use unescaped characters only, so the regex sees real text."""
+    ascii_only = pattern is not None and re.search(r"\\[DWS]", pattern) is not None
+    chars = _PLAIN_ASCII if ascii_only else _PLAIN
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    end = emit_repeat(nfa, start, lambda n, s: emit_code_point_ranges(n, s, chars), lo, hi)
+    body = trim_and_minimize(determinize(nfa, start, end, budget))
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise UnsupportedSchemaError.at("format", "", f"value {fmt!r} is not supported")
+        body = trim_and_minimize(product(body, regex_leaf(FORMATS[fmt]), "and", budget))
+    if pattern is not None:
+        body = trim_and_minimize(product(body, _search_dfa(pattern, budget), "and", budget))
+    return body
+
+
+def _search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
+    """JSON Schema `pattern` is a search, not a full match: wrap unanchored ends with .*"""
+    if "|" in pattern and (pattern.startswith("^") or pattern.endswith("$")):
+        if not (pattern.startswith("^(") and pattern.endswith(")$")):
+            raise InvalidConstraintError(f"anchors inside alternation: {pattern!r}")
+    anchored_start = pattern.startswith("^")
+    anchored_end = pattern.endswith("$") and not pattern.endswith("\\$")
+    tree = parse_regex(pattern)
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    any_chars = [(0, 0x10FFFF)]
+    s = start if anchored_start else emit_repeat(
+        nfa, start, lambda n, x: emit_code_point_ranges(n, x, any_chars), 0, None)
+    s = emit_regex(nfa, s, tree)
+    if not anchored_end:
+        s = emit_repeat(nfa, s, lambda n, x: emit_code_point_ranges(n, x, any_chars), 0, None)
+    return trim_and_minimize(determinize(nfa, start, s, budget))
+
+
+@lru_cache(maxsize=256)
+def key_dfa(excluded: tuple[str, ...]) -> ByteDFA:
+    """Quoted property names other than `excluded` (declared properties are never extras)."""
+    strings = string_dfa(0, None, None, None)
+    if not excluded:
+        return strings
+    budget = _leaf_budget()
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    end = emit_alt(nfa, start, [lambda n, s, k=k: emit_bytes(n, s, json_string(k))
+                                for k in excluded])
+    names = determinize(nfa, start, end, budget)
+    return trim_and_minimize(product(strings, names, "diff", budget))
+
+
+def json_string(text: str) -> bytes:
+    import json
+
+    return json.dumps(text, ensure_ascii=False).encode()

@@ -1,0 +1,202 @@
+"""Schema algebra: allOf merging, type inference, and the oneOf disjointness test."""
+
+from __future__ import annotations
+
+import json
+
+from .errors import UnsupportedSchemaError
+
+TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
+_TYPE_KEYWORDS = {
+    "object": ("properties", "required", "additionalProperties"),
+    "array": ("items", "prefixItems", "minItems", "maxItems"),
+    "string": ("minLength", "maxLength", "pattern", "format"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"),
+}
+_MAX_OF = {"minimum", "exclusiveMinimum", "minLength", "minItems"}
+_MIN_OF = {"maximum", "exclusiveMaximum", "maxLength", "maxItems"}
+_IGNORED = {"title", "description", "default", "examples", "$comment", "$schema", "$defs",
+            "definitions", "$anchor", "deprecated", "readOnly", "writeOnly"}
+
+
+def declared_types(schema: dict) -> set[str]:
+    t = schema.get("type")
+    types = set(TYPES) if t is None else ({t} if isinstance(t, str) else set(t))
+    if "number" in types:
+        types.add("integer")
+    if schema.get("nullable") is True:
+        types.add("null")
+    return types
+
+
+def infer_types(schema: dict) -> list[str]:
+    """Types to generate: the declared ones; without `type`, those its keywords constrain.
+
+    Generating only the constrained types when `type` is absent is a subset of the schema's
+    language (over-constrained, never under-constrained) and what users mean by it.
+    """
+    types = declared_types(schema)
+    if "type" not in schema:
+        implied = {t for t, kws in _TYPE_KEYWORDS.items() if any(k in schema for k in kws)}
+        if implied:
+            types = implied | ({"integer"} if "number" in implied else set())
+            if schema.get("nullable") is True:
+                types.add("null")
+    return [t for t in TYPES if t in types]
+
+
+def merge_schemas(a, b, ptr: str) -> dict | bool:
+    """Conjunction of two schemas as one dict (exact, or UnsupportedSchemaError)."""
+    if a is False or b is False:
+        return False
+    if a is True or a == {}:
+        return b if b is not True else {}
+    if b is True or b == {}:
+        return a
+    if "const" in a and "const" in b and _canon(a["const"]) != _canon(b["const"]):
+        return False
+    out = dict(a)
+    _merge_array_positions(out, a, b)
+    for key, bv in b.items():
+        if key in _IGNORED or key in ("items", "prefixItems") and key in a:
+            continue
+        if key not in out:
+            out[key] = bv
+        else:
+            out[key] = _merge_key(key, out[key], bv, a, b, ptr)
+    _merge_additional(out, a, b)
+    return out
+
+
+def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
+    if av == bv:
+        return av
+    if key == "type":
+        types = sorted(_type_set(av) & _type_set(bv))
+        return types
+    if key == "required":
+        return list(dict.fromkeys(list(av) + list(bv)))
+    if key in _MAX_OF:
+        return max(av, bv)
+    if key in _MIN_OF:
+        return min(av, bv)
+    if key == "properties":
+        return {k: _and(av.get(k), bv.get(k)) for k in list(av) + [k for k in bv if k not in av]}
+    if key == "enum":
+        return [v for v in av if any(_canon(v) == _canon(w) for w in bv)]
+    if key in ("items", "additionalProperties"):
+        return {"allOf": [av, bv]}
+    if key in ("anyOf", "oneOf"):
+        raise UnsupportedSchemaError.at("allOf", ptr, f"with '{key}' in several parts is not supported")
+    if key == "allOf":
+        return list(av) + list(bv)
+    raise UnsupportedSchemaError.at("allOf", ptr, f"cannot merge differing '{key}'")
+
+
+def _and(x, y):
+    if x is None or x is True:
+        return y
+    if y is None or y is True:
+        return x
+    return {"allOf": [x, y]}
+
+
+def _merge_array_positions(out: dict, a: dict, b: dict) -> None:
+    """`items` covers only positions past its own schema's prefixItems: merge per position."""
+    if not ({"items", "prefixItems"} & a.keys() and {"items", "prefixItems"} & b.keys()):
+        return
+    pa, pb = a.get("prefixItems", []), b.get("prefixItems", [])
+    ia, ib = a.get("items", True), b.get("items", True)
+    prefix = []
+    for i in range(max(len(pa), len(pb))):
+        xa = pa[i] if i < len(pa) else ia
+        xb = pb[i] if i < len(pb) else ib
+        prefix.append(_and(xa, xb))
+    out.pop("prefixItems", None)
+    if prefix:
+        out["prefixItems"] = prefix
+    out["items"] = _and(ia, ib)
+
+
+def _merge_additional(out: dict, a: dict, b: dict) -> None:
+    """A part's additionalProperties also governs the other part's extra property names."""
+    if "properties" in out:
+        out["properties"] = dict(out["properties"])  # never mutate the caller's schema
+    for this, other in ((a, b), (b, a)):
+        if "additionalProperties" not in this or this["additionalProperties"] is True:
+            continue
+        own = this.get("properties", {})
+        for name in other.get("properties", {}):
+            if name not in own:
+                out["properties"][name] = _and(out["properties"][name],
+                                               this["additionalProperties"])
+        for name in other.get("required", []):
+            if name not in own and name not in out.get("properties", {}):
+                out.setdefault("properties", {})[name] = this["additionalProperties"]
+
+
+def _type_set(t) -> set[str]:
+    types = {t} if isinstance(t, str) else set(t)
+    if "number" in types:
+        types.add("integer")
+    return types
+
+
+def _canon(v):
+    if isinstance(v, bool) or v is None:
+        return (type(v).__name__, v)
+    if isinstance(v, (int, float)):
+        return ("number", float(v))
+    if isinstance(v, str):
+        return ("string", v)
+    return ("json", json.dumps(v, sort_keys=True))
+
+
+def _value_type(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int) or isinstance(v, float) and v.is_integer():
+        return "integer"
+    return {float: "number", str: "string", list: "array", dict: "object"}[type(v)]
+
+
+def _possible_types(s) -> set[str]:
+    if not isinstance(s, dict):
+        return set(TYPES) if s is not False else set()
+    values = s["enum"] if "enum" in s else [s["const"]] if "const" in s else None
+    types = set(declared_types(s))
+    if values is not None:
+        types &= {_value_type(v) for v in values} | {"number" for v in values if isinstance(v, float)}
+    return types
+
+
+def provably_disjoint(a, b) -> bool:
+    """True only when no JSON value can satisfy both (so oneOf == anyOf for them)."""
+    ta, tb = _possible_types(a), _possible_types(b)
+    if not (ta & tb):
+        return True
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    va, vb = _values(a), _values(b)
+    if va is not None and vb is not None:
+        return not ({_canon(v) for v in va} & {_canon(v) for v in vb})
+    return ta & tb == {"object"} and _discriminated(a, b)
+
+
+def _values(s: dict):
+    return s["enum"] if "enum" in s else [s["const"]] if "const" in s else None
+
+
+def _discriminated(a: dict, b: dict) -> bool:
+    shared = set(a.get("required", [])) & set(b.get("required", []))
+    for name in shared:
+        pa = a.get("properties", {}).get(name)
+        pb = b.get("properties", {}).get(name)
+        if isinstance(pa, dict) and isinstance(pb, dict):
+            va, vb = _values(pa), _values(pb)
+            if va is not None and vb is not None and not (
+                    {_canon(v) for v in va} & {_canon(v) for v in vb}):
+                return True
+    return False

@@ -1,0 +1,332 @@
+"""JSON Schema (draft 2020-12 subset) -> byte DFA, composed from shared cached sub-automata.
+
+Output format: compact JSON (json.dumps separators (",", ":")), object properties in the
+schema's `properties` order. Every validation keyword is either enforced or rejected with
+UnsupportedSchemaError naming it and its JSON pointer (`lenient=True` skips the rejection).
+Where a schema admits more than we can generate (extra properties when `properties` are
+declared, any-depth values) we generate a subset: over-constrained, never under-constrained.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache, partial
+
+import jsonschema
+
+from .automaton import DFAAutomaton
+from .budget import CompileBudget
+from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
+from .fsm import determinize, embed_dfa, trim_and_minimize
+from .json_leaves import key_dfa, regex_leaf, string_dfa
+from .json_merge import TYPES, infer_types, merge_schemas, provably_disjoint
+from .nfa import NFA, emit_alt, emit_bytes, emit_nothing, emit_repeat
+from .numbers import (
+    INTEGER,
+    NUMBER,
+    integer_bounds,
+    integer_range_regex,
+    lower_bound_regex,
+)
+from .vocab import TokenizerInfo
+
+ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "$schema", "$id",
+               "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding",
+               "contentSchema", "$anchor", "$vocabulary", "$defs", "definitions"}
+SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalProperties", "items",
+             "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern",
+             "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
+             "oneOf", "allOf", "$ref", "nullable", "uniqueItems"}
+UNSUPPORTED = {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+               "dependencies", "patternProperties", "propertyNames", "unevaluatedProperties",
+               "unevaluatedItems", "contains", "minContains", "maxContains", "multipleOf",
+               "minProperties", "maxProperties", "$dynamicRef", "$dynamicAnchor",
+               "$recursiveRef", "$recursiveAnchor"}
+ANY_DEPTH = 3  # nesting depth of values under an unconstrained schema ({} / true)
+_FLEX_WS = b" \t\n"
+_FLEX_WS_MAX = 8
+
+
+@dataclass(slots=True)
+class _Ctx:
+    root: object
+    lenient: bool
+    flexible: bool
+    budget: CompileBudget
+    validator: object = field(default=None)
+
+
+def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, lenient: bool,
+                             budget: CompileBudget) -> DFAAutomaton:
+    if whitespace not in ("compact", "flexible"):
+        raise InvalidConstraintError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
+    try:
+        root = json.loads(spec)
+    except json.JSONDecodeError as e:
+        raise InvalidConstraintError(f"json_schema is not valid JSON: {e}") from e
+    ctx = _Ctx(root, lenient, whitespace == "flexible", budget)
+    ctx.validator = jsonschema.Draft202012Validator(root if isinstance(root, (dict, bool)) else {})
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    end = emit_schema(ctx, nfa, start, root, "", ())
+    return DFAAutomaton(info, trim_and_minimize(determinize(nfa, start, end, budget)))
+
+
+def emit_schema(ctx: _Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -> int:
+    if schema is True:
+        return _emit_any(ctx, nfa, start)
+    if schema is False:
+        return emit_nothing(nfa, start)
+    if not isinstance(schema, dict):
+        raise InvalidConstraintError(f"schema at {ptr or '/'} must be an object or boolean")
+    schema, refs = _flatten(ctx, schema, ptr, refs)
+    if schema is False:
+        return emit_nothing(nfa, start)
+    _check_keywords(ctx, schema, ptr)
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return _emit_branches(ctx, nfa, start, schema, key, ptr, refs)
+    if "enum" in schema or "const" in schema:
+        return _emit_literals(ctx, nfa, start, schema, ptr)
+    branches = [partial(_emit_typed, ctx=ctx, schema=schema, t=t, ptr=ptr, refs=refs)
+                for t in infer_types(schema) if not (t == "integer" and "number" in infer_types(schema))]
+    return emit_alt(nfa, start, branches)
+
+
+def _flatten(ctx: _Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool, tuple]:
+    """Inline local $refs and merge allOf into one dict (siblings of $ref apply too)."""
+    while "$ref" in schema or "allOf" in schema:
+        if "$ref" in schema:
+            ref = schema["$ref"]
+            if ref in refs:
+                raise UnsupportedSchemaError.at(
+                    "$ref", ptr, f"is recursive ({ref}); recursive schemas are not supported yet")
+            target = _resolve_ref(ctx, ref, ptr)
+            refs = refs + (ref,)
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
+            schema = _merge_or_fail(ctx, target, rest, ptr + "/$ref")
+        else:
+            parts = schema["allOf"]
+            merged: dict | bool = {k: v for k, v in schema.items() if k != "allOf"}
+            for i, part in enumerate(parts):
+                if isinstance(part, dict) and "$ref" in part:
+                    part, refs = _flatten(ctx, part, f"{ptr}/allOf/{i}", refs)
+                merged = _merge_or_fail(ctx, merged, part, f"{ptr}/allOf/{i}")
+            schema = merged
+        if schema is False or schema is True:
+            return (False if schema is False else {}), refs
+    return schema, refs
+
+
+def _merge_or_fail(ctx: _Ctx, a, b, ptr: str) -> dict | bool:
+    try:
+        return merge_schemas(a, b, ptr)
+    except UnsupportedSchemaError:
+        if ctx.lenient:
+            return a if isinstance(a, dict) else b
+        raise
+
+
+def _resolve_ref(ctx: _Ctx, ref: str, ptr: str):
+    if not isinstance(ref, str) or not ref.startswith("#") or (len(ref) > 1 and ref[1] != "/"):
+        raise UnsupportedSchemaError.at("$ref", ptr, f"value {ref!r}: only local '#/...' refs")
+    node = ctx.root
+    for raw in ref[2:].split("/") if len(ref) > 1 else []:
+        part = _unescape_pointer(raw)
+        try:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        except (KeyError, IndexError, ValueError, TypeError) as e:
+            raise InvalidConstraintError(f"$ref {ref!r} at {ptr or '/'} does not resolve") from e
+    return node
+
+
+def _unescape_pointer(part: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(part).replace("~1", "/").replace("~0", "~")
+
+
+def _check_keywords(ctx: _Ctx, schema: dict, ptr: str) -> None:
+    if ctx.lenient:
+        return
+    for key in schema:
+        if key in UNSUPPORTED:
+            raise UnsupportedSchemaError.at(key, f"{ptr}/{key}")
+        if key == "uniqueItems" and schema[key] and "enum" not in schema and "const" not in schema:
+            raise UnsupportedSchemaError.at(key, f"{ptr}/{key}", "(true) is not supported")
+        if key == "$id" and ptr:
+            raise UnsupportedSchemaError.at(key, f"{ptr}/{key}", "(nested base URI) is not supported")
+
+
+def _emit_branches(ctx: _Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr: str,
+                   refs: tuple) -> int:
+    rest = {k: v for k, v in schema.items() if k != key}
+    branches = []
+    for i, branch in enumerate(schema[key]):
+        bptr = f"{ptr}/{key}/{i}"
+        if isinstance(branch, dict):
+            branch, _ = _flatten(ctx, branch, bptr, refs)
+        branches.append(_merge_or_fail(ctx, rest, branch, bptr))
+    if key == "oneOf" and not ctx.lenient:
+        for i in range(len(branches)):
+            for j in range(i + 1, len(branches)):
+                if not provably_disjoint(branches[i], branches[j]):
+                    raise UnsupportedSchemaError.at(
+                        "oneOf", f"{ptr}/oneOf", f"branches {i} and {j} may overlap; only "
+                        "provably disjoint oneOf (types, consts, enums, discriminators) is enforced")
+    emits = [partial(emit_schema, ctx, schema=b, ptr=f"{ptr}/{key}/{i}", refs=refs)
+             for i, b in enumerate(branches)]
+    return emit_alt(nfa, start, [lambda n, s, e=e: e(n, s) for e in emits])
+
+
+def _emit_literals(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
+    """enum/const: every listed value that the whole schema accepts (jsonschema decides)."""
+    values = schema["enum"] if "enum" in schema else [schema["const"]]
+    if "enum" in schema and "const" in schema:
+        values = [v for v in values if _json_equal(v, schema["const"])]
+    validator = ctx.validator.evolve(schema=schema)
+    texts = []
+    for v in values:
+        try:
+            ok = validator.is_valid(v)
+        except jsonschema.exceptions.SchemaError as e:
+            raise InvalidConstraintError(f"invalid schema at {ptr or '/'}: {e}") from e
+        text = json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode()
+        if ok and text not in texts:
+            texts.append(text)
+    return emit_alt(nfa, start, [lambda n, s, t=t: emit_bytes(n, s, t) for t in texts])
+
+
+def _json_equal(a, b) -> bool:
+    return type(a) is type(b) and a == b or (
+        isinstance(a, (int, float)) and isinstance(b, (int, float))
+        and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
+
+
+def _emit_typed(nfa: NFA, start: int, ctx: _Ctx, schema: dict, t: str, ptr: str,
+                refs: tuple) -> int:
+    if t == "null":
+        return emit_bytes(nfa, start, b"null")
+    if t == "boolean":
+        return emit_alt(nfa, start, [lambda n, s: emit_bytes(n, s, b"true"),
+                                     lambda n, s: emit_bytes(n, s, b"false")])
+    if t in ("integer", "number"):
+        return _emit_number(ctx, nfa, start, schema, t, ptr)
+    if t == "string":
+        return _emit_string(ctx, nfa, start, schema, ptr)
+    if t == "array":
+        return _emit_array(ctx, nfa, start, schema, ptr, refs)
+    return _emit_object(ctx, nfa, start, schema, ptr, refs)
+
+
+def _emit_number(ctx: _Ctx, nfa: NFA, start: int, schema: dict, t: str, ptr: str) -> int:
+    names = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+    bounds = [schema.get(k) for k in names]
+    for k, b in zip(names, bounds):
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))):
+            raise InvalidConstraintError(f"'{k}' at {ptr}/{k} must be a number")
+    if t == "integer":
+        if all(b is None for b in bounds):
+            return embed_dfa(nfa, start, regex_leaf(INTEGER))
+        return embed_dfa(nfa, start, regex_leaf(integer_range_regex(*integer_bounds(*bounds))))
+    dfa = regex_leaf(NUMBER)
+    for k, b in zip(names, bounds):
+        if b is None:
+            continue
+        if float(b) != int(b) and not ctx.lenient:
+            raise UnsupportedSchemaError.at(k, f"{ptr}/{k}", "with a non-integer bound on a number")
+        if float(b) == int(b):
+            dfa = _bounded(dfa, k, int(b), ctx.budget)
+    return embed_dfa(nfa, start, dfa)
+
+
+@lru_cache(maxsize=256)
+def _bound_dfa(keyword: str, bound: int):
+    exclusive = keyword.startswith("exclusive")
+    if keyword.endswith("inimum"):
+        return regex_leaf(lower_bound_regex(bound, exclusive))
+    return regex_leaf(lower_bound_regex(-bound, exclusive, negate=True))
+
+
+def _bounded(dfa, keyword: str, bound: int, budget: CompileBudget):
+    from .fsm import product
+
+    return trim_and_minimize(product(dfa, _bound_dfa(keyword, bound), "and", budget))
+
+
+def _emit_string(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
+    lo = schema.get("minLength", 0)
+    hi = schema.get("maxLength")
+    pattern = schema.get("pattern")
+    fmt = schema.get("format")
+    if fmt is not None and ctx.lenient:
+        from .json_leaves import FORMATS
+
+        fmt = fmt if fmt in FORMATS else None
+    try:
+        dfa = string_dfa(int(lo), None if hi is None else int(hi), pattern, fmt,
+                         ctx.budget.max_states)
+    except UnsupportedSchemaError as e:
+        raise UnsupportedSchemaError.at(e.keyword, f"{ptr}/{e.keyword}", "value is not supported") from e
+    except ConstraintError as e:
+        if ctx.lenient:
+            dfa = string_dfa(int(lo), None if hi is None else int(hi), None, fmt)
+        else:
+            raise UnsupportedSchemaError.at("pattern", f"{ptr}/pattern", f"cannot be enforced: {e}") from e
+    return embed_dfa(nfa, start, dfa)
+
+
+def _ws(ctx: _Ctx, nfa: NFA, start: int) -> int:
+    if not ctx.flexible:
+        return start
+    return emit_repeat(nfa, start, lambda n, s: emit_alt(
+        n, s, [lambda n2, s2, b=b: emit_bytes(n2, s2, bytes([b])) for b in _FLEX_WS]), 0, _FLEX_WS_MAX)
+
+
+def _punct(ctx: _Ctx, nfa: NFA, start: int, char: bytes) -> int:
+    return _ws(ctx, nfa, emit_bytes(nfa, _ws(ctx, nfa, start), char))
+
+
+def _emit_any(ctx: _Ctx, nfa: NFA, start: int) -> int:
+    return embed_dfa(nfa, start, any_value_dfa(ANY_DEPTH, ctx.flexible))
+
+
+@lru_cache(maxsize=8)
+def any_value_dfa(depth: int, flexible: bool):
+    """Any JSON value nested at most `depth` containers deep (deeper values are not generated)."""
+    budget = CompileBudget(max_states=200_000, timeout_s=60.0)
+    ctx = _Ctx({}, True, flexible, budget)
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    end = _emit_any_value(ctx, nfa, start, depth)
+    return trim_and_minimize(determinize(nfa, start, end, budget))
+
+
+def _emit_any_value(ctx: _Ctx, nfa: NFA, start: int, depth: int) -> int:
+    scalars = [lambda n, s, t=t: emit_bytes(n, s, t) for t in (b"null", b"true", b"false")]
+    scalars += [lambda n, s: embed_dfa(n, s, regex_leaf(NUMBER)),
+                lambda n, s: embed_dfa(n, s, string_dfa(0, None, None, None))]
+    if depth == 0:
+        return emit_alt(nfa, start, scalars)
+
+    def inner(n, s):
+        # Embedding the minimized shallower automaton keeps the NFA linear in depth.
+        return embed_dfa(n, s, any_value_dfa(depth - 1, ctx.flexible))
+
+    def member(n, s):
+        return inner(n, _punct(ctx, n, embed_dfa(n, s, key_dfa(())), b":"))
+
+    def container(n, s, open_, item, close):
+        body = emit_repeat(n, _punct(ctx, n, s, open_), item, 0, None,
+                           sep=lambda n2, s2: _punct(ctx, n2, s2, b","))
+        return _punct(ctx, n, body, close)
+
+    return emit_alt(nfa, start, scalars + [
+        lambda n, s: container(n, s, b"[", inner, b"]"),
+        lambda n, s: container(n, s, b"{", member, b"}")])
+
+
+from .json_compound import _emit_array, _emit_object  # noqa: E402  (mutual recursion)
+
+__all__ = ["TYPES", "emit_schema", "json_schema_to_automaton"]
