@@ -1,20 +1,17 @@
 """Kernel tests: Triton's interpreter on CPU when there is no CUDA device.
 
-TRITON_INTERPRET is read when a kernel is decorated (at import of its module), so it is set
-here, at conftest import, and kernel modules imported earlier in the session are reloaded.
+triton reads TRITON_INTERPRET once, when ``triton.language`` is first imported; this conftest
+sets it before anything here imports triton (``kernels._triton`` does the same for sessions
+where the engine imported the kernels first).
 """
 
-import importlib
 import os
-import sys
 
 import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    for _name in [n for n in sys.modules if n.startswith("kernels.")]:
-        importlib.reload(sys.modules[_name])
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
