@@ -167,16 +167,21 @@ def _byte_runs(row: np.ndarray) -> list[tuple[int, int, int]]:
 
 
 def _co_reachable(dfa: ByteDFA) -> np.ndarray:
-    """States from which some accepting state can be reached."""
+    """States from which some accepting state can be reached (reverse BFS over unique edges)."""
+    n = dfa.num_states
+    src, byte = np.nonzero(dfa.trans >= 0)
+    pairs = np.unique(dfa.trans[src, byte].astype(np.int64) * n + src)
+    dst_of, src_of = pairs // n, pairs % n
+    starts = np.searchsorted(dst_of, np.arange(n + 1))
     alive = dfa.accept.copy()
-    while True:
-        succ_alive = np.zeros_like(dfa.trans, dtype=bool)
-        ok = dfa.trans >= 0
-        succ_alive[ok] = alive[dfa.trans[ok]]
-        grown = alive | succ_alive.any(axis=1)
-        if (grown == alive).all():
-            return alive
-        alive = grown
+    stack = np.nonzero(alive)[0].tolist()
+    while stack:
+        d = stack.pop()
+        for p in src_of[starts[d]:starts[d + 1]].tolist():
+            if not alive[p]:
+                alive[p] = True
+                stack.append(p)
+    return alive
 
 
 def trim_and_minimize(dfa: ByteDFA) -> ByteDFA:
@@ -187,19 +192,23 @@ def trim_and_minimize(dfa: ByteDFA) -> ByteDFA:
         return ByteDFA(np.full((1, 256), DEAD, dtype=np.int32), np.zeros(1, dtype=bool))
     trans = np.where((dfa.trans >= 0) & alive[np.maximum(dfa.trans, 0)], dfa.trans, DEAD)
     keep = np.nonzero(alive & _reachable(ByteDFA(trans, dfa.accept)))[0]
-    cls = dfa.accept[keep].astype(np.int64)
-    remap = np.full(dfa.num_states, DEAD, dtype=np.int64)
+    remap = np.full(dfa.num_states + 1, DEAD, dtype=np.int64)
     remap[keep] = np.arange(len(keep))
-    sub = trans[keep]
-    sub = np.where(sub >= 0, remap[np.maximum(sub, 0)], DEAD)
+    sub = remap[trans[keep]]  # DEAD (-1) indexes the trailing DEAD entry
+    # Bytes with identical columns behave the same everywhere: refine on one of each.
+    _, first_col = np.unique(sub.T, axis=0, return_index=True)
+    cols = sub[:, np.sort(first_col)]
+    cls = dfa.accept[keep].astype(np.int64)
+    count = int(cls.max()) + 1
     while True:
-        succ = np.where(sub >= 0, cls[np.maximum(sub, 0)], DEAD)
-        sig = np.concatenate([cls[:, None], succ], axis=1)
-        _, new_cls = np.unique(sig, axis=0, return_inverse=True)
-        new_cls = new_cls.reshape(-1)
-        if new_cls.max() == cls.max():
+        succ = np.append(cls, DEAD)[cols]
+        sig = np.ascontiguousarray(np.concatenate([cls[:, None], succ], axis=1))
+        ids: dict[bytes, int] = {}
+        new_cls = np.fromiter((ids.setdefault(r.tobytes(), len(ids)) for r in sig),
+                              dtype=np.int64, count=len(sig))
+        if len(ids) == count:
             break
-        cls = new_cls
+        cls, count = new_cls, len(ids)
     return _renumber(sub, dfa.accept[keep], cls)
 
 
@@ -211,6 +220,5 @@ def _renumber(sub: np.ndarray, accept: np.ndarray, cls: np.ndarray) -> ByteDFA:
     new_id[order] = np.arange(len(order))
     cls = new_id[cls]
     reps = first[order]
-    trans = sub[reps]
-    trans = np.where(trans >= 0, cls[np.maximum(trans, 0)], DEAD).astype(np.int32)
+    trans = np.append(cls, DEAD)[sub[reps]].astype(np.int32)
     return ByteDFA(trans, accept[reps].copy())

@@ -101,7 +101,7 @@ def _flatten(ctx: _Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | boo
             ref = schema["$ref"]
             if ref in refs:
                 raise UnsupportedSchemaError.at(
-                    "$ref", ptr, f"is recursive ({ref}); recursive schemas are not supported yet")
+                    "$ref", f"{ptr}/$ref", f"is recursive ({ref}); recursive schemas are not supported yet")
             target = _resolve_ref(ctx, ref, ptr)
             refs = refs + (ref,)
             rest = {k: v for k, v in schema.items() if k != "$ref"}

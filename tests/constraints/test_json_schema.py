@@ -1,0 +1,134 @@
+"""JSON Schema compiler: realistic schemas on the real tokenizer, errors, options."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from constraints import InvalidConstraintError, UnsupportedSchemaError, allocate_token_bitmask
+from constraints.bitmask import unpack_bitmask
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "email": {"type": "string", "format": "email"},
+        "role": {"enum": ["admin", "user"]},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
+        "address": {"$ref": "#/$defs/address"},
+        "score": {"type": ["number", "null"], "exclusiveMinimum": 0},
+    },
+    "required": ["name", "age", "role"],
+    "$defs": {"address": {"type": "object", "properties": {
+        "city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+        "required": ["city"], "additionalProperties": False}},
+}
+
+
+def _text(value) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _accepts_tokens(grammar, hf_tokenizer, text: str) -> bool:
+    m = grammar.matcher()
+    bm = allocate_token_bitmask(1, grammar.vocab_size)
+    for tok in hf_tokenizer.encode(text):
+        m.fill_next_token_bitmask(bm, 0)
+        if not unpack_bitmask(bm[0], grammar.vocab_size)[tok]:
+            assert not m.accept_token(tok)
+            return False
+        assert m.accept_token(tok)
+    return m.can_terminate() and m.accept_token(grammar.automaton.info.eos_token_ids[0])
+
+
+VALID = [
+    {"name": "Zoë", "age": 31, "role": "admin"},
+    {"name": "Al", "age": 0, "email": "al@example.com", "role": "user", "tags": ["x", "日本"],
+     "address": {"city": "Paris", "zip": "75001"}, "score": 0.5},
+    {"name": "B", "age": 150, "role": "user", "score": None},
+]
+INVALID = [
+    {"name": "", "age": 31, "role": "admin"},
+    {"name": "A", "age": 151, "role": "admin"},
+    {"name": "A", "age": -1, "role": "admin"},
+    {"name": "A", "age": 1, "role": "root"},
+    {"name": "A", "age": 1},
+    {"name": "A", "age": 1, "role": "user", "tags": []},
+    {"name": "A", "age": 1, "role": "user", "address": {"city": "X", "zip": "1234"}},
+    {"name": "A", "age": 1, "role": "user", "score": 0},
+    {"name": "A", "age": 1, "role": "user", "email": "not-an-email"},
+]
+
+
+@pytest.mark.parametrize("value", VALID)
+def test_valid_instances_pass_every_mask(compiler, hf_tokenizer, value):
+    jsonschema.validate(value, PERSON)
+    assert _accepts_tokens(compiler.compile_json_schema(PERSON), hf_tokenizer, _text(value))
+
+
+@pytest.mark.parametrize("value", INVALID)
+def test_invalid_instances_are_rejected(compiler, value):
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(value, PERSON, format_checker=jsonschema.FormatChecker())
+    m = compiler.compile_json_schema(PERSON).matcher()
+    assert not (m.accept_string(_text(value)) and m.can_terminate())
+
+
+def test_json_object_mode_and_flexible_whitespace(compiler, hf_tokenizer):
+    g = compiler.compile_json_schema({"type": "object"})
+    assert _accepts_tokens(g, hf_tokenizer, '{"a":[1,{"b":null}],"c":"d"}')
+    assert not g.matcher().accept_string("[1]")
+    flex = compiler.compile_json_schema(PERSON, whitespace="flexible")
+    pretty = json.dumps(VALID[1], indent=2, ensure_ascii=False)
+    assert _accepts_tokens(flex, hf_tokenizer, pretty)
+
+
+def test_compact_output_forces_jump_forward_keys(compiler):
+    m = compiler.compile_json_schema(PERSON).matcher()
+    assert m.find_jump_forward_string() == '{"name":"'
+
+
+@pytest.mark.parametrize("schema,keyword,pointer", [
+    ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, "not", "/properties/a/not"),
+    ({"type": "array", "contains": {"type": "integer"}}, "contains", "/contains"),
+    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf", "/oneOf"),
+    ({"$ref": "#/$defs/n", "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}},
+     "$ref", "/items/$ref"),
+    ({"type": "string", "format": "credit-card"}, "format", "/format"),
+])
+def test_unsupported_keywords_name_keyword_and_pointer(compiler, schema, keyword, pointer):
+    with pytest.raises(UnsupportedSchemaError) as err:
+        compiler.compile_json_schema(schema)
+    assert err.value.keyword == keyword and err.value.pointer == pointer
+    assert keyword in str(err.value) and pointer in str(err.value)
+
+
+def test_lenient_ignores_unsupported_keywords(compiler):
+    g = compiler.compile_json_schema({"type": "integer", "multipleOf": 3}, lenient=True)
+    assert g.matcher().accept_string("7")
+
+
+def test_disjoint_one_of_is_enforced(compiler):
+    schema = {"oneOf": [
+        {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}},
+         "required": ["kind"]},
+        {"type": "object", "properties": {"kind": {"const": "b"}}, "required": ["kind"]}]}
+    g = compiler.compile_json_schema(schema)
+    assert g.matcher().accept_string('{"kind":"a","x":1}')
+    assert not g.matcher().accept_string('{"kind":"b","x"')
+
+
+def test_string_schema_and_invalid_json_text(compiler):
+    g = compiler.compile_json_schema('{"type": "string", "format": "date"}')
+    assert g.matcher().accept_string('"2024-02-29"')
+    assert not g.matcher().accept_string('"2023-02-29"')
+    with pytest.raises(InvalidConstraintError):
+        compiler.compile_json_schema("{not json")
+
+
+def test_compiled_grammars_are_cached(compiler):
+    assert compiler.compile_json_schema(PERSON) is compiler.compile_json_schema(PERSON)
+    assert compiler.compile_regex("a+") is compiler.compile_regex("a+")
