@@ -1,0 +1,96 @@
+"""Scoring ``select`` choices by their tokens' logprobs given the prefix (SGLang's methods).
+
+Each choice is scored from one prefill-only request for ``prefix + choice`` with input
+logprobs; all choices go in one batch so the radix cache computes the prefix once. The
+prefix is tokenized alone and with each choice, and the choice's tokens start where the two
+stop agreeing, so a token merged across the boundary is scored with the choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from frontend_dsl.backends.base import Backend
+
+
+@dataclass(slots=True)
+class SelectResult:
+    index: int
+    scores: list[float]  # what the method compared (higher is better)
+    token_logprobs: list[list[float]]  # per choice, its tokens' conditional logprobs
+    unconditional_logprobs: list[list[float]] | None = None
+    metas: list[dict[str, Any]] = field(default_factory=list)
+
+    def meta_info(self) -> dict[str, Any]:
+        return {"normalized_prompt_logprobs": self.scores, "input_token_logprobs": self.token_logprobs,
+                "unconditional_token_logprobs": self.unconditional_logprobs}
+
+
+def choice_token_spans(backend: Backend, prefix: str, choices: list[str]) -> tuple[list[list[int]], list[int]]:
+    """Token ids of ``prefix + choice`` for each choice, and where each choice's tokens start."""
+    prefix_ids = backend.tokenize(prefix) if prefix else []
+    full = [backend.tokenize(prefix + c) for c in choices]
+    starts = []
+    for choice, ids in zip(choices, full):
+        start = _common_prefix_len(prefix_ids, ids)
+        if start >= len(ids):
+            raise ValueError(f"choice {choice!r} adds no tokens to the prefix")
+        starts.append(start)
+    return full, starts
+
+
+def score_choices(backend: Backend, prefix: str, choices: list[str],
+                  method: str = "token_length_normalized") -> SelectResult:
+    full, starts = choice_token_spans(backend, prefix, choices)
+    lo = min(starts)
+    metas = backend.score(full, lo)
+    cond = [_logprobs(meta, s - lo) for meta, s in zip(metas, starts)]
+    if method == "token_length_normalized":
+        scores = [sum(lps) / len(lps) for lps in cond]
+        return SelectResult(_argmax(scores), scores, cond, metas=metas)
+    if method == "greedy_token_selection":
+        scores = [sum(lps) / len(lps) for lps in cond]
+        return SelectResult(_greedy_pick(cond), scores, cond, metas=metas)
+    if method == "unconditional_likelihood_normalized":
+        choice_ids = [ids[s:] for ids, s in zip(full, starts)]
+        umetas = backend.score(choice_ids, 0)
+        # The first token has no unconditional logprob (nothing before it): count it as 0.
+        uncond = [[lp or 0.0 for lp, _, _ in m["input_token_logprobs"]] for m in umetas]
+        scores = [sum(c - u for c, u in zip(cl, ul)) / len(cl) for cl, ul in zip(cond, uncond)]
+        return SelectResult(_argmax(scores), scores, cond, uncond, metas + umetas)
+    raise ValueError(f"choices_method: unknown method {method!r}")
+
+
+def _logprobs(meta: dict[str, Any], skip: int) -> list[float]:
+    entries = meta["input_token_logprobs"][skip:]
+    lps = [lp for lp, _, _ in entries if lp is not None]  # position 0 has no logprob
+    if not lps:
+        raise ValueError("select: the engine returned no logprobs for a choice")
+    return lps
+
+
+def _greedy_pick(cond: list[list[float]]) -> int:
+    """Compare the choices token by token, keeping the ties; a shorter choice is extended
+    with its own mean logprob (SGLang's greedy token selection)."""
+    width = max(len(lps) for lps in cond)
+    padded = [lps + [sum(lps) / len(lps)] * (width - len(lps)) for lps in cond]
+    alive = list(range(len(cond)))
+    for j in range(width):
+        best = max(padded[i][j] for i in alive)
+        alive = [i for i in alive if padded[i][j] == best]
+        if len(alive) == 1:
+            break
+    return alive[0]
+
+
+def _argmax(xs: list[float]) -> int:
+    return max(range(len(xs)), key=xs.__getitem__)
+
+
+def _common_prefix_len(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

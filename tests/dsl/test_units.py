@@ -1,0 +1,88 @@
+"""Model-free parts of the DSL: expressions, errors, chat-template derivation, tracing."""
+
+from __future__ import annotations
+
+import pytest
+
+from frontend_dsl import ProgramError, assistant, function, gen, select, system, user
+from frontend_dsl.chat_template import PLAIN, derive, from_tokenizer
+from frontend_dsl.scoring import _greedy_pick
+from frontend_dsl.tracer import constant_prefix
+
+
+def _chatml(messages):
+    return "".join(f"<s>{m['role']}\n{m['content']}</s>\n" for m in messages)
+
+
+def test_derive_role_prefixes_and_suffixes():
+    t = derive(_chatml)
+    assert t.begin("user") == "<s>user\n" and t.end("user") == "</s>\n"
+    assert t.begin("system") == "<s>system\n" and t.end("assistant") == "</s>\n"
+
+
+def test_template_that_rewrites_content_falls_back_to_plain():
+    class Tok:
+        chat_template = "x"
+
+        def apply_chat_template(self, messages, **kw):
+            return "".join(m["content"].upper() for m in messages)
+
+    assert from_tokenizer(Tok()) is PLAIN
+    assert from_tokenizer(None) is PLAIN
+
+
+def test_gen_maps_sglang_keywords():
+    g = gen("x", max_tokens=5, stop="\n", temperature=0, json_schema={"type": "integer"})
+    assert g.sampling == {"max_new_tokens": 5, "stop": "\n", "temperature": 0,
+                          "json_schema": '{"type": "integer"}'}
+    assert g.where and g.where.endswith(".py:" + g.where.rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize("kwargs", [{"regex": "a", "json_schema": {}}, {"regex": "a", "ebnf": "x"}])
+def test_conflicting_constraints_name_the_variable(kwargs):
+    with pytest.raises(ValueError, match=r'gen\("answer"\) at .*test_units.py:\d+: conflicting'):
+        gen("answer", **kwargs)
+
+
+def test_choices_make_a_select_and_reject_bad_input():
+    assert gen("c", choices=["a", "b"]).choices == ["a", "b"]
+    with pytest.raises(ValueError, match='select\\("c"\\)'):
+        select("c", choices=[])
+    with pytest.raises(ValueError, match="choices_method"):
+        select("c", choices=["a"], choices_method="vote")
+    with pytest.raises(ValueError, match="unknown keyword 'max_token'"):
+        gen("c", max_token=3)
+    assert issubclass(ProgramError, Exception)
+
+
+def test_greedy_pick_compares_token_by_token():
+    assert _greedy_pick([[-1.0, -9.0], [-2.0, -0.1]]) == 0
+    assert _greedy_pick([[-1.0, -9.0], [-1.0, -0.1]]) == 1
+    assert _greedy_pick([[-1.0], [-1.0, -0.5]]) == 1  # the short one continues at its mean, -1
+
+
+def test_constant_prefix_stops_at_arguments_and_gen():
+    @function
+    def prog(s, question, examples=()):
+        s += system("Be brief.")
+        s += "Examples:\n"
+        for e in examples:
+            s += e
+        s += user(f"Q: {question}")
+        s += assistant(gen("a"))
+
+    assert constant_prefix(prog.func, PLAIN) == "System: Be brief.\nExamples:\n"
+
+    @function
+    def prog2(s, q):
+        s += "Intro. " + q
+        s += gen("x")
+
+    assert constant_prefix(prog2.func, PLAIN) == "Intro. "
+
+    @function
+    def prog3(s, q):
+        s += user("Say hi.")
+        s += assistant(gen("x"))
+
+    assert constant_prefix(prog3.func, PLAIN) == "User: Say hi.\nAssistant: "
