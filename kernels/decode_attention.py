@@ -3,7 +3,9 @@
 Stage 1 splits each request's KV length into ``num_kv_splits`` chunks; one program handles one
 (request, kv head, split) and all the q heads of that kv head's group, so GQA never repeats KV.
 Stage 2 merges the chunks' partial outputs by their log-sum-exp. fp32 accumulation throughout.
-The split count is fixed by the launcher, not by the data: the launch is CUDA-graph safe.
+The split count comes from host values (batch size, kv heads, SM count), never from device
+data, so the launch is CUDA-graph safe; each request cuts its own length into at most that many
+chunks of whole BLOCK_N blocks (short requests use fewer, the rest exit at once).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def _decode_stage1(
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
     row = tl.load(req_pool_ptr + b).to(tl.int64)
     split_len = (seq_len + NUM_SPLITS - 1) // NUM_SPLITS
+    split_len = (split_len + BLOCK_N - 1) // BLOCK_N * BLOCK_N  # whole blocks per split
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
 
@@ -139,21 +142,37 @@ def _decode_stage2(
     tl.store(o_ptr + b * stride_ob + h * stride_oh + d, o.to(o_ptr.dtype.element_ty), mask=d < HEAD_DIM)
 
 
+def default_num_kv_splits(batch: int, num_kv_heads: int, device: torch.device) -> int:
+    """Enough (request, kv head, split) programs to give every SM about four."""
+    num_sms = 8
+    if device.type == "cuda":
+        num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(2, min(32, triton.cdiv(4 * num_sms, max(1, batch * num_kv_heads))))
+
+
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                     num_kv_splits: int = 8, block_n: int = 64, out=None):
-    """Triton flash-decoding; same contract as ``decode_attention_ref``. -> [B, Hq, D]."""
+                     num_kv_splits: int | None = None, block_n: int = 64, out=None):
+    """Triton flash-decoding; same contract as ``decode_attention_ref``. -> [B, Hq, D].
+
+    ``num_kv_splits`` defaults to ``default_num_kv_splits``; ``out`` may be preallocated.
+    """
     _check_decode_args(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
     if not HAS_TRITON:
         raise RuntimeError("decode_attention: triton is not installed")
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
-    out = torch.empty_like(q) if out is None else out
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
+        raise ValueError(f"out: expected {q.dtype} {tuple(q.shape)} with a contiguous last dim")
     if batch == 0:
         return out
+    if num_kv_splits is None:
+        num_kv_splits = default_num_kv_splits(batch, num_kv_heads, q.device)
     mid_o = torch.empty(batch, num_heads, num_kv_splits, head_dim, dtype=torch.float32, device=q.device)
     mid_lse = torch.empty(batch, num_heads, num_kv_splits, dtype=torch.float32, device=q.device)
     group = num_heads // num_kv_heads
-    block_d = triton.next_power_of_2(head_dim)
+    block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs >= 16
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     _decode_stage1[(batch, num_kv_heads, num_kv_splits)](
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, mid_o, mid_lse,

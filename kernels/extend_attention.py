@@ -107,7 +107,10 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
                        prefix_lens, extend_lens, extend_start_loc)
     if not HAS_TRITON:
         raise RuntimeError("extend_attention: triton is not installed")
-    out = torch.empty_like(q) if out is None else out
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
+        raise ValueError(f"out: expected {q.dtype} {tuple(q.shape)} with a contiguous last dim")
     batch, num_heads, head_dim = req_pool_indices.shape[0], q.shape[1], q.shape[2]
     if max_extend_len is None:
         max_extend_len = int(extend_lens.max()) if batch else 0
@@ -119,7 +122,7 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         req_to_token.stride(0),
         GROUP=num_heads // k_buffer.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_D=triton.next_power_of_2(head_dim),
+        BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
     )
     return out

@@ -1,7 +1,8 @@
 """Paged attention through the Triton kernels in ``kernels/`` (the default on CUDA).
 
-Decode steps (one new token per request) run flash-decoding with a fixed split count, so
-the launch has no data-dependent shapes and can be captured in a CUDA graph. Extend steps
+Decode steps (one new token per request) run flash-decoding with a split count chosen from
+the batch size (``None``: the kernel's default), so the launch has no data-dependent shapes and
+can be captured in a CUDA graph per batch size. Extend steps
 (prefill, chunks, and mixed batches whose decode rows are simply extend_len == 1) run the
 extend kernel over every request in one launch. Both store the new k/v first.
 """
@@ -18,7 +19,7 @@ from sglang_lite.mem.kv_pool import KVPool
 
 
 class TritonAttentionBackend(AttentionBackend):
-    def __init__(self, kv_pool: KVPool, num_kv_splits: int = 8):
+    def __init__(self, kv_pool: KVPool, num_kv_splits: int | None = None):
         self.kv_pool = kv_pool
         self.num_kv_splits = num_kv_splits
         self._max_extend_len = 0
