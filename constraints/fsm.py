@@ -79,7 +79,8 @@ def _moves(nfa: NFA, members: frozenset[int]) -> list[tuple[int, int, frozenset[
     return out
 
 
-def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget) -> ByteDFA:
+def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget,
+                return_members: bool = False):
     """Subset construction; raises GrammarTooComplexError / CompileTimeoutError past the budget."""
     closures: dict[frozenset[int], frozenset[int]] = {}
     first = _closure(nfa, frozenset([start]))
@@ -106,6 +107,8 @@ def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget) -> Byte
         for lo, hi, d in row:
             trans[s, lo : hi + 1] = d
     accept = np.array([final in m for m in order], dtype=bool)
+    if return_members:
+        return ByteDFA(trans, accept), order
     return ByteDFA(trans, accept)
 
 

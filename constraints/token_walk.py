@@ -37,3 +37,36 @@ def walk_vocab(trans: np.ndarray, state: int, layout: VocabLayout,
     done_state.append(cur)
     pos = np.concatenate(done_pos)
     return layout.token_ids[pos], np.concatenate(done_state)
+
+
+def walk_positions(trans: np.ndarray, start: int, layout: VocabLayout, positions: np.ndarray,
+                   col: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Walk layout positions (ascending) from byte `col` on, reporting where tokens die.
+
+    Returns (positions fully consumed, dead positions, column each died at, state before it).
+    """
+    flat = trans.reshape(-1)
+    alive = positions
+    cur = np.full(len(alive), start, dtype=np.int64)
+    done: list[np.ndarray] = []
+    dead_pos: list[np.ndarray] = []
+    dead_col: list[np.ndarray] = []
+    dead_state: list[np.ndarray] = []
+    for j in range(col, layout.columns.shape[0]):
+        k = int(np.searchsorted(layout.lengths[alive], j, side="right"))
+        done.append(alive[:k])
+        alive, cur = alive[k:], cur[k:]
+        if not len(alive):
+            break
+        nxt = flat[cur * 256 + layout.columns[j, alive]]
+        died = nxt < 0
+        if died.any():
+            dead_pos.append(alive[died])
+            dead_col.append(np.full(int(died.sum()), j, dtype=np.int64))
+            dead_state.append(cur[died])
+            alive, nxt = alive[~died], nxt[~died]
+        cur = nxt
+    done.append(alive)
+    empty = np.zeros(0, dtype=np.int64)
+    return (np.concatenate(done), np.concatenate(dead_pos or [empty]),
+            np.concatenate(dead_col or [empty]), np.concatenate(dead_state or [empty]))
