@@ -26,6 +26,7 @@ class TokenAutomaton(ABC):
     def __init__(self, info: TokenizerInfo):
         self.info = info
         self._rows: dict[State, torch.Tensor] = {}
+        self._continues: dict[State, bool] = {}
 
     @property
     @abstractmethod
@@ -47,13 +48,17 @@ class TokenAutomaton(ABC):
         """The bytes every continuation must start with (b"" if none or if it may end here)."""
 
     def can_continue(self, state: State) -> bool:
-        return bool(len(self.allowed_token_ids(state)))
+        """Some non-EOS token may follow (answered from the cached mask computation)."""
+        if state not in self._continues:
+            self.mask_row(state)
+        return self._continues[state]
 
     def mask_row(self, state: State) -> torch.Tensor:
         """Packed int32 row [ceil(V/32)], EOS bits set where the constraint may end; cached."""
         row = self._rows.get(state)
         if row is None:
             ids = self.allowed_token_ids(state)
+            self._continues[state] = bool(len(ids))
             if self.is_accepting(state) and self.info.eos_token_ids:
                 ids = np.concatenate([ids, np.array(self.info.eos_token_ids, dtype=np.int64)])
             row = torch.from_numpy(pack_token_ids(ids, self.info.vocab_size))
