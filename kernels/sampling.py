@@ -186,10 +186,12 @@ def _sample_rows_ref(logits, temperatures, top_ks, top_ps, min_ps, uniforms):
     """Sampled (temperature > 0) rows: logits [b, V] fp32 -> token ids [b] int64."""
     s = logits / temperatures.to(torch.float32)[:, None]  # [b, V]
     e = (s - s.max(-1, keepdim=True).values).exp_()  # [b, V] unnormalized p, max 1
-    min_ps = min_ps.to(torch.float32)[:, None]  # [b, 1]
+    min_ps = min_ps.to(torch.float32).clamp(max=1.0)[:, None]  # [b, 1]; the max always stays
     restricted = ((top_ks > 0) & (top_ks < s.shape[1])) | (top_ps < 1)  # [b]
     if not bool(restricted.any()):
-        return _inverse_cdf(e.masked_fill_(e < min_ps, 0.0), uniforms, None)
+        if bool((min_ps > 0).any()):
+            e.masked_fill_(e < min_ps, 0.0)
+        return _inverse_cdf(e, uniforms, None)
     thr, vals, ids, e_sorted = _top_k_top_p_threshold(s, e, top_ks, top_ps.to(torch.float32))
     fits = ids.shape[1] == s.shape[1] or bool((vals[:, -1:] < thr).all())
     if bool(restricted.all()) and fits:  # every kept token is among the top-K columns
@@ -222,7 +224,7 @@ def _kept_weights_ref(logits, temperatures, top_ks, top_ps, min_ps):
     s = logits / temperatures.to(torch.float32)[:, None]  # [b, V]
     e = (s - s.max(-1, keepdim=True).values).exp_()  # [b, V]
     thr = _top_k_top_p_threshold(s, e, top_ks, top_ps.to(torch.float32))[0]  # [b, 1]
-    return e.masked_fill_((s < thr) | (e < min_ps.to(torch.float32)[:, None]), 0.0)
+    return e.masked_fill_((s < thr) | (e < min_ps.to(torch.float32).clamp(max=1.0)[:, None]), 0.0)
 
 
 def sample_race_ref(logits, temperatures, top_ks, top_ps, min_ps, seeds, steps, bitmask=None):
@@ -412,7 +414,7 @@ def _sample_kernel(
         if top_p < 1.0:
             thr = _topp_threshold(row_logits, row_mask, n_words, V, temp, top_p, s_max, thr,
                                   HAS_MASK, BLOCK)
-        min_p = tl.load(min_ps_ptr + row).to(tl.float32)
+        min_p = tl.minimum(tl.load(min_ps_ptr + row).to(tl.float32), 1.0)  # the max always stays
         key = _row_key(tl.load(seeds_ptr + row).to(tl.int64), tl.load(steps_ptr + row).to(tl.int64))
         idx = _race_pass(row_logits, row_mask, n_words, V, temp, s_max, thr, min_p, key,
                          HAS_MASK, BLOCK)

@@ -15,7 +15,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from kernels import decode_attention, extend_attention, sampling, store_kv  # noqa: E402
+from kernels import decode_attention, extend_attention, rmsnorm, sampling, store_kv  # noqa: E402
 
 I32 = "i32"
 
@@ -46,6 +46,8 @@ def main() -> None:
     _compile(extend_attention._extend_kernel,
              dict(paged, o_ptr=bf16, prefix_lens_ptr="*i64", extend_lens_ptr="*i64", extend_start_ptr="*i64"),
              dict(GROUP=3, HEAD_DIM=64, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64, PRECISION="tf32"))
+    _compile(rmsnorm._rmsnorm_kernel, dict(x_ptr=bf16, res_ptr=bf16, w_ptr=bf16, out_ptr=bf16, h_ptr=bf16,
+                                           eps="fp32"), dict(HAS_RES=True, BLOCK=1024))
 
 
 if __name__ == "__main__":
