@@ -189,3 +189,12 @@ def test_gpu_extend_realistic():
             _lens(starts, "cuda"), 128**-0.5)
     torch.testing.assert_close(extend_attention(*args).float(), extend_attention_ref(*args).float(),
                                atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_gpu_decode_bandwidth_script_runs():
+    from kernels.bench_decode import decode_bandwidth
+
+    result = decode_bandwidth(batch=2, context=1024)
+    assert result["gbps"] > 0 and result["ms"] > 0
