@@ -1,0 +1,93 @@
+"""The FastAPI app factory. All server state lives on ``app.state`` (engine, served model
+name, API key, metrics registry, draining flag), so several apps can share a process."""
+
+from __future__ import annotations
+
+import hmac
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from sglang_lite.server import native_api, openai_api
+from sglang_lite.server.errors import RETRY_AFTER_SECONDS, error_response, install_error_handlers
+from sglang_lite.server.generation import ClientGone
+from sglang_lite.server.metrics import ServerMetrics
+
+# Reachable without the API key (probes and scrapers), as in vLLM and SGLang.
+_OPEN_PATHS = frozenset({"/health", "/metrics"})
+# Refused with 503 while draining: everything that would start new work.
+_ADMISSION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate", "/health_generate"})
+
+
+def create_app(engine, served_model_name: str | None = None, api_key: str | None = None) -> FastAPI:
+    app = FastAPI(title="sglang-lite", docs_url=None, redoc_url=None, openapi_url=None)
+    state = app.state
+    state.engine = engine
+    state.served_model_name = served_model_name or engine.source.name
+    state.api_key = api_key
+    state.metrics = ServerMetrics(state.served_model_name)
+    state.draining = False
+    state.created = int(time.time())
+    state.token_text = _TokenText(engine.tokenizer)
+    state.engine_alive = lambda: _engine_alive(engine)
+    install_error_handlers(app)
+    app.add_exception_handler(ClientGone, _client_gone)
+    app.include_router(openai_api.router)
+    app.include_router(native_api.router)
+    app.add_middleware(_Gate, state=state)
+    return app
+
+
+class _Gate:
+    """API-key and draining checks, as plain ASGI (no body buffering, disconnects pass through)."""
+
+    def __init__(self, app, state):
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            response = self._refusal(scope)
+            if response is not None:
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, scope) -> Response | None:
+        path, state = scope["path"], self.state
+        if state.api_key and path not in _OPEN_PATHS:
+            headers = dict(scope["headers"])
+            given = headers.get(b"authorization", b"").decode("latin-1")
+            if not hmac.compare_digest(given.encode(), f"Bearer {state.api_key}".encode()):
+                return error_response(401, "Incorrect or missing API key (expected 'Authorization: "
+                                      "Bearer <key>')", "authentication_error", code="invalid_api_key")
+        if state.draining and path in _ADMISSION_PATHS:
+            state.metrics.on_rejected()
+            return error_response(503, "server is shutting down", "service_unavailable",
+                                  headers={"Retry-After": RETRY_AFTER_SECONDS})
+        return None
+
+
+class _TokenText:
+    """Token id -> its text (for logprobs), cached."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self.cache.get(token_id)
+        if text is None:
+            text = self.tokenizer.decode([token_id]) if self.tokenizer is not None else str(token_id)
+            self.cache[token_id] = text
+        return text
+
+
+def _engine_alive(engine) -> bool:
+    thread = getattr(engine, "_thread", None)
+    return thread is None or thread.is_alive()
+
+
+async def _client_gone(request: Request, exc: ClientGone) -> Response:
+    return Response(status_code=499)  # nginx's "client closed request"; nobody reads it

@@ -1,0 +1,62 @@
+"""`sglang-lite serve` command-line arguments: server options, plus every EngineConfig field
+as a --kebab-case flag (only the flags given are passed to the engine)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from sglang_lite.config import EngineConfig
+
+
+@dataclass(slots=True)
+class ServerArgs:
+    model: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None
+    served_model_name: str | None = None
+    shutdown_timeout: float = 30.0
+    log_level: str = "info"
+    engine_options: dict[str, Any] = field(default_factory=dict)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sglang-lite serve",
+                                description="OpenAI-compatible and SGLang-native HTTP server.")
+    p.add_argument("--model", default=None, help="HF directory, GGUF file, or 'dummy' (default: embedded model)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    p.add_argument("--served-model-name", default=None, help="model name clients must use")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0,
+                   help="seconds running requests get to finish after SIGTERM before they are aborted")
+    p.add_argument("--log-level", default="info")
+    engine = p.add_argument_group("engine options")
+    for f in fields(EngineConfig):
+        if f.name == "model":
+            continue
+        _add_engine_flag(engine, f.name, str(f.type), f.default)
+    return p
+
+
+def _add_engine_flag(group, name: str, type_name: str, default: Any) -> None:
+    flag = "--" + name.replace("_", "-")
+    kw: dict[str, Any] = {"dest": "engine__" + name, "default": argparse.SUPPRESS,
+                          "help": f"(default: {default})"}
+    if type_name == "bool":
+        group.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+        return
+    if type_name.startswith("int"):
+        kw["type"] = int
+    elif type_name.startswith("float"):
+        kw["type"] = float
+    group.add_argument(flag, **kw)
+
+
+def parse_args(argv: list[str]) -> ServerArgs:
+    ns = vars(build_parser().parse_args(argv))
+    engine_options = {k.removeprefix("engine__"): v for k, v in ns.items() if k.startswith("engine__")}
+    server = {k: v for k, v in ns.items() if not k.startswith("engine__")}
+    return ServerArgs(**server, engine_options=engine_options)

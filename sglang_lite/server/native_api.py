@@ -1,0 +1,163 @@
+"""SGLang's native routes: /generate, /health, /health_generate, /flush_cache,
+/get_model_info, /get_server_info, /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from sglang_lite.server.errors import RETRY_AFTER_SECONDS, APIError, error_response
+from sglang_lite.server.generation import Job, Output, StreamGroup
+
+router = APIRouter()
+
+
+# ---- /generate --------------------------------------------------------------------------------
+def _prompts(state, body) -> tuple[list[list[int]], bool]:
+    if (body.text is None) == (body.input_ids is None):
+        raise APIError(400, "text: pass exactly one of text or input_ids", param="text")
+    if body.text is not None:
+        texts = [body.text] if isinstance(body.text, str) else body.text
+        try:
+            return [state.engine.tokenize(t) for t in texts], isinstance(body.text, str)
+        except ValueError as e:
+            raise APIError(400, str(e), param="text") from e
+    ids = body.input_ids
+    if ids and isinstance(ids[0], list):
+        return [list(x) for x in ids], False
+    return [list(ids)], True
+
+
+def _jobs(prompts: list[list[int]], sampling_params) -> list[Job]:
+    if isinstance(sampling_params, list):
+        if len(sampling_params) != len(prompts):
+            raise APIError(400, "sampling_params: a list must have one entry per prompt",
+                           param="sampling_params")
+        per_prompt = sampling_params
+    else:
+        per_prompt = [sampling_params or {}] * len(prompts)
+    jobs = []
+    for p, (ids, params) in enumerate(zip(prompts, per_prompt)):
+        params = dict(params)
+        n = params.pop("n", 1)
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 128:
+            raise APIError(400, f"n: must be an integer in [1, 128], got {n!r}", param="n")
+        seed = params.get("seed")
+        for j in range(n):
+            choice = dict(params, seed=seed + j) if isinstance(seed, int) and n > 1 else params
+            jobs.append(Job(ids, choice, index=len(jobs), prompt_index=p))
+    return jobs
+
+
+def _result(state, out: Output, body) -> dict[str, Any]:
+    meta = {k: v for k, v in out.meta.items() if k not in ("output_token_logprobs", "output_top_logprobs")}
+    meta["completion_tokens"] = len(out.output_ids)
+    if body.return_logprob:
+        def row(lp, tid):
+            return [lp, tid, state.token_text(tid) if body.return_text_in_logprobs else None]
+
+        meta["input_token_logprobs"] = []  # prompt logprobs are not computed by this engine
+        meta["output_token_logprobs"] = [row(lp, t) for lp, t, _ in out.token_logprobs]
+        meta["output_top_logprobs"] = [[row(lp, t) for lp, t, _ in r] for r in out.top_logprobs]
+    return {"text": out.text, "output_ids": out.output_ids, "meta_info": meta, "index": out.index}
+
+
+@router.post("/generate")
+async def generate(request: Request):
+    from sglang_lite.server.protocol import GenerateRequest
+
+    try:
+        body = GenerateRequest.model_validate(await request.json())
+    except json.JSONDecodeError as e:
+        raise APIError(400, f"body: invalid JSON: {e}") from e
+    state = request.app.state
+    prompts, single = _prompts(state, body)
+    jobs = _jobs(prompts, body.sampling_params)
+    group = await StreamGroup.open(state, request, jobs, return_logprob=body.return_logprob,
+                                   top_logprobs_num=body.top_logprobs_num, openai_names=False)
+    if not body.stream:
+        outputs = await group.collect()
+        results = [_result(state, o, body) for o in outputs]
+        return JSONResponse(results[0] if single and len(results) == 1 else results)
+
+    async def events():
+        try:
+            async for out, _ in group.chunks():
+                yield f"data: {json.dumps(_result(state, out, body), ensure_ascii=False)}\n\n"
+        except Exception as e:
+            err = {"error": {"message": f"{type(e).__name__}: {e}", "type": "internal_error"}}
+            yield f"data: {json.dumps(err)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+# ---- health, cache, info, metrics -------------------------------------------------------------
+@router.get("/health")
+async def health(request: Request):
+    state = request.app.state
+    if state.draining or not state.engine_alive():
+        return Response(status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
+    return Response(status_code=200)
+
+
+@router.get("/health_generate")
+async def health_generate(request: Request):
+    state = request.app.state
+    if state.draining or not state.engine_alive():
+        return Response(status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
+    try:
+        ids = state.engine.tokenize("Hi") or [0]
+        group = await asyncio.wait_for(StreamGroup.open(
+            state, request, [Job(ids, {"max_new_tokens": 1, "temperature": 0.0})]), timeout=30)
+        await asyncio.wait_for(group.collect(), timeout=30)
+    except Exception as e:
+        return error_response(503, f"health_generate: {type(e).__name__}: {e}", "service_unavailable",
+                              headers={"Retry-After": RETRY_AFTER_SECONDS})
+    return Response(status_code=200)
+
+
+@router.api_route("/flush_cache", methods=["GET", "POST"])
+async def flush_cache(request: Request):
+    engine = request.app.state.engine
+    ok = await asyncio.get_running_loop().run_in_executor(None, engine.flush_cache)
+    if not ok:
+        return error_response(400, "flush_cache: requests are running; retry when idle",
+                              param=None, code="busy")
+    return {"success": True, "message": "Cache flushed."}
+
+
+@router.get("/get_model_info")
+async def get_model_info(request: Request):
+    state = request.app.state
+    engine = state.engine
+    source = engine.source
+    tokenizer_path = source.tokenizer_path or source.path
+    return {"model_path": str(source.path) if source.path else source.name,
+            "tokenizer_path": str(tokenizer_path) if tokenizer_path else None,
+            "served_model_name": state.served_model_name, "is_generation": True,
+            "context_length": engine.context_length}
+
+
+@router.get("/get_server_info")
+async def get_server_info(request: Request):
+    """Engine config and live stats (page counts included: the leak check reads them)."""
+    state = request.app.state
+    engine = state.engine
+    stats = await asyncio.get_running_loop().run_in_executor(None, engine.get_stats)
+    config = {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+              for k, v in asdict(engine.config).items()}
+    return {**config, **stats, "served_model_name": state.served_model_name,
+            "context_length": engine.context_length, "draining": state.draining}
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    state = request.app.state
+    return Response(await state.metrics.render(state.engine), media_type=CONTENT_TYPE_LATEST)

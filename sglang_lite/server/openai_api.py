@@ -1,0 +1,324 @@
+"""OpenAI-compatible routes: /v1/completions, /v1/chat/completions, /v1/models."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from sglang_lite.server.errors import APIError
+from sglang_lite.server.generation import Job, Output, StreamGroup
+from sglang_lite.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingFields
+
+router = APIRouter()
+
+_FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+# ---- /v1/models -----------------------------------------------------------------------------
+def _model_card(state) -> dict[str, Any]:
+    return {"id": state.served_model_name, "object": "model", "created": state.created,
+            "owned_by": "sglang-lite", "root": state.served_model_name,
+            "max_model_len": state.engine.context_length}
+
+
+@router.get("/v1/models")
+async def list_models(request: Request):
+    return {"object": "list", "data": [_model_card(request.app.state)]}
+
+
+@router.get("/v1/models/{model:path}")
+async def retrieve_model(model: str, request: Request):
+    _check_model(request.app.state, model)
+    return _model_card(request.app.state)
+
+
+def _check_model(state, model: str | None) -> None:
+    if model is not None and model != state.served_model_name:
+        raise APIError(404, f"The model `{model}` does not exist (this server serves "
+                            f"`{state.served_model_name}`)", param="model", code="model_not_found")
+
+
+# ---- shared request -> engine jobs ------------------------------------------------------------
+def _sampling_params(body: _SamplingFields, max_tokens: int | None) -> dict[str, Any]:
+    if body.logit_bias:
+        raise APIError(400, "logit_bias: not supported", param="logit_bias", code="unsupported")
+    if not isinstance(body.n, int) or not 1 <= body.n <= 128:
+        raise APIError(400, f"n: must be an integer in [1, 128], got {body.n}", param="n")
+    params: dict[str, Any] = {
+        "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
+        "min_p": body.min_p, "frequency_penalty": body.frequency_penalty,
+        "presence_penalty": body.presence_penalty, "repetition_penalty": body.repetition_penalty,
+        "min_new_tokens": body.min_tokens, "stop": body.stop, "stop_token_ids": body.stop_token_ids,
+        "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,
+        "no_stop_trim": body.no_stop_trim, "regex": body.regex, "ebnf": body.ebnf,
+        "json_schema": body.json_schema,
+    }
+    if max_tokens is not None:
+        params["max_new_tokens"] = max_tokens
+    fmt = body.response_format
+    if fmt is not None and fmt.type != "text":
+        if fmt.type == "json_object":
+            schema: Any = {"type": "object"}
+        elif fmt.json_schema is None or fmt.json_schema.schema_ is None:
+            raise APIError(400, "response_format.json_schema.schema: required for type json_schema",
+                           param="response_format.json_schema.schema")
+        else:
+            schema = fmt.json_schema.schema_
+        if params["json_schema"] is not None:
+            raise APIError(400, "response_format: pass response_format or json_schema, not both",
+                           param="response_format")
+        params["json_schema"] = schema
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _jobs(prompts: list[list[int]], params: dict[str, Any], n: int, seed: int | None) -> list[Job]:
+    jobs = []
+    for p, ids in enumerate(prompts):
+        for j in range(n):
+            choice_params = dict(params, seed=seed + j) if seed is not None else params
+            jobs.append(Job(ids, choice_params, index=p * n + j, prompt_index=p))
+    return jobs
+
+
+def _usage(outputs: list[Output]) -> dict[str, Any]:
+    prompt = cached = 0
+    seen: set[int] = set()
+    for out in outputs:
+        if out.job.prompt_index not in seen:
+            seen.add(out.job.prompt_index)
+            prompt += out.meta.get("prompt_tokens", len(out.job.input_ids))
+            cached += out.meta.get("cached_tokens", 0)
+    completion = sum(len(out.output_ids) for out in outputs)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def _finish(out: Output) -> tuple[str | None, Any]:
+    reason = out.finish_reason
+    if reason is None:
+        return None, None
+    return _FINISH_REASONS.get(reason.get("type"), reason.get("type")), reason.get("matched")
+
+
+def _sse(event: dict[str, Any]) -> str:
+    return f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
+
+
+async def _sse_stream(group: StreamGroup, head: list[dict], event: Callable[[Output, dict], dict | None],
+                      tail: Callable[[], list[dict]]) -> AsyncIterator[str]:
+    try:
+        for ev in head:
+            yield _sse(ev)
+        async for out, chunk in group.chunks():
+            ev = event(out, chunk)
+            if ev is not None:
+                yield _sse(ev)
+        for ev in tail():
+            yield _sse(ev)
+    except Exception as e:  # headers are sent: report in-band, as OpenAI does
+        yield _sse({"error": {"message": f"{type(e).__name__}: {e}", "type": "internal_error",
+                              "param": None, "code": None}})
+    yield "data: [DONE]\n\n"
+
+
+def _streaming_response(gen: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(gen, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+# ---- /v1/completions ---------------------------------------------------------------------------
+def _completion_prompts(state, prompt) -> tuple[list[list[int]], list[str | None]]:
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    if not prompt:
+        raise APIError(400, "prompt: must not be empty", param="prompt")
+    if isinstance(prompt[0], int):
+        prompt = [prompt]
+    ids, texts = [], []
+    for p in prompt:
+        if isinstance(p, str):
+            ids.append(_tokenize(state, p))
+            texts.append(p)
+        else:
+            ids.append(list(p))
+            texts.append(None)
+    return ids, texts
+
+
+def _tokenize(state, text: str) -> list[int]:
+    try:
+        return state.engine.tokenize(text)
+    except ValueError as e:
+        raise APIError(400, str(e), param="prompt") from e
+
+
+def _completion_logprobs(state, tokens: list[tuple], tops: list[list[tuple]], offset: int) -> dict:
+    out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for i, (lp, tid, _) in enumerate(tokens):
+        text = state.token_text(tid)
+        out["tokens"].append(text)
+        out["token_logprobs"].append(lp)
+        row = tops[i] if i < len(tops) else []
+        out["top_logprobs"].append({state.token_text(t): v for v, t, _ in row})
+        out["text_offset"].append(offset)
+        offset += len(text)
+    return out
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request):
+    state = request.app.state
+    _check_model(state, body.model)
+    if body.suffix:
+        raise APIError(400, "suffix: not supported", param="suffix", code="unsupported")
+    if body.best_of is not None and body.best_of != body.n:
+        raise APIError(400, "best_of: only best_of == n is supported", param="best_of")
+    if body.logprobs is not None and not 0 <= body.logprobs <= 20:
+        raise APIError(400, f"logprobs: must be in [0, 20], got {body.logprobs}", param="logprobs")
+    if body.echo and body.logprobs is not None:
+        raise APIError(400, "echo: prompt logprobs are not supported", param="echo")
+    prompts, texts = _completion_prompts(state, body.prompt)
+    params = _sampling_params(body, body.max_tokens)
+    group = await StreamGroup.open(state, request, _jobs(prompts, params, body.n, body.seed),
+                                   return_logprob=body.logprobs is not None,
+                                   top_logprobs_num=body.logprobs or 0)
+    rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+    echo = [(t if t is not None else state.engine.tokenizer.decode(ids)) if body.echo else ""
+            for ids, t in zip(prompts, texts)]
+
+    def completion(choices: list[dict], usage=None) -> dict:
+        ev = {"id": rid, "object": "text_completion", "created": created,
+              "model": state.served_model_name, "choices": choices}
+        if usage is not None or not body.stream:
+            ev["usage"] = usage
+        return ev
+
+    def choice(out: Output, text: str, tokens, tops, offset: int) -> dict:
+        reason, matched = _finish(out)
+        lp = _completion_logprobs(state, tokens, tops, offset) if body.logprobs is not None else None
+        return {"index": out.index, "text": text, "logprobs": lp, "finish_reason": reason,
+                "matched_stop": matched}
+
+    if not body.stream:
+        outputs = await group.collect()
+        choices = [choice(o, echo[o.job.prompt_index] + o.text, o.token_logprobs, o.top_logprobs,
+                          len(echo[o.job.prompt_index])) for o in outputs]
+        return JSONResponse(completion(choices, _usage(outputs)))
+
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    head = [completion([{"index": i, "text": e, "logprobs": None, "finish_reason": None}])
+            for i, e in enumerate(echo) if e] if body.echo else []
+
+    def event(out: Output, chunk: dict) -> dict | None:
+        meta = chunk["meta_info"]
+        if not chunk["text"] and not chunk["finished"] and "output_token_logprobs" not in meta:
+            return None
+        offset = len(echo[out.job.prompt_index]) + len(out.text) - len(chunk["text"])
+        c = choice(out, chunk["text"], meta.get("output_token_logprobs", []),
+                   meta.get("output_top_logprobs", []), offset)
+        if not chunk["finished"]:
+            c["finish_reason"] = c["matched_stop"] = None
+        return completion([c], None)
+
+    def tail() -> list[dict]:
+        return [completion([], _usage(group.outputs))] if include_usage else []
+
+    return _streaming_response(_sse_stream(group, head, event, tail))
+
+
+# ---- /v1/chat/completions ----------------------------------------------------------------------
+def _chat_prompt(state, body: ChatCompletionRequest) -> list[int]:
+    messages = []
+    for i, m in enumerate(body.messages):
+        content = m.content
+        if isinstance(content, list):
+            if any(part.type != "text" for part in content):
+                raise APIError(400, f"messages.{i}.content: only text parts are supported",
+                               param=f"messages.{i}.content")
+            content = "".join(part.text or "" for part in content)
+        role = "system" if m.role == "developer" else m.role
+        messages.append({"role": role, "content": content or ""})
+    try:
+        text = state.engine.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt)
+    except ValueError as e:
+        raise APIError(400, str(e), param="messages") from e
+    except Exception as e:  # the template itself rejects the conversation (jinja errors)
+        raise APIError(400, f"messages: {e}", param="messages") from e
+    return _tokenize(state, text)
+
+
+def _chat_logprobs(state, tokens: list[tuple], tops: list[list[tuple]]) -> dict:
+    def entry(lp, tid):
+        s = state.token_text(tid)
+        return {"token": s, "logprob": lp, "bytes": list(s.encode("utf-8"))}
+
+    content = []
+    for i, (lp, tid, _) in enumerate(tokens):
+        row = tops[i] if i < len(tops) else []
+        content.append({**entry(lp, tid), "top_logprobs": [entry(v, t) for v, t, _ in row]})
+    return {"content": content}
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request):
+    state = request.app.state
+    _check_model(state, body.model)
+    if body.tools:
+        raise APIError(400, "tools: tool calling is not supported", param="tools", code="unsupported")
+    top = body.top_logprobs
+    if top is not None and not 0 <= top <= 20:
+        raise APIError(400, f"top_logprobs: must be in [0, 20], got {top}", param="top_logprobs")
+    if top and not body.logprobs:
+        raise APIError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
+    ids = _chat_prompt(state, body)
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    if max_tokens is None:
+        max_tokens = max(state.engine.context_length - len(ids), 1)
+    params = _sampling_params(body, max_tokens)
+    group = await StreamGroup.open(state, request, _jobs([ids], params, body.n, body.seed),
+                                   return_logprob=body.logprobs, top_logprobs_num=top or 0)
+    rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+
+    def completion(choices: list[dict], usage=None, obj="chat.completion.chunk") -> dict:
+        ev = {"id": rid, "object": obj, "created": created, "model": state.served_model_name,
+              "choices": choices}
+        if usage is not None or obj == "chat.completion" or include_usage:
+            ev["usage"] = usage
+        return ev
+
+    include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
+    if not body.stream:
+        outputs = await group.collect()
+        choices = []
+        for o in outputs:
+            reason, matched = _finish(o)
+            choices.append({"index": o.index, "message": {"role": "assistant", "content": o.text},
+                            "logprobs": _chat_logprobs(state, o.token_logprobs, o.top_logprobs)
+                            if body.logprobs else None,
+                            "finish_reason": reason, "matched_stop": matched})
+        return JSONResponse(completion(choices, _usage(outputs), obj="chat.completion"))
+
+    head = [completion([{"index": j, "delta": {"role": "assistant", "content": ""},
+                         "logprobs": None, "finish_reason": None}]) for j in range(body.n)]
+
+    def event(out: Output, chunk: dict) -> dict | None:
+        meta = chunk["meta_info"]
+        if not chunk["text"] and not chunk["finished"] and "output_token_logprobs" not in meta:
+            return None
+        reason, matched = _finish(out) if chunk["finished"] else (None, None)
+        delta = {"content": chunk["text"]} if chunk["text"] else {}
+        lp = (_chat_logprobs(state, meta.get("output_token_logprobs", []),
+                             meta.get("output_top_logprobs", [])) if body.logprobs else None)
+        return completion([{"index": out.index, "delta": delta, "logprobs": lp,
+                            "finish_reason": reason, "matched_stop": matched}])
+
+    def tail() -> list[dict]:
+        return [completion([], _usage(group.outputs))] if include_usage else []
+
+    return _streaming_response(_sse_stream(group, head, event, tail))

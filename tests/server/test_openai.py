@@ -1,0 +1,199 @@
+"""The official openai client against the live server: completions, chat, streaming, n,
+stop, logprobs, usage, structured outputs; plus the SGLang-native routes."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from tests.server.conftest import assert_no_leaked_pages, scrape
+
+PROMPT = "The capital of France is"
+CHAT = [{"role": "user", "content": "Name three colors."}]
+
+
+def test_models(client, model_name):
+    models = client.models.list()
+    assert [m.id for m in models.data] == [model_name]
+    assert client.models.retrieve(model_name).id == model_name
+
+
+def test_completion_usage_and_text(client, engine, model_name):
+    r = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=5, temperature=0)
+    assert r.object == "text_completion" and len(r.choices) == 1
+    assert r.choices[0].finish_reason in ("length", "stop")
+    assert r.usage.prompt_tokens == len(engine.tokenize(PROMPT))
+    assert r.usage.completion_tokens == 5 if r.choices[0].finish_reason == "length" else True
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert r.usage.prompt_tokens_details.cached_tokens >= 0
+    assert r.choices[0].text
+
+
+def test_completion_stream_matches_non_stream(client, model_name):
+    kw = dict(model=model_name, prompt=PROMPT, max_tokens=8, temperature=0)
+    full = client.completions.create(**kw).choices[0].text
+    chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == full
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_chat_and_stream_match(client, engine, model_name):
+    kw = dict(model=model_name, messages=CHAT, max_tokens=8, temperature=0)
+    r = client.chat.completions.create(**kw)
+    msg = r.choices[0].message
+    assert r.object == "chat.completion" and msg.role == "assistant" and msg.content
+    prompt = engine.apply_chat_template(CHAT)
+    assert r.usage.prompt_tokens == len(engine.tokenize(prompt))
+    assert r.usage.completion_tokens <= 8
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == msg.content
+    assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == r.choices[0].finish_reason
+
+
+def test_chat_max_completion_tokens_and_sampling_fields(client, model_name):
+    r = client.chat.completions.create(
+        model=model_name, messages=CHAT, max_completion_tokens=3, temperature=0.7, top_p=0.9,
+        seed=7, frequency_penalty=0.5, presence_penalty=0.5,
+        extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1, "ignore_eos": True})
+    assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
+
+
+def test_seed_is_reproducible(client, model_name):
+    kw = dict(model=model_name, prompt=PROMPT, max_tokens=6, temperature=1.0, seed=1234)
+    assert client.completions.create(**kw).choices[0].text == client.completions.create(**kw).choices[0].text
+
+
+def test_n2(client, model_name):
+    r = client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=4, n=2,
+                                       temperature=1.0, seed=3)
+    assert sorted(c.index for c in r.choices) == [0, 1]
+    assert r.usage.completion_tokens == sum(
+        4 if c.finish_reason == "length" else 0 for c in r.choices) or r.usage.completion_tokens > 0
+    chunks = list(client.completions.create(model=model_name, prompt=PROMPT, max_tokens=4, n=2,
+                                            temperature=0, stream=True))
+    texts = {0: "", 1: ""}
+    for c in chunks:
+        for ch in c.choices:
+            texts[ch.index] += ch.text
+    assert texts[0] == texts[1] != ""  # greedy: both choices agree
+
+
+def test_stop(client, model_name):
+    base = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=8, temperature=0)
+    text = base.choices[0].text
+    stop = text.strip().split()[0][:3] if text.strip() else "."
+    r = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=8, temperature=0, stop=[stop])
+    assert r.choices[0].finish_reason == "stop"
+    assert stop not in r.choices[0].text
+    assert text.startswith(r.choices[0].text)
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=model_name, prompt=PROMPT, max_tokens=8, temperature=0, stop=stop, stream=True) if c.choices)
+    assert streamed == r.choices[0].text
+
+
+def test_completion_logprobs(client, model_name):
+    r = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
+    assert "".join(lp.tokens) == r.choices[0].text
+    for val, top in zip(lp.token_logprobs, lp.top_logprobs):
+        assert val <= 0 and len(top) == 2
+        assert max(top.values()) == pytest.approx(val, abs=1e-4)  # greedy picks the argmax
+
+
+def test_chat_logprobs_stream_and_not(client, model_name):
+    kw = dict(model=model_name, messages=CHAT, max_tokens=4, temperature=0, logprobs=True, top_logprobs=3)
+    r = client.chat.completions.create(**kw)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    assert all(len(c.top_logprobs) == 3 and c.logprob <= 0 for c in content)
+    streamed = [e for ch in client.chat.completions.create(stream=True, **kw) if ch.choices
+                and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
+    assert [e.token for e in streamed] == [c.token for c in content]
+
+
+def test_cached_tokens_on_repeat(client, model_name):
+    prompt = "You are a helpful assistant. " * 8 + "Answer briefly: what is two plus two?"
+    client.completions.create(model=model_name, prompt=prompt, max_tokens=2, temperature=0)
+    r = client.completions.create(model=model_name, prompt=prompt, max_tokens=2, temperature=0)
+    assert r.usage.prompt_tokens_details.cached_tokens >= 16
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                           "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+def test_response_format_json_schema(client, model_name):
+    r = client.chat.completions.create(
+        model=model_name, temperature=0, max_tokens=48,
+        messages=[{"role": "user", "content": "Give a person as JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}})
+    assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+    jsonschema.validate(json.loads(r.choices[0].message.content), SCHEMA)
+
+
+def test_response_format_json_object_and_regex(client, model_name):
+    ask = 'Reply with exactly this JSON object: {"ok": true}'
+    r = client.chat.completions.create(model=model_name, temperature=0, max_tokens=32,
+                                       messages=[{"role": "user", "content": ask}],
+                                       response_format={"type": "json_object"})
+    assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+    r = client.completions.create(model=model_name, prompt="Phone: ", max_tokens=16, temperature=0,
+                                  extra_body={"regex": r"[0-9]{3}-[0-9]{4}"})
+    assert r.choices[0].text[:8].count("-") == 1 and len(r.choices[0].text) == 8
+
+
+# ---- native routes --------------------------------------------------------------------------
+def test_native_generate(http, engine):
+    body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 4, "temperature": 0},
+            "return_logprob": True, "top_logprobs_num": 2}
+    r = http.post("/generate", json=body).json()
+    assert len(r["output_ids"]) == 4 and r["meta_info"]["completion_tokens"] == 4
+    assert r["meta_info"]["finish_reason"]["type"] == "length"
+    assert len(r["meta_info"]["output_token_logprobs"]) == 4
+    assert len(r["meta_info"]["output_top_logprobs"][0]) == 2
+    ids = http.post("/generate", json={"input_ids": engine.tokenize(PROMPT),
+                                       "sampling_params": {"max_new_tokens": 4, "temperature": 0}}).json()
+    assert ids["text"] == r["text"]
+    batch = http.post("/generate", json={"text": [PROMPT, "Hello"],
+                                         "sampling_params": {"max_new_tokens": 2, "temperature": 0}}).json()
+    assert isinstance(batch, list) and len(batch) == 2 and batch[0]["text"] == engine.tokenizer.decode(
+        r["output_ids"][:2])
+
+
+def test_native_generate_stream_is_cumulative(http):
+    body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 5, "temperature": 0}}
+    full = http.post("/generate", json=body).json()
+    events = []
+    with http.stream("POST", "/generate", json={**body, "stream": True}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+    assert events[-1] == "[DONE]"
+    payloads = [json.loads(e) for e in events[:-1]]
+    assert payloads[-1]["text"] == full["text"]
+    assert all(full["text"].startswith(p["text"]) for p in payloads)
+    assert payloads[-1]["meta_info"]["finish_reason"]["type"] == "length"
+
+
+def test_health_info_flush_metrics(http, model_name):
+    assert http.get("/health").status_code == 200
+    assert http.get("/health_generate").status_code == 200
+    info = http.get("/get_model_info").json()
+    assert info["served_model_name"] == model_name and info["is_generation"]
+    text = http.get("/metrics").text
+    for name in ("num_running_reqs", "num_queue_reqs", "token_usage", "cache_hit_rate", "gen_throughput",
+                 "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
+                 "e2e_request_latency_seconds_bucket", "prompt_tokens_total", "generation_tokens_total",
+                 "cached_tokens_total", "num_requests_total", "grammar_compile_seconds_bucket"):
+        assert f"sglang_lite:{name}" in text, name
+    assert scrape(http)["sglang_lite:num_requests_total"] > 0
+    assert_no_leaked_pages(http)
