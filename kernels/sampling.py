@@ -192,11 +192,9 @@ def _sample_rows_ref(logits, temperatures, top_ks, top_ps, min_ps, uniforms):
         if bool((min_ps > 0).any()):
             e.masked_fill_(e < min_ps, 0.0)
         return _inverse_cdf(e, uniforms, None)
-    thr, vals, ids, e_sorted = _top_k_top_p_threshold(s, e, top_ks, top_ps.to(torch.float32))
-    fits = ids.shape[1] == s.shape[1] or bool((vals[:, -1:] < thr).all())
-    if bool(restricted.all()) and fits:  # every kept token is among the top-K columns
-        drop = (vals < thr) | (e_sorted < min_ps)
-        return _inverse_cdf(e_sorted.masked_fill_(drop, 0.0), uniforms, ids)
+    thr, _, _, _ = _top_k_top_p_threshold(s, e, top_ks, top_ps.to(torch.float32))
+    # Always draw in vocabulary order: a row's pick must not depend on which path the rest
+    # of the batch sends it down (sorted order would change the token a uniform maps to).
     return _inverse_cdf(e.masked_fill_((s < thr) | (e < min_ps), 0.0), uniforms, None)
 
 

@@ -336,6 +336,7 @@ class Engine:
                 "num_finished": s.num_finished,
                 "num_aborted": s.num_aborted,
                 "num_steps": s.num_steps,
+                "num_jump_forward_tokens": s.num_jump_forward_tokens,
                 "new_token_ratio": self.scheduler.new_token_ratio,
             }
         return self._call(stats)

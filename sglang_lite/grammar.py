@@ -17,7 +17,7 @@ class GrammarBackend:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_token_ids = eos_token_ids
-        self.jump_forward = jump_forward
+        self.jump_forward_enabled = jump_forward
         self._compiler = None
         self._lock = threading.Lock()  # compile from caller threads, match on the scheduler's
         self.compile_seconds: list[float] = []
@@ -63,6 +63,26 @@ class GrammarBackend:
                 req.grammar = self.compile(req.sampling).matcher()
             req.grammar.fill_next_token_bitmask(mask, i)
         return mask
+
+    def jump_forward(self, req: Req, limit: int) -> list[int]:
+        """Tokens of the text the grammar forces next (at most ``limit``), already accepted
+        by the matcher; [] when nothing is forced or the forced text does not tokenize into
+        tokens the matcher accepts one by one (then the matcher is left unchanged)."""
+        if not self.jump_forward_enabled or req.grammar is None or limit <= 0:
+            return []
+        forced = req.grammar.find_jump_forward_string()
+        if not forced:
+            return []
+        ids = self.tokenizer.encode(forced, add_special_tokens=False)[:limit]
+        accepted = 0
+        for t in ids:
+            if not req.grammar.accept_token(t):
+                break
+            accepted += 1
+        if accepted < len(ids):
+            req.grammar.rollback(accepted)
+            return []
+        return ids
 
     def accept(self, req: Req, token: int) -> dict | None:
         """Advance the matcher; a finish reason if the constraint is done or broken."""

@@ -34,6 +34,7 @@ class SchedulerStats:
     num_retractions: int = 0
     num_finished: int = 0
     num_aborted: int = 0
+    num_jump_forward_tokens: int = 0
 
     @property
     def cache_hit_rate(self) -> float:
@@ -103,22 +104,24 @@ class Scheduler:
         decode = [r for r in self.running if r is not self.chunked]
         self._make_room_for_decode(decode)
         decode = [r for r in self.running if r is not self.chunked]
-        budget = self.config.max_prefill_tokens - len(decode)
-        committed = sum(self.cache.pages_needed(r, 1) for r in decode)
+        # A running request computes its last sampled token, plus any jump-forward tokens.
+        decode_lens = [r.extend_len for r in decode]
+        budget = self.config.max_prefill_tokens - sum(decode_lens)
+        committed = sum(self.cache.pages_needed(r, n) for r, n in zip(decode, decode_lens))
         prefill = self._admit(budget, committed)
         reqs = decode + [r for r, _ in prefill]
         if not reqs:
             return None
-        lens = [1] * len(decode) + [n for _, n in prefill]
+        lens = decode_lens + [n for _, n in prefill]
         slots = [self.cache.allocate(r, n) for r, n in zip(reqs, lens)]
         return ScheduledBatch(reqs, lens, slots)
 
     def _make_room_for_decode(self, decode: list[Req]) -> None:
-        need = sum(self.cache.pages_needed(r, 1) for r in decode)
+        need = sum(self.cache.pages_needed(r, r.extend_len) for r in decode)
         while need > self.cache.available_pages and decode:
             victim = max(decode, key=lambda r: r.arrival_time)  # the youngest
             decode.remove(victim)
-            need -= self.cache.pages_needed(victim, 1)
+            need -= self.cache.pages_needed(victim, victim.extend_len)
             self._retract(victim)
 
     def _retract(self, req: Req) -> None:
@@ -223,14 +226,29 @@ class Scheduler:
             lp = out.logprobs[j] if out.logprobs is not None else None
             top = out.top_logprobs[j] if out.top_logprobs is not None else None
             reason = self.outputs.append_token(req, out.next_ids[j], lp, top, self.context_length)
-            if reason is None and self.grammar_backend is not None:
+            if reason is None and req.grammar is not None:
                 reason = self.grammar_backend.accept(req, out.next_ids[j])
+                if reason is None:
+                    reason = self._jump_forward(req)
             if reason is not None:
                 self._drop_running(req)
                 self._finish(req, reason)
             else:
                 self.outputs.maybe_emit(req)
         self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002)
+
+    def _jump_forward(self, req: Req) -> dict | None:
+        """Append the text the grammar forces next without decoding it token by token; its
+        k/v is computed with the next step's batch."""
+        limit = min(req.remaining_new_tokens, self.context_length - req.seq_len - 1)
+        for t in self.grammar_backend.jump_forward(req, limit):
+            self.stats.num_jump_forward_tokens += 1
+            reason = self.outputs.append_token(req, t, 0.0, [(0.0, t)], self.context_length)
+            if reason is not None:
+                return reason
+        if req.grammar.is_terminated():
+            return {"type": "stop", "matched": req.output_ids[-1]}
+        return None
 
     def _finish(self, req: Req, reason: dict) -> None:
         req.status = ReqStatus.FINISHED
