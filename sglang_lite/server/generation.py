@@ -66,7 +66,8 @@ class StreamGroup:
 
     @classmethod
     async def open(cls, state, request, jobs: list[Job], return_logprob: bool = False,
-                   top_logprobs_num: int = 0, openai_names: bool = True) -> StreamGroup:
+                   top_logprobs_num: int = 0, openai_names: bool = True,
+                   logprob_start_len: int | None = None) -> StreamGroup:
         """Validate and submit every job; raise APIError (nothing left running) on failure."""
         engine, start = state.engine, time.monotonic()
         agens: list = []
@@ -74,7 +75,8 @@ class StreamGroup:
             for job in jobs:
                 agens.append(await engine.async_generate(
                     input_ids=job.input_ids, sampling_params=job.sampling_params,
-                    return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, stream=True))
+                    return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, stream=True,
+                    **({"logprob_start_len": logprob_start_len} if logprob_start_len is not None else {})))
                 if len(agens) == 1 and _constrained(job.sampling_params):
                     state.metrics.on_grammar_compile(time.monotonic() - start)
         except Exception as e:

@@ -56,13 +56,14 @@ def _jobs(prompts: list[list[int]], sampling_params) -> list[Job]:
 
 
 def _result(state, out: Output, body) -> dict[str, Any]:
-    meta = {k: v for k, v in out.meta.items() if k not in ("output_token_logprobs", "output_top_logprobs")}
+    meta = {k: v for k, v in out.meta.items()
+            if k not in ("output_token_logprobs", "output_top_logprobs", "input_token_logprobs")}
     meta["completion_tokens"] = len(out.output_ids)
     if body.return_logprob:
         def row(lp, tid):
             return [lp, tid, state.token_text(tid) if body.return_text_in_logprobs else None]
 
-        meta["input_token_logprobs"] = []  # prompt logprobs are not computed by this engine
+        meta["input_token_logprobs"] = [row(lp, t) for lp, t, _ in out.meta.get("input_token_logprobs", [])]
         meta["output_token_logprobs"] = [row(lp, t) for lp, t, _ in out.token_logprobs]
         meta["output_top_logprobs"] = [[row(lp, t) for lp, t, _ in r] for r in out.top_logprobs]
     return {"text": out.text, "output_ids": out.output_ids, "meta_info": meta, "index": out.index}
@@ -80,7 +81,9 @@ async def generate(request: Request):
     prompts, single = _prompts(state, body)
     jobs = _jobs(prompts, body.sampling_params)
     group = await StreamGroup.open(state, request, jobs, return_logprob=body.return_logprob,
-                                   top_logprobs_num=body.top_logprobs_num, openai_names=False)
+                                   top_logprobs_num=body.top_logprobs_num, openai_names=False,
+                                   logprob_start_len=body.logprob_start_len
+                                   if body.return_logprob and body.logprob_start_len >= 0 else None)
     if not body.stream:
         outputs = await group.collect()
         results = [_result(state, o, body) for o in outputs]

@@ -160,6 +160,11 @@ def test_native_generate(http, engine):
     assert r["meta_info"]["finish_reason"]["type"] == "length"
     assert len(r["meta_info"]["output_token_logprobs"]) == 4
     assert len(r["meta_info"]["output_top_logprobs"][0]) == 2
+    assert r["meta_info"]["input_token_logprobs"] == []
+    with_input = http.post("/generate", json={**body, "logprob_start_len": 0}).json()
+    input_lps = with_input["meta_info"]["input_token_logprobs"]
+    assert [t for _, t, _ in input_lps] == engine.tokenize(PROMPT)
+    assert input_lps[0][0] is None and all(lp <= 0 for lp, _, _ in input_lps[1:])
     ids = http.post("/generate", json={"input_ids": engine.tokenize(PROMPT),
                                        "sampling_params": {"max_new_tokens": 4, "temperature": 0}}).json()
     assert ids["text"] == r["text"]
