@@ -73,8 +73,7 @@ def test_n2(client, model_name):
     r = client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=4, n=2,
                                        temperature=1.0, seed=3)
     assert sorted(c.index for c in r.choices) == [0, 1]
-    assert r.usage.completion_tokens == sum(
-        4 if c.finish_reason == "length" else 0 for c in r.choices) or r.usage.completion_tokens > 0
+    assert 2 <= r.usage.completion_tokens <= 8  # both choices count, each at most max_tokens
     chunks = list(client.completions.create(model=model_name, prompt=PROMPT, max_tokens=4, n=2,
                                             temperature=0, stream=True))
     texts = {0: "", 1: ""}
