@@ -54,7 +54,8 @@ class Engine:
                                   self.model_config.max_position_embeddings, usable_tokens)
         self.req_pool = ReqToTokenPool(cfg.max_running_requests, self.context_length, cfg.torch_device)
         backend = create_backend(cfg.attention_backend, self.kv_pool)
-        runner = ModelRunner(self.model, backend, self.req_pool, cfg.torch_device)
+        runner = ModelRunner(self.model, backend, self.req_pool, cfg.torch_device,
+                             cuda_graph_max_bs=cfg.cuda_graph_batch_limit)
         radix, policy = self._build_radix()
         self.cache = KVCacheManager(self.kv_pool, self.req_pool, radix)
         self.scheduler = Scheduler(
@@ -282,14 +283,17 @@ class Engine:
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")
-            return self._astream(reqs[0][0])
-        results = await asyncio.gather(*(_acollect(self._astream(r)) for r, _ in reqs))
+            return self._astream(reqs[0][0], self._asubmit(reqs[0][0], loop))
+        queues = [self._asubmit(r, loop) for r, _ in reqs]  # QueueFullError surfaces here
+        results = await asyncio.gather(*(_acollect(self._astream(r, q)) for (r, _), q in zip(reqs, queues)))
         return results[0] if single else list(results)
 
-    async def _astream(self, req: Req) -> AsyncIterator[dict]:
-        loop = asyncio.get_running_loop()
+    def _asubmit(self, req: Req, loop: asyncio.AbstractEventLoop) -> asyncio.Queue:
         aq: asyncio.Queue = asyncio.Queue()
         self._submit(req, lambda c: loop.call_soon_threadsafe(aq.put_nowait, c))
+        return aq
+
+    async def _astream(self, req: Req, aq: asyncio.Queue) -> AsyncIterator[dict]:
         try:
             while True:
                 chunk = await aq.get()

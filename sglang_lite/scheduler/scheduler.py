@@ -23,6 +23,8 @@ from sglang_lite.scheduler.output import OutputProcessor
 
 log = logging.getLogger(__name__)
 
+_DEDUP_TOKENS = 32  # shared uncached tokens that make a request wait for another's prefill
+
 
 @dataclass(slots=True)
 class SchedulerStats:
@@ -155,12 +157,19 @@ class Scheduler:
             if n < self.chunked.extend_len:
                 return picked
         reserve = self._reserved_tokens()
+        # Requests that would compute the same uncached tokens as one admitted this step wait
+        # one step: by then its prefix is in the tree and they reuse it instead.
+        in_flight = {self._dedup_key(r) for r, _ in picked}
         for req in self._ordered_waiting():
             if budget <= 0 or len(self.running) >= self.config.max_running_requests:
                 break
             if self.cache.req_pool.num_free_rows == 0:
                 break
             self.cache.admit(req)
+            key = self._dedup_key(req)
+            if self.cache.radix is not None and key is not None and key in in_flight:
+                self.cache.release(req)
+                continue
             n = min(req.extend_len, chunk, budget)
             need = self.cache.pages_needed(req, n)
             reserve_pages = -(-int(reserve) // self.cache.page_size)
@@ -173,6 +182,7 @@ class Scheduler:
                 self.cache.release(req)
                 break
             self._start(req)
+            in_flight.add(key)
             committed += need
             if n < req.extend_len:
                 self.chunked = req
@@ -180,6 +190,12 @@ class Scheduler:
             budget -= n
             reserve += min(req.remaining_new_tokens, self.context_length) * self.new_token_ratio
         return picked
+
+    def _dedup_key(self, req: Req) -> tuple | None:
+        n = _DEDUP_TOKENS
+        if req.extend_len <= n:
+            return None
+        return req.kv_len, tuple(req.fill_ids[req.kv_len : req.kv_len + n])
 
     def _reserved_tokens(self) -> float:
         return sum(r.remaining_new_tokens for r in self.running) * self.new_token_ratio
@@ -209,6 +225,7 @@ class Scheduler:
                 continue
             if n > 1 or req is self.chunked:
                 self.stats.num_prefill_tokens += n
+                self.cache.cache_unfinished(req)  # share the prompt while this one decodes
             if req is self.chunked:
                 self.chunked = None
             if req.sampling.max_new_tokens == 0:  # prefill only (scoring, e.g. select)
