@@ -25,15 +25,15 @@ class EngineConfig:
     mem_fraction_static: float = 0.85  # GPU: fraction of free memory for weights + KV
     max_total_tokens: int | None = None  # overrides both sizes above
     max_running_requests: int = 256
-    max_prefill_tokens: int = 4096  # token budget of one step (decode + prefill)
-    chunked_prefill_size: int = 1024  # longest piece of one prompt computed in one step
+    max_prefill_tokens: int = 4096  # token budget of one step (decode + prefill); 16384 on cuda
+    chunked_prefill_size: int = 1024  # longest piece of one prompt in one step; 8192 on cuda
     context_length: int | None = None  # default: the model's max positions (capped by the pool)
     max_queue_size: int = 4096  # waiting requests beyond this are refused
     disable_radix_cache: bool = False
     schedule_policy: str = "lpm"  # lpm (longest prefix match) or fcfs
     new_token_ratio: float = 0.4  # share of remaining decode tokens reserved at admission
     enable_jump_forward: bool = True
-    disable_cuda_graph: bool = False
+    disable_cuda_graph: bool = False  # CUDA graphs for decode are on by default on cuda (triton)
     cuda_graph_max_bs: int = 256
     seed: int = 0  # dummy weights
     stream_interval: int = 1
@@ -52,8 +52,13 @@ class EngineConfig:
         backend = cfg.attention_backend
         if backend == "auto":
             backend = "triton" if on_gpu else "torch"
+        budgets = {}
+        if on_gpu:  # the defaults are CPU-sized; a GPU wants big prefill steps
+            budgets["max_prefill_tokens"] = options.get("max_prefill_tokens", 16384)
+            budgets["chunked_prefill_size"] = options.get(
+                "chunked_prefill_size", min(8192, budgets["max_prefill_tokens"]))
         resolved = cls(**{**{f.name: getattr(cfg, f.name) for f in fields(cls)},
-                          "device": device, "dtype": dtype, "attention_backend": backend})
+                          "device": device, "dtype": dtype, "attention_backend": backend, **budgets})
         resolved.validate()
         return resolved
 
@@ -75,6 +80,14 @@ class EngineConfig:
         if self.schedule_policy not in ("lpm", "fcfs"):
             raise ValueError("schedule_policy: must be 'lpm' or 'fcfs'")
         parse_size(self.kv_cache_memory)
+
+    @property
+    def cuda_graph_batch_limit(self) -> int:
+        """Largest decode batch captured in a CUDA graph; 0 = no graphs (CPU, torch backend,
+        or disabled)."""
+        if self.disable_cuda_graph or not self.device.startswith("cuda") or self.attention_backend != "triton":
+            return 0
+        return min(self.cuda_graph_max_bs, self.max_running_requests)
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -28,11 +28,17 @@ class ScheduledBatch:
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, backend: AttentionBackend, req_pool: ReqToTokenPool,
-                 device: torch.device):
+                 device: torch.device, cuda_graph_max_bs: int = 0):
         self.model = model
         self.backend = backend
         self.req_pool = req_pool
         self.device = device
+        self.graph_runner = None  # decode batches up to cuda_graph_max_bs replay captured graphs
+        if cuda_graph_max_bs > 0:
+            from sglang_lite.cuda_graph import CudaGraphRunner, capture_batch_sizes
+
+            self.graph_runner = CudaGraphRunner(model, backend, req_pool, device,
+                                                capture_batch_sizes(cuda_graph_max_bs))
 
     def build_forward_batch(self, batch: ScheduledBatch) -> tuple[ForwardBatch, list[list[int]]]:
         """The step's tensors, and for each request the input positions whose logits are
@@ -79,6 +85,8 @@ class ModelRunner:
     def forward(self, batch: ScheduledBatch) -> torch.Tensor:
         """Logits [B, vocab] fp32 at each request's last new token. Input logprobs asked
         for by requests are recorded on them (``req.input_logprobs``) on the way."""
+        if self.graph_runner is not None and self.graph_runner.can_run(batch):
+            return self.graph_runner.forward(batch)
         fb, lp_positions = self.build_forward_batch(batch)
         self.backend.init_forward_metadata(fb)
         logits = self.model(fb, self.backend)  # [rows, vocab]

@@ -1,8 +1,9 @@
 """Paged attention through the Triton kernels in ``kernels/`` (the default on CUDA).
 
 Decode steps (one new token per request) run flash-decoding with a split count chosen from
-the batch size (``None``: the kernel's default), so the launch has no data-dependent shapes and
-can be captured in a CUDA graph per batch size. Extend steps
+the batch size alone (the kernel's default rounded down to a power of two, so a handful of
+kernel variants cover every batch size), so the launch has no data-dependent shapes and can
+be captured in a CUDA graph per batch size (``supports_cuda_graph``). Extend steps
 (prefill, chunks, and mixed batches whose decode rows are simply extend_len == 1) run the
 extend kernel over every request in one launch. Both store the new k/v first.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.decode_attention import decode_attention
+from kernels.decode_attention import decode_attention, default_num_kv_splits
 from kernels.extend_attention import extend_attention
 from kernels.store_kv import store_kv
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch, ForwardMode
@@ -19,10 +20,13 @@ from sglang_lite.mem.kv_pool import KVPool
 
 
 class TritonAttentionBackend(AttentionBackend):
+    supports_cuda_graph = True
+
     def __init__(self, kv_pool: KVPool, num_kv_splits: int | None = None):
         self.kv_pool = kv_pool
         self.num_kv_splits = num_kv_splits
         self._max_extend_len = 0
+        self._splits: dict[tuple[int, int], int] = {}  # (batch size, kv heads) -> kv splits
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         # From the host copy: sizing the extend grid must not sync on device tensors.
@@ -44,13 +48,26 @@ class TritonAttentionBackend(AttentionBackend):
         if batch.mode == ForwardMode.DECODE:
             return decode_attention(
                 q, k_buf, v_buf, batch.req_to_token, batch.req_pool_indices, batch.seq_lens,
-                sm_scale, num_kv_splits=self.num_kv_splits,
+                sm_scale, num_kv_splits=self.decode_num_kv_splits(q.shape[0], k_buf.shape[1], q.device),
             )
         max_extend_len = self._max_extend_len or max(batch.extend_lens_cpu, default=0)
         return extend_attention(
             q, k_buf, v_buf, batch.req_to_token, batch.req_pool_indices, batch.prefix_lens,
             batch.extend_lens, batch.extend_start_loc, sm_scale, max_extend_len=max_extend_len,
         )
+
+    def decode_num_kv_splits(self, batch_size: int, num_kv_heads: int, device: torch.device) -> int:
+        """From host values only: fixed for a captured batch size, whatever the contexts."""
+        if self.num_kv_splits is not None:
+            return self.num_kv_splits
+        key = (batch_size, num_kv_heads)
+        if key not in self._splits:
+            self._splits[key] = _floor_pow2(default_num_kv_splits(batch_size, num_kv_heads, device))
+        return self._splits[key]
+
+
+def _floor_pow2(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
 
 
 def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
