@@ -172,7 +172,8 @@ class CudaGraphRunner:
                     self.model(fb, self.backend)
             stream.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, stream=stream):
+            # thread_local: another engine's scheduler thread in this process may keep running
+            with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
                 self._outputs[bs] = self.model(fb, self.backend)
             self._graphs[bs] = graph
         torch.cuda.current_stream(self.device).wait_stream(stream)
