@@ -235,3 +235,19 @@ def test_errors_name_the_variable(engine_backend):
 
     with pytest.raises(ProgramError, match='gen\\("z"\\) at .*: top_p'):
         bad.run(backend=engine_backend)
+
+
+def test_role_blocks_as_context_managers(engine_backend):
+    @function
+    def prog(s):
+        with s.user():
+            s += "Hi "
+            s += "there"
+        with s.assistant():
+            s += "Hello"
+
+    state = prog.run(backend=engine_backend)
+    assert state.messages() == [{"role": "user", "content": "Hi there"},
+                                {"role": "assistant", "content": "Hello"}]
+    assert state.text() == "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
+    assert state.meta["num_requests"] == 0
