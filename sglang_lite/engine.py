@@ -13,7 +13,7 @@ import queue
 import secrets
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -259,16 +259,8 @@ class Engine:
 
     def _stream(self, req: Req) -> Iterator[dict]:
         q: queue.SimpleQueue = queue.SimpleQueue()
-        self._submit(req, q.put)
-        try:
-            while True:
-                chunk = q.get()
-                yield chunk
-                if chunk["finished"]:
-                    return
-        finally:
-            if not req.finished:
-                self.abort(req.rid)
+        self._submit(req, q.put)  # now, not on first next(): errors reach the caller here
+        return _ChunkStream(self, req, q.get)
 
     async def async_generate(self, prompt=None, sampling_params=None, input_ids=None,
                              return_logprob: bool = False, top_logprobs_num: int = 0,
@@ -283,26 +275,19 @@ class Engine:
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")
-            return self._astream(reqs[0][0], self._asubmit(reqs[0][0], loop))
-        queues = [self._asubmit(r, loop) for r, _ in reqs]  # QueueFullError surfaces here
-        results = await asyncio.gather(*(_acollect(self._astream(r, q)) for (r, _), q in zip(reqs, queues)))
+            return self._astream(reqs[0][0], loop)
+        streams = [self._astream(r, loop) for r, _ in reqs]  # QueueFullError surfaces here
+        try:
+            results = await asyncio.gather(*(_acollect(s) for s in streams))
+        finally:
+            for s in streams:
+                await s.aclose()
         return results[0] if single else list(results)
 
-    def _asubmit(self, req: Req, loop: asyncio.AbstractEventLoop) -> asyncio.Queue:
+    def _astream(self, req: Req, loop: asyncio.AbstractEventLoop) -> _AsyncChunkStream:
         aq: asyncio.Queue = asyncio.Queue()
         self._submit(req, lambda c: loop.call_soon_threadsafe(aq.put_nowait, c))
-        return aq
-
-    async def _astream(self, req: Req, aq: asyncio.Queue) -> AsyncIterator[dict]:
-        try:
-            while True:
-                chunk = await aq.get()
-                yield chunk
-                if chunk["finished"]:
-                    return
-        finally:
-            if not req.finished:
-                self.abort(req.rid)
+        return _AsyncChunkStream(self, req, aq)
 
     def abort(self, rid: str) -> None:
         self._inbox.put(("abort", rid))
@@ -358,6 +343,64 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+class _ChunkStream:
+    """Iterator over a submitted request's chunks; closing it (or dropping it) before the
+    end aborts the request, started or not."""
+
+    def __init__(self, engine: Engine, req: Req, get):
+        self._engine, self._req, self._get, self._done = engine, req, get, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        if self._done:
+            raise StopIteration
+        chunk = self._get()
+        self._done = chunk["finished"]
+        return chunk
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            self._engine.abort(self._req.rid)
+
+    def __del__(self):
+        self.close()
+
+
+class _AsyncChunkStream:
+    """Async twin of ``_ChunkStream``: ``aclose()`` before the end aborts the request."""
+
+    def __init__(self, engine: Engine, req: Req, aq: asyncio.Queue):
+        self._engine, self._req, self._aq, self._done = engine, req, aq, False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> dict:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            chunk = await self._aq.get()
+        except BaseException:  # cancelled while waiting: the consumer is gone
+            self.close()
+            raise
+        self._done = chunk["finished"]
+        return chunk
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            self._engine.abort(self._req.rid)
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def __del__(self):
+        self.close()
 
 
 def _input_logprob_start(return_logprob: bool, start: int | None, ids: list[int]) -> int | None:

@@ -60,6 +60,7 @@ class Scheduler:
         self.chunked: Req | None = None
         self.new_token_ratio = config.new_token_ratio
         self.stats = SchedulerStats()
+        self.on_batch = None  # observer: called with each ScheduledBatch before it runs (tests)
 
     # ---- intake -------------------------------------------------------------------------
     @property
@@ -97,6 +98,8 @@ class Scheduler:
         batch = self._schedule()
         if batch is None:
             return False
+        if self.on_batch is not None:
+            self.on_batch(batch)
         logits = self.runner.forward(batch)
         self._process(batch, logits)
         self.stats.num_steps += 1

@@ -1,0 +1,117 @@
+"""Scheduler admission, chunking and retraction, on a tiny random-weight model (real code
+paths, milliseconds per step)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sglang_lite import Engine
+from tests.conftest import assert_no_leak
+
+
+def _engine(model_dir, **opts) -> Engine:
+    return Engine("dummy:tiny", tokenizer=str(model_dir), **opts)
+
+
+def _ids(n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(100, 40000) for _ in range(n)]
+
+
+@pytest.fixture
+def batches():
+    return []
+
+
+def test_token_budget_chunking_and_decode_never_stalls(model_dir, batches):
+    eng = _engine(model_dir, max_prefill_tokens=40, chunked_prefill_size=32, disable_radix_cache=True)
+    try:
+        eng.scheduler.on_batch = lambda b: batches.append(
+            [(r.rid, n, r.kv_len, len(r.origin_input_ids)) for r, n in zip(b.reqs, b.extend_lens)])
+        short = eng.generate(input_ids=_ids(8, 0), sampling_params={"max_new_tokens": 30, "ignore_eos": True},
+                             stream=True)
+        next(short)  # the short request is decoding before the long one arrives
+        long_out = eng.generate(input_ids=_ids(200, 1), sampling_params={"max_new_tokens": 2, "ignore_eos": True})
+        rest = list(short)
+        assert rest[-1]["finished"]
+        assert long_out["meta_info"]["completion_tokens"] == 2
+        for step in batches:
+            assert sum(n for _, n, _, _ in step) <= 40
+            assert all(n <= 32 for _, n, _, _ in step)
+        long_steps = [s for s in batches if any(p == 200 and kv < 200 and n > 1 for _, n, kv, p in s)]
+        assert len(long_steps) >= 200 // 32  # the long prompt really was chunked
+        # Every chunk step still advanced the short request by one decode token.
+        assert all(any(p == 8 and n == 1 for _, n, _, p in s) for s in long_steps[:-1])
+        assert_no_leak(eng)
+    finally:
+        eng.shutdown()
+
+
+def test_max_running_requests_bounds_the_batch(model_dir, batches):
+    eng = _engine(model_dir, max_running_requests=3, disable_radix_cache=True)
+    try:
+        eng.scheduler.on_batch = lambda b: batches.append(len(b.reqs))
+        outs = eng.generate(input_ids=[_ids(10, i) for i in range(7)],
+                            sampling_params={"max_new_tokens": 5, "ignore_eos": True})
+        assert all(o["meta_info"]["completion_tokens"] == 5 for o in outs)
+        assert max(batches) == 3
+        assert_no_leak(eng)
+    finally:
+        eng.shutdown()
+
+
+def test_retraction_takes_the_youngest_and_outputs_match(model_dir):
+    prompts = [_ids(20, i) for i in range(6)]
+    params = {"max_new_tokens": 60, "ignore_eos": True, "temperature": 0}
+    big = _engine(model_dir, disable_radix_cache=True)
+    try:
+        reference = [o["output_ids"] for o in big.generate(input_ids=prompts, sampling_params=params)]
+    finally:
+        big.shutdown()
+    tiny = _engine(model_dir, max_total_tokens=16 * 16, disable_radix_cache=True)
+    try:
+        outs = tiny.generate(input_ids=prompts, sampling_params=params)
+        retractions = [o["meta_info"]["num_retractions"] for o in outs]
+        assert sum(retractions) > 0
+        assert retractions[0] == 0  # the oldest request is never the victim
+        assert [o["output_ids"] for o in outs] == reference
+        assert_no_leak(tiny)
+    finally:
+        tiny.shutdown()
+
+
+def test_abort_frees_a_waiting_and_a_running_request(model_dir):
+    eng = _engine(model_dir, max_running_requests=1, disable_radix_cache=True)
+    try:
+        running = eng.generate(input_ids=_ids(10, 0), sampling_params={"max_new_tokens": 400, "ignore_eos": True},
+                               stream=True)
+        next(running)
+        waiting = eng.generate(input_ids=_ids(10, 1), sampling_params={"max_new_tokens": 400}, stream=True)
+        running.close()
+        waiting.close()  # never iterated: still aborted
+        del waiting
+        assert_no_leak(eng)
+        assert eng.get_stats()["num_aborted"] == 2
+    finally:
+        eng.shutdown()
+
+
+def test_queue_bound_rejects_with_a_clear_error(model_dir):
+    from sglang_lite import QueueFullError
+
+    eng = _engine(model_dir, max_running_requests=1, max_queue_size=1, disable_radix_cache=True)
+    try:
+        streams = [eng.generate(input_ids=_ids(10, i), sampling_params={"max_new_tokens": 200, "ignore_eos": True},
+                                stream=True) for i in range(2)]
+    except QueueFullError:
+        pytest.fail("two requests fit: one running, one waiting")
+    try:
+        with pytest.raises(QueueFullError, match="queue"):
+            eng.generate(input_ids=_ids(10, 9), sampling_params={"max_new_tokens": 2})
+        next(streams[0])
+    finally:
+        for s in streams:
+            s.close()
+        eng.shutdown()
