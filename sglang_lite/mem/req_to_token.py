@@ -26,6 +26,13 @@ class ReqToTokenPool:
     def free(self, row: int) -> None:
         self._free_rows.append(row)
 
+    def write_many(self, rows: list[int], positions: list[int], slots: list[int]) -> None:
+        """``req_to_token[rows[i], positions[i]] = slots[i]`` in one indexed write."""
+        dev = self.req_to_token.device
+        idx = torch.tensor([rows, positions], dtype=torch.int64).to(dev, non_blocking=True)
+        vals = torch.tensor(slots, dtype=torch.int32).to(dev, non_blocking=True)
+        self.req_to_token[idx[0], idx[1]] = vals
+
     def write(self, row: int, start: int, slots: torch.Tensor | list[int]) -> None:
         """Map positions ``start .. start+len(slots)`` of ``row`` to ``slots``."""
         if not isinstance(slots, torch.Tensor):

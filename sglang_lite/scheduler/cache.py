@@ -61,16 +61,25 @@ class KVCacheManager:
     def allocate(self, req: Req, num_tokens: int) -> torch.Tensor:
         """Slots [num_tokens] for positions kv_len .. kv_len+num_tokens, pages allocated
         (evicting cached pages if needed) and req_to_token updated."""
-        need = self.pages_needed(req, num_tokens)
-        if need:
-            self._ensure_free(need)
-            req.pages.extend(self.allocator.allocate(need))
-        start = req.kv_len
-        pos = torch.arange(start, start + num_tokens)
-        pages = torch.tensor(req.pages, dtype=torch.int64)
-        slots = pages[pos // self.page_size] * self.page_size + pos % self.page_size
-        self.req_pool.write(req.req_pool_idx, start, slots)
-        return slots
+        return self.allocate_batch([req], [num_tokens])[0]
+
+    def allocate_batch(self, reqs: list[Req], lens: list[int]) -> list[torch.Tensor]:
+        """``allocate`` for a whole step, with one req_to_token write for all requests."""
+        ps = self.page_size
+        rows, positions, slots_all, per_req = [], [], [], []
+        for req, n in zip(reqs, lens):
+            need = self.pages_needed(req, n)
+            if need:
+                self._ensure_free(need)
+                req.pages.extend(self.allocator.allocate(need))
+            pos = range(req.kv_len, req.kv_len + n)
+            slots = [req.pages[p // ps] * ps + p % ps for p in pos]
+            rows.extend([req.req_pool_idx] * n)
+            positions.extend(pos)
+            slots_all.extend(slots)
+            per_req.append(torch.tensor(slots, dtype=torch.int64))
+        self.req_pool.write_many(rows, positions, slots_all)
+        return per_req
 
     def _ensure_free(self, num_pages: int) -> None:
         short = num_pages - self.allocator.num_free_pages

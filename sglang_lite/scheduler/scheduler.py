@@ -118,7 +118,7 @@ class Scheduler:
         if not reqs:
             return None
         lens = decode_lens + [n for _, n in prefill]
-        slots = [self.cache.allocate(r, n) for r, n in zip(reqs, lens)]
+        slots = self.cache.allocate_batch(reqs, lens)
         return ScheduledBatch(reqs, lens, slots)
 
     def _make_room_for_decode(self, decode: list[Req]) -> None:
