@@ -119,28 +119,35 @@ def run_multi_turn(engine: Engine, convs: int, turns: int, user_len: int, out_le
 
 
 def bench_cache(args) -> dict:
-    report = {}
-    for cache_on in (True, False):
-        engine = Engine(args.model, disable_radix_cache=not cache_on)
-        vocab = engine.model_config.vocab_size
+    """Each workload on two engines, cache on and off, alternating runs (``--repeats``) so
+    machine noise hits both alike; medians are reported."""
+    import statistics
+
+    engines = {"cache-on": Engine(args.model), "cache-off": Engine(args.model, disable_radix_cache=True)}
+    vocab = engines["cache-on"].model_config.vocab_size
+    for engine in engines.values():
         run_engine(engine, mixed_workload(4, vocab, seed=99, output=(4, 8)))  # warm-up
-        engine.flush_cache()
-        label = "cache-on" if cache_on else "cache-off"
-        for name, fn in _cache_workloads(args, vocab).items():
-            before = engine.get_stats()
-            res = fn(engine)
-            after = engine.get_stats()
-            prompt = after["num_prompt_tokens"] - before["num_prompt_tokens"]
-            cached = after["num_cached_prompt_tokens"] - before["num_cached_prompt_tokens"]
-            res.name, res.cache_hit_rate = label, cached / prompt if prompt else 0.0
-            report.setdefault(name, []).append(res)
-            engine.flush_cache()
-        engine.shutdown()
     out = {}
-    for name, (on, off) in report.items():
-        _print_table(name, [on, off], baseline=off)
+    for name, fn in _cache_workloads(args, vocab).items():
+        runs: dict[str, list[Result]] = {label: [] for label in engines}
+        for _ in range(args.repeats):
+            for label, engine in engines.items():
+                engine.flush_cache()
+                before = engine.get_stats()
+                res = fn(engine)
+                after = engine.get_stats()
+                prompt = after["num_prompt_tokens"] - before["num_prompt_tokens"]
+                cached = after["num_cached_prompt_tokens"] - before["num_cached_prompt_tokens"]
+                res.name, res.cache_hit_rate = label, cached / prompt if prompt else 0.0
+                runs[label].append(res)
+        on, off = (Result(label, statistics.median(r.seconds for r in rs), rs[0].output_tokens,
+                          rs[0].cache_hit_rate) for label, rs in runs.items())
+        _print_table(f"{name} (median of {args.repeats})", [on, off], baseline=off)
         out[name] = {"results": [_row(on), _row(off)], "speedup": on.tok_per_s / off.tok_per_s,
-                     "theoretical_hit_rate": _theoretical_hit_rate(name, args)}
+                     "theoretical_hit_rate": _theoretical_hit_rate(name, args),
+                     "runs": {label: [_row(r) for r in rs] for label, rs in runs.items()}}
+    for engine in engines.values():
+        engine.shutdown()
     return out
 
 
@@ -196,6 +203,7 @@ def main(argv=None) -> None:
     ap.add_argument("--convs", type=int, default=8)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--user-len", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--output", default=None)
     args = ap.parse_args(argv)
     report = bench_mixed(args) if args.workload == "mixed" else bench_cache(args)
