@@ -27,6 +27,8 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, reqs: list[Req], bitmask: torch.Tensor | None = None) -> SampleOutput:
         # logits: [B, V] fp32, one row per request in ``reqs``
         device = logits.device
+        if bitmask is not None and bitmask.device != device:
+            bitmask = bitmask.to(device, non_blocking=True)
         raw = logits
         logits = logits.clone() if any(r.return_logprob for r in reqs) else logits
         if any(r.sampling.uses_penalties for r in reqs):

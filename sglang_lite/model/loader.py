@@ -53,6 +53,8 @@ def resolve_model(model: str | None, tokenizer: str | None = None) -> ModelSourc
             raise ValueError(f"model: unknown dummy preset {preset!r} (known: {sorted(PRESETS)})")
         tok = Path(tokenizer) if tokenizer else None
         return ModelSource(f"dummy-{preset}", None, dummy_preset=preset, tokenizer_path=tok)
+    if tokenizer is not None:
+        raise ValueError("tokenizer: only dummy models take a separate tokenizer directory")
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return ModelSource(path.stem, convert_gguf(path))
@@ -163,6 +165,9 @@ def load_tokenizer(source: ModelSource):
     from transformers import AutoTokenizer
 
     path = source.tokenizer_path or source.path
-    if path is None:
-        return None
+    if path is None or not any((path / f).exists() for f in _TOKENIZER_FILES):
+        return None  # weights only: callers pass input_ids
     return AutoTokenizer.from_pretrained(str(path))
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
