@@ -80,8 +80,11 @@ def _moves(nfa: NFA, members: frozenset[int]) -> list[tuple[int, int, frozenset[
 
 
 def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget,
-                return_members: bool = False):
-    """Subset construction; raises GrammarTooComplexError / CompileTimeoutError past the budget."""
+                return_members: bool = False, width: int = 256):
+    """Subset construction; raises GrammarTooComplexError / CompileTimeoutError past the budget.
+
+    `width` > 256 keeps the call symbols of a pushdown rule as extra columns.
+    """
     closures: dict[frozenset[int], frozenset[int]] = {}
     first = _closure(nfa, frozenset([start]))
     ids = {first: 0}
@@ -102,7 +105,7 @@ def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget,
         rows.append(row)
         if len(rows) % 64 == 0:
             budget.check_time()
-    trans = np.full((len(order), 256), DEAD, dtype=np.int32)
+    trans = np.full((len(order), width), DEAD, dtype=np.int32)
     for s, row in enumerate(rows):
         for lo, hi, d in row:
             trans[s, lo : hi + 1] = d
@@ -192,7 +195,8 @@ def trim_and_minimize(dfa: ByteDFA) -> ByteDFA:
     then merge equivalent states (Moore refinement) so fewer states need token masks."""
     alive = _co_reachable(dfa)
     if not alive[0]:
-        return ByteDFA(np.full((1, 256), DEAD, dtype=np.int32), np.zeros(1, dtype=bool))
+        return ByteDFA(np.full((1, dfa.trans.shape[1]), DEAD, dtype=np.int32),
+                       np.zeros(1, dtype=bool))
     trans = np.where((dfa.trans >= 0) & alive[np.maximum(dfa.trans, 0)], dfa.trans, DEAD)
     keep = np.nonzero(alive & _reachable(ByteDFA(trans, dfa.accept)))[0]
     remap = np.full(dfa.num_states + 1, DEAD, dtype=np.int64)

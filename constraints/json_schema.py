@@ -21,7 +21,7 @@ from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaEr
 from .fsm import determinize, embed_dfa, trim_and_minimize
 from .json_leaves import key_dfa, regex_leaf, string_dfa
 from .json_merge import TYPES, infer_types, merge_schemas, provably_disjoint
-from .nfa import NFA, emit_alt, emit_bytes, emit_nothing, emit_repeat
+from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
 from .numbers import (
     INTEGER,
     NUMBER,
@@ -29,6 +29,7 @@ from .numbers import (
     integer_range_regex,
     lower_bound_regex,
 )
+from .pushdown import PushdownAutomaton, build_pushdown
 from .vocab import TokenizerInfo
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "$schema", "$id",
@@ -55,6 +56,14 @@ class _Ctx:
     flexible: bool
     budget: CompileBudget
     validator: object = field(default=None)
+    rules: dict[str, str] = field(default_factory=dict)  # recursive $ref -> its pointer
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A $ref met again inside its own expansion: matched by calling the ref's rule."""
+
+    ref: str
 
 
 def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, lenient: bool,
@@ -69,8 +78,24 @@ def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, le
     ctx.validator = jsonschema.Draft202012Validator(root if isinstance(root, (dict, bool)) else {})
     nfa = NFA(budget)
     start = nfa.new_state()
-    end = emit_schema(ctx, nfa, start, root, "", ())
+    end = emit_schema(ctx, nfa, start, root, "", ("#",))
+    if ctx.rules:
+        return _recursive_automaton(ctx, info, (nfa, start, end))
     return DFAAutomaton(info, trim_and_minimize(determinize(nfa, start, end, budget)))
+
+
+def _recursive_automaton(ctx: _Ctx, info: TokenizerInfo, main: tuple) -> PushdownAutomaton:
+    """One rule per recursive $ref, each emitted like any schema (calls where it recurses)."""
+    fragments = [main]
+    done = 0
+    while done < len(ctx.rules):  # compiling a rule may discover further recursive refs
+        ref = list(ctx.rules)[done]
+        nfa = NFA(ctx.budget)
+        start = nfa.new_state()
+        target = _resolve_ref(ctx, ref, ctx.rules[ref])
+        fragments.append((nfa, start, emit_schema(ctx, nfa, start, target, ref[1:], (ref,))))
+        done += 1
+    return build_pushdown(info, fragments, [ref[1:] for ref in ctx.rules], ctx.budget)
 
 
 def emit_schema(ctx: _Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -> int:
@@ -78,11 +103,15 @@ def emit_schema(ctx: _Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) 
         return _emit_any(ctx, nfa, start)
     if schema is False:
         return emit_nothing(nfa, start)
+    if isinstance(schema, _Call):
+        return _emit_call(ctx, nfa, start, schema, ptr)
     if not isinstance(schema, dict):
         raise InvalidConstraintError(f"schema at {ptr or '/'} must be an object or boolean")
     schema, refs = _flatten(ctx, schema, ptr, refs)
     if schema is False:
         return emit_nothing(nfa, start)
+    if isinstance(schema, _Call):
+        return _emit_call(ctx, nfa, start, schema, ptr)
     _check_keywords(ctx, schema, ptr)
     for key in ("anyOf", "oneOf"):
         if key in schema:
@@ -94,32 +123,59 @@ def emit_schema(ctx: _Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) 
     return emit_alt(nfa, start, branches)
 
 
-def _flatten(ctx: _Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool, tuple]:
-    """Inline local $refs and merge allOf into one dict (siblings of $ref apply too)."""
+def _emit_call(ctx: _Ctx, nfa: NFA, start: int, call: _Call, ptr: str) -> int:
+    ctx.rules.setdefault(call.ref, ptr)
+    return emit_call(nfa, start, list(ctx.rules).index(call.ref))
+
+
+def _flatten(ctx: _Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool | _Call, tuple]:
+    """Inline local $refs and merge allOf into one dict (siblings of $ref apply too).
+
+    `refs` are the $refs being expanded around this point: meeting one again is recursion,
+    returned as a _Call of that ref's rule (exact, through the pushdown automaton).
+    """
     while "$ref" in schema or "allOf" in schema:
         if "$ref" in schema:
             ref = schema["$ref"]
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
             if ref in refs:
-                raise UnsupportedSchemaError.at(
-                    "$ref", f"{ptr}/$ref", f"is recursive ({ref}); recursive schemas are not supported yet")
+                if not _is_annotation_only(rest):
+                    raise UnsupportedSchemaError.at(
+                        "$ref", f"{ptr}/$ref", f"is recursive ({ref}) with sibling keywords "
+                        f"{sorted(set(rest) - ANNOTATIONS)}; a recursive $ref must stand alone")
+                return _Call(ref), refs
             target = _resolve_ref(ctx, ref, ptr)
             refs = refs + (ref,)
-            rest = {k: v for k, v in schema.items() if k != "$ref"}
             schema = _merge_or_fail(ctx, target, rest, ptr + "/$ref")
         else:
             parts = schema["allOf"]
-            merged: dict | bool = {k: v for k, v in schema.items() if k != "allOf"}
+            merged: dict | bool | _Call = {k: v for k, v in schema.items() if k != "allOf"}
             for i, part in enumerate(parts):
                 if isinstance(part, dict) and "$ref" in part:
                     part, refs = _flatten(ctx, part, f"{ptr}/allOf/{i}", refs)
                 merged = _merge_or_fail(ctx, merged, part, f"{ptr}/allOf/{i}")
             schema = merged
-        if schema is False or schema is True:
-            return (False if schema is False else {}), refs
+        if schema is True:
+            return {}, refs
+        if schema is False or isinstance(schema, _Call):
+            return schema, refs
     return schema, refs
 
 
-def _merge_or_fail(ctx: _Ctx, a, b, ptr: str) -> dict | bool:
+def _is_annotation_only(schema) -> bool:
+    return schema is True or isinstance(schema, dict) and set(schema) <= ANNOTATIONS
+
+
+def _merge_or_fail(ctx: _Ctx, a, b, ptr: str) -> dict | bool | _Call:
+    if isinstance(a, _Call) or isinstance(b, _Call):
+        call, other = (a, b) if isinstance(a, _Call) else (b, a)
+        if other is False:
+            return False
+        if not _is_annotation_only(other):
+            raise UnsupportedSchemaError.at(
+                "$ref", ptr, f"recursive ({call.ref}) is combined with other keywords; "
+                "a recursive $ref must stand alone")
+        return call
     try:
         return merge_schemas(a, b, ptr)
     except UnsupportedSchemaError:
@@ -162,22 +218,33 @@ def _check_keywords(ctx: _Ctx, schema: dict, ptr: str) -> None:
 def _emit_branches(ctx: _Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr: str,
                    refs: tuple) -> int:
     rest = {k: v for k, v in schema.items() if k != key}
-    branches = []
+    branches, branch_refs = [], []
     for i, branch in enumerate(schema[key]):
         bptr = f"{ptr}/{key}/{i}"
+        brefs = refs
         if isinstance(branch, dict):
-            branch, _ = _flatten(ctx, branch, bptr, refs)
+            branch, brefs = _flatten(ctx, branch, bptr, refs)
         branches.append(_merge_or_fail(ctx, rest, branch, bptr))
+        branch_refs.append(brefs)
     if key == "oneOf" and not ctx.lenient:
+        shapes = [_call_target(ctx, b) for b in branches]
         for i in range(len(branches)):
             for j in range(i + 1, len(branches)):
-                if not provably_disjoint(branches[i], branches[j]):
+                if not provably_disjoint(shapes[i], shapes[j]):
                     raise UnsupportedSchemaError.at(
                         "oneOf", f"{ptr}/oneOf", f"branches {i} and {j} may overlap; only "
                         "provably disjoint oneOf (types, consts, enums, discriminators) is enforced")
-    emits = [partial(emit_schema, ctx, schema=b, ptr=f"{ptr}/{key}/{i}", refs=refs)
-             for i, b in enumerate(branches)]
+    emits = [partial(emit_schema, ctx, schema=b, ptr=f"{ptr}/{key}/{i}", refs=r)
+             for i, (b, r) in enumerate(zip(branches, branch_refs))]
     return emit_alt(nfa, start, [lambda n, s, e=e: e(n, s) for e in emits])
+
+
+def _call_target(ctx: _Ctx, schema):
+    """The schema a recursive call stands for, one level deep (for the oneOf disjointness test)."""
+    if not isinstance(schema, _Call):
+        return schema
+    target, _ = _flatten(ctx, {"$ref": schema.ref}, "", ())
+    return True if isinstance(target, _Call) else target
 
 
 def _emit_literals(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:

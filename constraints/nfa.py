@@ -14,6 +14,7 @@ from .budget import CompileBudget
 from .utf8 import utf8_sequences
 
 Emit = Callable[["NFA", int], int]
+CALL_BASE = 256  # symbols >= CALL_BASE are rule calls (see pushdown.py), never bytes
 
 
 @dataclass(slots=True)
@@ -99,6 +100,13 @@ def emit_repeat(nfa: NFA, start: int, item: Emit, lo: int, hi: int | None,
         back = item(nfa, sep(nfa, loop_entry) if sep else loop_entry)
         nfa.add_eps(back, loop_entry)
         nfa.add_eps(loop_entry, end)
+    return end
+
+
+def emit_call(nfa: NFA, start: int, rule: int) -> int:
+    """A call of pushdown rule `rule`: an edge on symbol CALL_BASE + rule (past the bytes)."""
+    end = nfa.new_state()
+    nfa.add_edge(start, CALL_BASE + rule, CALL_BASE + rule, end)
     return end
 
 

@@ -95,7 +95,8 @@ def test_compact_output_forces_jump_forward_keys(compiler):
     ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, "not", "/properties/a/not"),
     ({"type": "array", "contains": {"type": "integer"}}, "contains", "/contains"),
     ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf", "/oneOf"),
-    ({"$ref": "#/$defs/n", "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}},
+    ({"$ref": "#/$defs/n",
+      "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n", "minItems": 1}}}},
      "$ref", "/items/$ref"),
     ({"type": "string", "format": "credit-card"}, "format", "/format"),
 ])
