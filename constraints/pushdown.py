@@ -47,6 +47,9 @@ class PushdownAutomaton(TokenAutomaton):
         self._closures: dict[State, frozenset[Config]] = {}
         self._steps: dict[tuple[State, int], State | None] = {}
         self._forced: dict[State, bytes] = {}
+        # g -> [(stack suffix the walk read, token ids)]: a deeper stack with the same suffix
+        # has the same tokens, so masks do not go cold with every level of nesting.
+        self._config_ids: dict[int, list[tuple[tuple[int, ...], np.ndarray]]] = {}
 
     @property
     def initial(self) -> State:
@@ -106,7 +109,18 @@ class PushdownAutomaton(TokenAutomaton):
         return any(self._final[g] for _, g in self._closure(state))
 
     def allowed_token_ids(self, state: State) -> np.ndarray:
-        return _walk(self, self._closure(state))
+        found = [self._config_token_ids(c) for c in state]
+        return found[0] if len(found) == 1 else np.unique(np.concatenate(found))
+
+    def _config_token_ids(self, config: Config) -> np.ndarray:
+        stack, g = config
+        known = self._config_ids.setdefault(g, [])
+        for suffix, ids in known:
+            if len(stack) >= len(suffix) and stack[len(stack) - len(suffix):] == suffix:
+                return ids
+        ids, lowest = _walk(self, self._config_closure(config))
+        known.append((stack[lowest:], ids))
+        return ids
 
     def forced_bytes(self, state: State) -> bytes:
         if state not in self._forced:
@@ -123,11 +137,12 @@ class PushdownAutomaton(TokenAutomaton):
         return self._forced[state]
 
 
-def _walk(pda: PushdownAutomaton, configs: frozenset[Config]) -> np.ndarray:
+def _walk(pda: PushdownAutomaton, configs: set[Config]) -> tuple[np.ndarray, int]:
     """Vectorized vocabulary walk over (token, state, stack) entries, forking at calls/returns.
 
     Each byte column is one gather over the live entries; entries sitting on a state with a
     call or a return are first copied once per configuration their closure reaches.
+    Returns the token ids and the shortest stack seen (frames below it were never read).
     """
     layout = pda.info.layout
     stacks: dict[tuple[int, ...], int] = {}
@@ -163,9 +178,10 @@ def _walk(pda: PushdownAutomaton, configs: frozenset[Config]) -> np.ndarray:
             key = (pos * pda.num_states + g) * len(stack_of) + s
             _, first = np.unique(key, return_index=True)
             pos, g, s = pos[first], g[first], s[first]
+    lowest = min(len(st) for st in stack_of)
     if not found:
-        return np.zeros(0, dtype=np.int64)
-    return layout.token_ids[np.unique(np.concatenate(found))]
+        return np.zeros(0, dtype=np.int64), lowest
+    return layout.token_ids[np.unique(np.concatenate(found))], lowest
 
 
 def _fork(pda: PushdownAutomaton, pos, g, s, stack_of, sid):
@@ -191,8 +207,8 @@ def build_pushdown(info: TokenizerInfo, fragments: list[tuple[NFA, int, int]],
     """fragments[0] = main (nfa, start, end), fragments[1 + k] = rule k, found at pointers[k]."""
     width = CALL_BASE + len(fragments) - 1
     dfas = [determinize(nfa, s, e, budget, width=width) for nfa, s, e in fragments]
-    dfas = _drop_empty_calls(dfas)
     _check_not_left_recursive(dfas, pointers)
+    dfas = _drop_empty_calls(dfas)
     return PushdownAutomaton(info, dfas)
 
 

@@ -1,0 +1,228 @@
+"""Recursive local $ref (through a pushdown automaton, not a depth cap): accept/reject sets."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import numpy as np
+import pytest
+from schema_suite_runner import accepted_by_masks, byte_vocab_info
+
+from constraints import GrammarCompiler, UnsupportedSchemaError, allocate_token_bitmask
+from constraints.automaton import DFAAutomaton
+from constraints.bitmask import unpack_bitmask
+from constraints.pushdown import PushdownAutomaton
+
+TREE = {
+    "$defs": {"node": {
+        "type": "object",
+        "properties": {
+            "value": {"type": "integer", "minimum": 0, "maximum": 100},
+            "name": {"type": "string", "maxLength": 8},
+            "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3},
+        },
+        "required": ["value", "children"],
+        "additionalProperties": False,
+    }},
+    "$ref": "#/$defs/node",
+}
+LINKED_LIST = {  # recursion through the root
+    "type": "object",
+    "properties": {"v": {"type": "string", "maxLength": 3},
+                   "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+    "required": ["v", "next"],
+    "additionalProperties": False,
+}
+MUTUAL = {  # a -> b -> a across two $defs
+    "$defs": {
+        "a": {"type": "object", "properties": {"b": {"$ref": "#/$defs/b"}},
+              "additionalProperties": False},
+        "b": {"type": "array", "items": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "integer"}]},
+              "maxItems": 2},
+    },
+    "$ref": "#/$defs/a",
+}
+EXPR = {  # a JSON expression grammar: numbers, variables, binary operations
+    "$defs": {"expr": {"anyOf": [
+        {"type": "number"},
+        {"type": "object", "properties": {"var": {"type": "string", "pattern": "^[a-z]+$"}},
+         "required": ["var"], "additionalProperties": False},
+        {"type": "object",
+         "properties": {"op": {"enum": ["+", "*"]},
+                        "args": {"type": "array", "items": {"$ref": "#/$defs/expr"},
+                                 "minItems": 2, "maxItems": 2}},
+         "required": ["op", "args"], "additionalProperties": False},
+    ]}},
+    "$ref": "#/$defs/expr",
+}
+AMBIGUOUS = {  # a recursive call and an inline object compete at the same position
+    "$defs": {"node": {
+        "type": "object",
+        "properties": {"k": {"type": "integer"},
+                       "sub": {"anyOf": [{"$ref": "#/$defs/node"},
+                                         {"type": "object", "properties": {"k": {"type": "string"}},
+                                          "required": ["k"], "additionalProperties": False}]}},
+        "required": ["k"],
+        "additionalProperties": False,
+    }},
+    "$ref": "#/$defs/node",
+}
+
+CASES = {
+    "tree": (TREE, [
+        {"value": 1, "children": []},
+        {"value": 0, "name": "root", "children": [
+            {"value": 2, "children": [{"value": 3, "name": "leaf", "children": []}]},
+            {"value": 100, "children": []}, {"value": 4, "children": []}]},
+    ], [
+        {"value": 1, "children": [{"value": 101, "children": []}]},
+        {"value": 1, "children": [{"value": 2, "children": [{"value": 3, "name": "toolongname",
+                                                            "children": []}]}]},
+        {"value": 1, "children": [{"value": 2}]},
+        {"value": 1, "children": [{"value": 2, "children": [], "extra": 1}]},
+        {"value": 1, "children": [1]},
+        {"value": 1, "children": [{"value": 2, "children": [{"value": 1, "children": []}] * 4}]},
+    ]),
+    "linked_list": (LINKED_LIST, [
+        {"v": "a", "next": None},
+        {"v": "a", "next": {"v": "bb", "next": {"v": "ccc", "next": None}}},
+    ], [
+        {"v": "a", "next": {"v": "bb", "next": {"v": "cccc", "next": None}}},
+        {"v": "a", "next": {"v": "b"}},
+        {"v": "a", "next": 1},
+        {"v": "a", "next": {"v": "b", "next": None, "w": 1}},
+    ]),
+    "mutual": (MUTUAL, [
+        {}, {"b": []}, {"b": [1, {"b": [{"b": [2]}, 3]}]},
+    ], [
+        {"b": [1, 2, 3]},
+        {"b": [{"b": [1, 2, 3]}]},
+        {"b": [{"c": 1}]},
+        {"b": ["x"]},
+    ]),
+    "expr": (EXPR, [
+        1.5,
+        {"var": "x"},
+        {"op": "+", "args": [1, {"op": "*", "args": [{"var": "y"}, 2]}]},
+    ], [
+        {"op": "-", "args": [1, 2]},
+        {"op": "+", "args": [1, {"op": "*", "args": [1, 2, 3]}]},
+        {"op": "+", "args": [1, {"var": "X1"}]},
+        {"op": "+", "args": [1]},
+    ]),
+    "ambiguous": (AMBIGUOUS, [
+        {"k": 1, "sub": {"k": "s"}},
+        {"k": 1, "sub": {"k": 2, "sub": {"k": 3, "sub": {"k": "x"}}}},
+    ], [
+        {"k": 1, "sub": {"k": None}},
+        {"k": 1, "sub": {"k": "s", "sub": {"k": 1}}},
+        {"k": 1, "sub": {"k": 2, "sub": {"k": True}}},
+    ]),
+}
+PARAMS = [(name, ok, i) for name, (_, valid, invalid) in CASES.items()
+          for ok, values in ((True, valid), (False, invalid)) for i in range(len(values))]
+
+
+def _text(value) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+@pytest.fixture(scope="module")
+def byte_compiler() -> GrammarCompiler:
+    return GrammarCompiler(byte_vocab_info())
+
+
+@pytest.mark.parametrize("name,valid,i", PARAMS)
+def test_accept_reject_sets_byte_by_byte(byte_compiler, name, valid, i):
+    schema, good, bad = CASES[name]
+    value = (good if valid else bad)[i]
+    assert jsonschema.Draft202012Validator(schema).is_valid(value) == valid
+    grammar = byte_compiler.compile_json_schema(schema)
+    assert isinstance(grammar.automaton, PushdownAutomaton)
+    assert accepted_by_masks(grammar, _text(value).encode()) == valid
+
+
+def _accepts_tokens(grammar, hf_tokenizer, text: str) -> bool:
+    m = grammar.matcher()
+    bm = allocate_token_bitmask(1, grammar.vocab_size)
+    for tok in hf_tokenizer.encode(text):
+        m.fill_next_token_bitmask(bm, 0)
+        if not unpack_bitmask(bm[0], grammar.vocab_size)[tok]:
+            assert not m.accept_token(tok)
+            return False
+        assert m.accept_token(tok)
+    return m.can_terminate() and m.accept_token(grammar.automaton.info.eos_token_ids[0])
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_valid_instances_pass_every_token_mask(compiler, hf_tokenizer, name):
+    schema, good, _ = CASES[name]
+    grammar = compiler.compile_json_schema(schema)
+    for value in good:
+        assert _accepts_tokens(grammar, hf_tokenizer, _text(value)), value
+
+
+@pytest.mark.parametrize("name,prefix,whitespace", [
+    ("ambiguous", '{"k":1,"sub":', "compact"),
+    ("ambiguous", '{"k":1,"sub":{"k":2,"sub":{"k"', "compact"),
+    ("tree", '{"value":1,"children":[{"value":2,"children":[]} ', "flexible"),
+    ("expr", '{"op":"+","args":[1,', "compact"),
+])
+def test_mask_equals_brute_force_over_the_vocabulary(compiler, name, prefix, whitespace):
+    """The forking vocabulary walk allows exactly the tokens that advance() accepts."""
+    automaton = compiler.compile_json_schema(CASES[name][0], whitespace=whitespace).automaton
+    state = automaton.advance(automaton.initial, prefix.encode())
+    assert state is not None
+    token_bytes = automaton.info.token_bytes
+    brute = sorted(t for t in automaton.info.layout.token_ids.tolist()
+                   if automaton.advance(state, token_bytes[t]) is not None)
+    assert np.array_equal(np.sort(automaton.allowed_token_ids(state)), np.array(brute))
+
+
+def test_flexible_whitespace_inside_recursion(compiler, hf_tokenizer):
+    value = CASES["tree"][1][1]
+    flex = compiler.compile_json_schema(TREE, whitespace="flexible")
+    assert _accepts_tokens(flex, hf_tokenizer, json.dumps(value, indent=1))
+    assert not compiler.compile_json_schema(TREE).matcher().accept_string('{ "value"')
+
+
+def test_jump_forward_inside_recursion(compiler):
+    m = compiler.compile_json_schema(TREE).matcher()
+    assert m.find_jump_forward_string() == '{"value":'
+    assert m.accept_string('{"value":1,"children":[{')
+    assert m.find_jump_forward_string() == '"value":'  # forced inside the recursive call
+    assert m.accept_string('"value":2,"children":[]}]')
+    assert m.find_jump_forward_string() == "}"  # the return to the outer node
+    m = compiler.compile_json_schema(LINKED_LIST).matcher()
+    assert m.accept_string('{"v":"a","next":{"v":"b","next":null')
+    assert m.find_jump_forward_string() == "}}"
+
+
+def test_non_recursive_schemas_keep_the_dfa_path(compiler):
+    schema = {"$defs": {"p": {"type": "integer"}}, "type": "array", "items": {"$ref": "#/$defs/p"}}
+    assert isinstance(compiler.compile_json_schema(schema).automaton, DFAAutomaton)
+
+
+@pytest.mark.parametrize("schema,keyword", [
+    ({"anyOf": [{"$ref": "#"}, {"type": "null"}]}, "$ref"),  # left recursion
+    ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "$ref"),
+    ({"type": "object", "properties": {"n": {"allOf": [{"$ref": "#"}, {"required": ["x"]}]}}},
+     "$ref"),  # a recursive $ref merged with other keywords cannot be one call
+    ({"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}, "contains": {}}},
+      "$ref": "#/$defs/n"}, "contains"),
+    ({"type": "array", "items": {"anyOf": [{"$ref": "#"}, {"type": "integer", "multipleOf": 2}]}},
+     "multipleOf"),
+])
+def test_unenforceable_recursive_schemas_raise_typed_errors(byte_compiler, schema, keyword):
+    with pytest.raises(UnsupportedSchemaError) as err:
+        byte_compiler.compile_json_schema(schema)
+    assert err.value.keyword == keyword
+
+
+def test_deep_nesting_has_no_depth_cap(byte_compiler):
+    value = {"v": "z", "next": None}
+    for _ in range(40):
+        value = {"v": "a", "next": value}
+    grammar = byte_compiler.compile_json_schema(LINKED_LIST)
+    assert accepted_by_masks(grammar, _text(value).encode())
