@@ -15,14 +15,14 @@ import numpy as np
 
 from .automaton import TokenAutomaton
 from .budget import CompileBudget
-from .errors import GrammarTooComplexError, UnsupportedSchemaError
+from .errors import UnsupportedSchemaError
 from .fsm import DEAD, ByteDFA, determinize, trim_and_minimize
 from .nfa import CALL_BASE, NFA
 from .vocab import TokenizerInfo
 
 Config = tuple[tuple[int, ...], int]  # (return states, bottom first; current global state)
 State = frozenset  # of Config
-MAX_CONFIGS = 256
+MAX_CONFIGS = 64  # parses of one prefix kept alive (see _step)
 
 
 class PushdownAutomaton(TokenAutomaton):
@@ -92,8 +92,9 @@ class PushdownAutomaton(TokenAutomaton):
             if t >= 0:
                 nxt.add((stack, t))
         if len(nxt) > MAX_CONFIGS:
-            raise GrammarTooComplexError(
-                f"recursive schema is ambiguous past {MAX_CONFIGS} parses of one prefix")
+            # Pathological ambiguity: keep the shallowest parses. Every kept one is live, so
+            # this can only over-constrain, and matchers never raise mid-generation.
+            nxt = sorted(nxt, key=lambda c: (len(c[0]), c))[:MAX_CONFIGS]
         out = self._steps[key] = frozenset(nxt) or None
         return out
 

@@ -226,3 +226,17 @@ def test_deep_nesting_has_no_depth_cap(byte_compiler):
         value = {"v": "a", "next": value}
     grammar = byte_compiler.compile_json_schema(LINKED_LIST)
     assert accepted_by_masks(grammar, _text(value).encode())
+
+
+def test_pathological_ambiguity_is_bounded_not_an_error(byte_compiler):
+    """Two identical recursive branches double the parses per level; the count stays capped."""
+    schema = {"$defs": {
+        "a": {"type": "array", "items": {"anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}]}},
+        "b": {"type": "array", "items": {"anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}]}}},
+        "$ref": "#/$defs/a"}
+    grammar = byte_compiler.compile_json_schema(schema)
+    text = "[" * 12 + "]" * 12
+    assert accepted_by_masks(grammar, text.encode())
+    m = grammar.matcher()
+    assert m.accept_string("[" * 12)
+    assert len(m._state) <= 64
