@@ -61,9 +61,12 @@ class GrammarBackend:
         for i, req in enumerate(reqs):
             if req.sampling.constraint is None:
                 continue
-            if req.grammar is None:
-                req.grammar = self.compile(req.sampling).matcher()
-            req.grammar.fill_next_token_bitmask(mask, i)
+            try:
+                if req.grammar is None:
+                    req.grammar = self.compile(req.sampling).matcher()
+                req.grammar.fill_next_token_bitmask(mask, i)
+            except Exception as e:  # fail this request alone, at its next accept
+                req.grammar = _BrokenMatcher(f"constraint: {type(e).__name__}: {e}")
         return mask
 
     def jump_forward(self, req: Req, limit: int) -> list[int]:
@@ -90,8 +93,30 @@ class GrammarBackend:
         """Advance the matcher; a finish reason if the constraint is done or broken."""
         if req.grammar is None:
             return None
-        if not req.grammar.accept_token(token):
+        if isinstance(req.grammar, _BrokenMatcher):
+            return {"type": "abort", "message": req.grammar.message}
+        try:
+            accepted = req.grammar.accept_token(token)
+        except Exception as e:
+            return {"type": "abort", "message": f"constraint: {type(e).__name__}: {e}"}
+        if not accepted:
             return {"type": "abort", "message": f"constraint: token {token} rejected by the grammar"}
         if req.grammar.is_terminated():
             return {"type": "stop", "matched": token}
         return None
+
+
+class _BrokenMatcher:
+    """Stands in for a matcher that failed; the request is aborted at its next token."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def fill_next_token_bitmask(self, mask, row) -> None:
+        pass
+
+    def find_jump_forward_string(self) -> str:
+        return ""
+
+    def is_terminated(self) -> bool:
+        return False

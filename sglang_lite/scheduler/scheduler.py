@@ -245,10 +245,14 @@ class Scheduler:
             self.stats.num_generated_tokens += 1
             lp = out.logprobs[j] if out.logprobs is not None else None
             top = out.top_logprobs[j] if out.top_logprobs is not None else None
-            reason = self.outputs.append_token(req, out.next_ids[j], lp, top, self.context_length)
-            if reason is None and req.grammar is not None:
-                reason = self.grammar_backend.accept(req, out.next_ids[j])
-                if reason is None:
+            token = out.next_ids[j]
+            # The matcher sees the token first: a broken constraint must not emit it.
+            grammar_reason = self.grammar_backend.accept(req, token) if req.grammar is not None else None
+            if grammar_reason is not None and grammar_reason["type"] == "abort":
+                reason = grammar_reason
+            else:
+                reason = self.outputs.append_token(req, token, lp, top, self.context_length) or grammar_reason
+                if reason is None and req.grammar is not None:
                     reason = self._jump_forward(req)
             if reason is not None:
                 self._drop_running(req)

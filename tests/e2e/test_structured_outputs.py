@@ -147,3 +147,26 @@ def test_unsupported_schema_keyword_is_a_clear_error(engine):
     with pytest.raises(ValueError, match="regex"):
         engine.generate("x", {"regex": "(unclosed"})
     assert engine.generate("ok", {"max_new_tokens": 2})["meta_info"]["completion_tokens"] == 2
+
+
+def test_a_failing_matcher_fails_only_its_request(engine, monkeypatch):
+    from sglang_lite import grammar
+
+    calls = {"n": 0}
+    real = grammar.GrammarBackend.compile
+
+    def flaky(self, params):
+        compiled = real(self, params)
+        if params.regex == "(boom|bang)":
+            calls["n"] += 1
+            if calls["n"] > 1:  # the check at submission passes, the matcher breaks later
+                raise RuntimeError("matcher exploded")
+        return compiled
+
+    monkeypatch.setattr(grammar.GrammarBackend, "compile", flaky)
+    outs = engine.generate(["a", "b"], [{"regex": "(boom|bang)", "temperature": 0},
+                                        {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True}])
+    assert outs[0]["meta_info"]["finish_reason"]["type"] == "abort"
+    assert "matcher exploded" in outs[0]["meta_info"]["finish_reason"]["message"]
+    assert outs[0]["output_ids"] == []
+    assert outs[1]["meta_info"]["completion_tokens"] == 5
