@@ -21,8 +21,9 @@ from sglang_lite.mem.kv_pool import KVPool
 @dataclass(slots=True)
 class _DecodeRows:
     token_rows: torch.Tensor  # [Bd] rows of the token axis
-    slots: torch.Tensor  # [Bd, Lmax] pool slots (padding points at slot 0)
-    mask: torch.Tensor  # [Bd, 1, 1, Lmax] True = attend
+    pages: torch.Tensor  # [Bd * max_pages] KV pages, row-major (padding points at page 0)
+    mask: torch.Tensor  # [Bd, 1, 1, max_pages * page_size] True = attend
+    padded_len: int
 
 
 @dataclass(slots=True)
@@ -42,7 +43,8 @@ class TorchAttentionBackend(AttentionBackend):
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         device = batch.input_ids.device
         decode_idx = [i for i, n in enumerate(batch.extend_lens_cpu) if n == 1]
-        self._decode = _build_decode_rows(batch, decode_idx, device) if decode_idx else None
+        page_size = self.kv_pool.page_size
+        self._decode = _build_decode_rows(batch, decode_idx, page_size, device) if decode_idx else None
         self._extend = []
         starts = batch.extend_start_loc.tolist() if batch.extend_start_loc.device.type == "cpu" else None
         start = 0
@@ -67,15 +69,19 @@ class TorchAttentionBackend(AttentionBackend):
         return out
 
 
-def _build_decode_rows(batch: ForwardBatch, idx: list[int], device) -> _DecodeRows:
+def _build_decode_rows(batch: ForwardBatch, idx: list[int], page_size: int, device) -> _DecodeRows:
+    # Gather whole pages (page_size contiguous slots) rather than single slots: far fewer,
+    # larger copies. A request's page j holds its positions j*page_size ...
     idx_t = torch.tensor(idx, dtype=torch.long, device=device)
     seq_lens = batch.seq_lens[idx_t]
-    max_len = max(batch.seq_lens_cpu[i] for i in idx)
+    max_pages = -(-max(batch.seq_lens_cpu[i] for i in idx) // page_size)
+    padded = max_pages * page_size
     rows = batch.req_pool_indices[idx_t]
-    slots = batch.req_to_token[rows, :max_len].long()  # [Bd, Lmax]
-    mask = torch.arange(max_len, device=device)[None, :] < seq_lens[:, None]
-    slots = slots.masked_fill(~mask, 0)
-    return _DecodeRows(batch.extend_start_loc[idx_t], slots, mask[:, None, None, :])
+    first_slots = batch.req_to_token[rows, :padded:page_size].long()  # [Bd, max_pages]
+    page_valid = torch.arange(max_pages, device=device)[None, :] * page_size < seq_lens[:, None]
+    pages = torch.where(page_valid, first_slots // page_size, 0)
+    mask = torch.arange(padded, device=device)[None, :] < seq_lens[:, None]  # [Bd, padded]
+    return _DecodeRows(batch.extend_start_loc[idx_t], pages.reshape(-1), mask[:, None, None, :], padded)
 
 
 def _build_extend_row(batch: ForwardBatch, i: int, start: int, device) -> _ExtendRow:
@@ -87,16 +93,17 @@ def _build_extend_row(batch: ForwardBatch, i: int, start: int, device) -> _Exten
 
 
 def _decode_attention(q, k_buf, v_buf, rows: _DecodeRows, sm_scale: float) -> torch.Tensor:
-    # q: [Bd, Hq, D] -> [Bd, Hkv, group, D]; k/v gathered: [Bd, Hkv, Lmax, D]
+    # q: [Bd, Hq, D] -> [Bd, Hkv, group, D] (the group of q heads sharing a kv head is the
+    # query axis); k/v pages gathered: [Bd, Hkv, padded_len, D] (strided views, no copy)
     bd, hq, d = q.shape
     hkv = k_buf.shape[1]
-    k = k_buf[rows.slots].permute(0, 2, 1, 3)
-    v = v_buf[rows.slots].permute(0, 2, 1, 3)
+    page_size = rows.padded_len * bd // rows.pages.numel()
+    k = k_buf.view(-1, page_size, hkv, d).index_select(0, rows.pages).view(bd, rows.padded_len, hkv, d)
+    v = v_buf.view(-1, page_size, hkv, d).index_select(0, rows.pages).view(bd, rows.padded_len, hkv, d)
     qg = q.view(bd, hkv, hq // hkv, d)
-    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * sm_scale  # [Bd, Hkv, group, Lmax]
-    scores = scores.masked_fill(~rows.mask, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).to(v.dtype)
-    return torch.matmul(probs, v).reshape(bd, hq, d)
+    o = F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=rows.mask,
+                                       scale=sm_scale)  # [Bd, Hkv, group, D]
+    return o.reshape(bd, hq, d)
 
 
 def _extend_attention(q, k_buf, v_buf, row: _ExtendRow, sm_scale: float) -> torch.Tensor:

@@ -81,5 +81,5 @@ class KVPool:
 
     def store(self, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write k/v [T, num_kv_heads, head_dim] of new tokens into ``slots`` [T]."""
-        self.k_buffers[layer_id][slots] = k.to(self.dtype)
-        self.v_buffers[layer_id][slots] = v.to(self.dtype)
+        self.k_buffers[layer_id].index_copy_(0, slots, k.to(self.dtype))
+        self.v_buffers[layer_id].index_copy_(0, slots, v.to(self.dtype))

@@ -44,7 +44,7 @@ class Attention(nn.Module):
         self.rope = rope
         self.sm_scale = cfg.head_dim**-0.5
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend, cos_sin) -> torch.Tensor:
         # x: [T, hidden]
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -53,7 +53,7 @@ class Attention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rope(batch.positions, q, k)
+        q, k = self.rope(cos_sin, q, k)
         o = backend.forward(q, k, v, self.layer_id, batch, self.sm_scale)  # [T, Hq, D]
         return self.o_proj(o.reshape(-1, self.q_size))
 
@@ -77,8 +77,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), batch, backend)
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend, cos_sin) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), batch, backend, cos_sin)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -99,8 +99,9 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
         """Logits [B, vocab] (fp32) at each request's last new token."""
         x = self.embed_tokens(batch.input_ids)  # [T, hidden]
+        cos_sin = self.rope.cos_sin(batch.positions)
         for layer in self.layers:
-            x = layer(x, batch, backend)
+            x = layer(x, batch, backend, cos_sin)
         x = self.norm(x[batch.logits_indices])  # [B, hidden]
         return self.lm_head(x).float()
 

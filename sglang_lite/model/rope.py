@@ -45,10 +45,13 @@ class RotaryEmbedding(torch.nn.Module):
         self.register_buffer("cos_cache", freqs.cos(), persistent=False)
         self.register_buffer("sin_cache", freqs.sin(), persistent=False)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[T, 1, D/2] tables for ``positions``; computed once per forward, used by every layer."""
+        return self.cos_cache[positions].unsqueeze(1), self.sin_cache[positions].unsqueeze(1)
+
+    def forward(self, cos_sin: tuple[torch.Tensor, torch.Tensor], q: torch.Tensor, k: torch.Tensor):
         # q: [T, Hq, D], k: [T, Hkv, D]
-        cos = self.cos_cache[positions].unsqueeze(1)  # [T, 1, D/2]
-        sin = self.sin_cache[positions].unsqueeze(1)
+        cos, sin = cos_sin
         return _rotate(q, cos, sin), _rotate(k, cos, sin)
 
 
