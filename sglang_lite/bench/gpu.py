@@ -201,16 +201,13 @@ def _hf_static(model, work, batch_size: int, budget_s: float) -> dict:
     Stops after the batch that crosses ``budget_s`` (then reported as partial)."""
     import torch
 
+    from sglang_lite.bench.offline import left_pad
+
     start = time.perf_counter()
     useful = done = 0
     for i in range(0, len(work), batch_size):
         chunk = work[i : i + batch_size]
-        width = max(len(p) for p, _ in chunk)
-        ids = torch.zeros((len(chunk), width), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, (p, _) in enumerate(chunk):
-            ids[row, width - len(p):] = torch.tensor(p)
-            mask[row, width - len(p):] = 1
+        ids, mask = left_pad([p for p, _ in chunk])
         longest = max(m for _, m in chunk)
         with torch.no_grad():
             model.generate(ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=longest,

@@ -50,6 +50,17 @@ def run_engine(engine: Engine, work) -> Result:
     return Result("sglang-lite", seconds, sum(len(o["output_ids"]) for o in outs))
 
 
+def left_pad(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded input ids and attention mask [len(prompts), longest], as HF batches them."""
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.tensor(p)
+        mask[row, width - len(p):] = 1
+    return ids, mask
+
+
 def run_hf_static(model_dir: str, work, batch_size: int, dtype: torch.dtype, device: str) -> Result:
     """HF transformers, left-padded batches of ``batch_size``, each run to its longest request."""
     from transformers import AutoModelForCausalLM
@@ -59,12 +70,7 @@ def run_hf_static(model_dir: str, work, batch_size: int, dtype: torch.dtype, dev
     useful = 0
     for i in range(0, len(work), batch_size):
         chunk = work[i : i + batch_size]
-        width = max(len(p) for p, _ in chunk)
-        ids = torch.zeros((len(chunk), width), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, (p, _) in enumerate(chunk):
-            ids[row, width - len(p):] = torch.tensor(p)
-            mask[row, width - len(p):] = 1
+        ids, mask = left_pad([p for p, _ in chunk])
         longest = max(m for _, m in chunk)
         with torch.no_grad():
             model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=longest,
