@@ -34,17 +34,9 @@ class Sampler:
         if any(r.sampling.uses_penalties for r in reqs):
             self._apply_penalties(logits, reqs)
         self._mask_early_stop(logits, reqs)
-        params = [r.sampling for r in reqs]
-        next_ids = sample(
-            logits,
-            torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
-            torch.tensor([p.top_k for p in params], dtype=torch.int32, device=device),
-            torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
-            torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
-            torch.tensor([r.seed for r in reqs], dtype=torch.int64, device=device),
-            torch.tensor([len(r.output_ids) for r in reqs], dtype=torch.int64, device=device),
-            bitmask,
-        )
+        floats, ints = _row_params(reqs, device)
+        next_ids = sample(logits, floats[0], ints[0].to(torch.int32), floats[1], floats[2], ints[1], ints[2],
+                          bitmask)
         out = SampleOutput(next_ids.tolist(), None, None)
         if any(r.return_logprob for r in reqs):
             self._logprobs(raw, next_ids, reqs, out)
@@ -86,3 +78,18 @@ class Sampler:
                 list(zip(vals[i][: r.top_logprobs_num], idx[i][: r.top_logprobs_num]))
                 for i, r in enumerate(reqs)
             ]
+
+
+def _row_params(reqs: list[Req], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row sampling parameters as two tensors built on the host (pinned on CUDA) and
+    moved in two async copies: floats [3, B] = temperature, top_p, min_p; ints [3, B] =
+    top_k, seed, step (tokens sampled so far)."""
+    pin = device.type == "cuda"
+    params = [r.sampling for r in reqs]
+    floats = torch.tensor([[p.temperature for p in params], [p.top_p for p in params],
+                           [p.min_p for p in params]], dtype=torch.float32)
+    ints = torch.tensor([[p.top_k for p in params], [r.seed for r in reqs],
+                         [len(r.output_ids) for r in reqs]], dtype=torch.int64)
+    if pin:
+        floats, ints = floats.pin_memory(), ints.pin_memory()
+    return floats.to(device, non_blocking=True), ints.to(device, non_blocking=True)
