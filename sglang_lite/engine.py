@@ -189,6 +189,8 @@ class Engine:
             if not all(isinstance(p, str) for p in items):
                 raise ValueError("prompt: must be a string or a list of strings")
             id_lists = [self.tokenize(p) for p in items]
+        if not id_lists:
+            raise ValueError("prompt: an empty list of prompts")
         params_list = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(id_lists)
         if len(params_list) != len(id_lists):
             raise ValueError("sampling_params: a list must have one entry per prompt")
@@ -250,9 +252,14 @@ class Engine:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")
             return self._stream(reqs[0][0])
         queues = []
-        for req, _ in reqs:
+        for i, (req, _) in enumerate(reqs):
             q: queue.SimpleQueue = queue.SimpleQueue()
-            self._submit(req, q.put)
+            try:
+                self._submit(req, q.put)
+            except QueueFullError:  # all or nothing: withdraw the ones already queued
+                for submitted, _ in reqs[:i]:
+                    self.abort(submitted.rid)
+                raise
             queues.append(q)
         results = [_collect(iter(q.get, None)) for q in queues]
         return results[0] if single else results

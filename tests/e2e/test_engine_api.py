@@ -75,6 +75,7 @@ def test_abandoned_stream_aborts_and_frees_memory(engine):
         ({"input_ids": []}, "input_ids"),
         ({"prompt": "hi " * 9000}, "prompt"),
         ({"prompt": "x", "return_logprob": True, "top_logprobs_num": 100}, "top_logprobs_num"),
+        ({"prompt": []}, "prompt"),
     ],
 )
 def test_bad_input_raises_a_clear_error_and_nothing_else_is_affected(engine, kwargs, field):
