@@ -47,7 +47,7 @@ class ModelRunner:
         prefix_lens = [r.kv_len for r in batch.reqs]
         for req, n, start in zip(batch.reqs, batch.extend_lens, prefix_lens):
             row0 = len(ids)
-            ids.extend(req.fill_ids[start : start + n])
+            ids.extend(req.tokens(start, start + n))
             positions.extend(range(start, start + n))
             wanted = req.input_logprob_positions(start, n)
             lp_positions.append(wanted)

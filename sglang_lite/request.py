@@ -58,6 +58,15 @@ class Req:
         """Every token whose k/v must exist before the next token is sampled."""
         return self.origin_input_ids + self.output_ids
 
+    def tokens(self, start: int, end: int) -> list[int]:
+        """fill_ids[start:end] without building the whole concatenation (hot path)."""
+        n = len(self.origin_input_ids)
+        if end <= n:
+            return self.origin_input_ids[start:end]
+        if start >= n:
+            return self.output_ids[start - n : end - n]
+        return self.origin_input_ids[start:] + self.output_ids[: end - n]
+
     @property
     def seq_len(self) -> int:
         return len(self.origin_input_ids) + len(self.output_ids)
