@@ -69,25 +69,39 @@ class GrammarBackend:
                 req.grammar = _BrokenMatcher(f"constraint: {type(e).__name__}: {e}")
         return mask
 
-    def jump_forward(self, req: Req, limit: int) -> list[int]:
-        """Tokens of the text the grammar forces next (at most ``limit``), already accepted
-        by the matcher; [] when nothing is forced or the forced text does not tokenize into
-        tokens the matcher accepts one by one (then the matcher is left unchanged)."""
-        if not self.jump_forward_enabled or req.grammar is None or limit <= 0:
-            return []
+    def jump_forward(self, req: Req, token: int, limit: int, retokenize: bool = True) -> list[int]:
+        """The tokens to append after sampling ``token`` (already accepted): ``[token]``
+        plus the text the grammar forces next, at most ``limit`` extra tokens, all accepted
+        by the matcher. With ``retokenize``, the sampled token and the forced text are
+        tokenized together, so the boundary gets the tokens a tokenizer would produce
+        (``{"`` rather than ``{`` + ``"``)."""
+        if not self.jump_forward_enabled or limit <= 0:
+            return [token]
         forced = req.grammar.find_jump_forward_string()
         if not forced:
-            return []
+            return [token]
+        if retokenize:
+            head = self.tokenizer.decode([token])
+            ids = self.tokenizer.encode(head + forced, add_special_tokens=False)[: limit + 1]
+            req.grammar.rollback(1)
+            if self._decodes_to(ids, head + forced) and self._accept_all(req.grammar, ids):
+                return ids
+            req.grammar.accept_token(token)  # undo the rollback, then the plain way
         ids = self.tokenizer.encode(forced, add_special_tokens=False)[:limit]
-        accepted = 0
-        for t in ids:
-            if not req.grammar.accept_token(t):
-                break
-            accepted += 1
-        if accepted < len(ids):
-            req.grammar.rollback(accepted)
-            return []
-        return ids
+        return [token] + ids if self._accept_all(req.grammar, ids) else [token]
+
+    def _decodes_to(self, ids: list[int], text: str) -> bool:
+        # Only a lossless tokenization may replace the sampled token (e.g. no dropped spaces).
+        return "\ufffd" not in text and self.tokenizer.decode(ids) == text
+
+    @staticmethod
+    def _accept_all(matcher, ids: list[int]) -> bool:
+        """Accept ``ids`` one by one; on the first refusal undo them all and return False."""
+        for n, t in enumerate(ids):
+            if not matcher.accept_token(t):
+                matcher.rollback(n)
+                return False
+        return True
 
     def accept(self, req: Req, token: int) -> dict | None:
         """Advance the matcher; a finish reason if the constraint is done or broken."""

@@ -245,15 +245,10 @@ class Scheduler:
             self.stats.num_generated_tokens += 1
             lp = out.logprobs[j] if out.logprobs is not None else None
             top = out.top_logprobs[j] if out.top_logprobs is not None else None
-            token = out.next_ids[j]
-            # The matcher sees the token first: a broken constraint must not emit it.
-            grammar_reason = self.grammar_backend.accept(req, token) if req.grammar is not None else None
-            if grammar_reason is not None and grammar_reason["type"] == "abort":
-                reason = grammar_reason
+            if req.grammar is None:
+                reason = self.outputs.append_token(req, out.next_ids[j], lp, top, self.context_length)
             else:
-                reason = self.outputs.append_token(req, token, lp, top, self.context_length) or grammar_reason
-                if reason is None and req.grammar is not None:
-                    reason = self._jump_forward(req)
+                reason = self._append_constrained(req, out.next_ids[j], lp, top)
             if reason is not None:
                 self._drop_running(req)
                 self._finish(req, reason)
@@ -261,18 +256,27 @@ class Scheduler:
                 self.outputs.maybe_emit(req)
         self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002)
 
-    def _jump_forward(self, req: Req) -> dict | None:
-        """Append the text the grammar forces next without decoding it token by token; its
-        k/v is computed with the next step's batch."""
-        limit = min(req.remaining_new_tokens, self.context_length - req.seq_len - 1)
-        for t in self.grammar_backend.jump_forward(req, limit):
-            self.stats.num_jump_forward_tokens += 1
-            reason = self.outputs.append_token(req, t, 0.0, [(0.0, t)], self.context_length)
-            if reason is not None:
-                return reason
-        if req.grammar.is_terminated():
-            return {"type": "stop", "matched": req.output_ids[-1]}
-        return None
+    def _append_constrained(self, req: Req, token: int, lp, top) -> dict | None:
+        """The matcher sees the sampled token first (a broken constraint must not emit it);
+        then the text the grammar forces next is appended too (jump-forward), its k/v
+        computed with the next step's batch."""
+        reason = self.grammar_backend.accept(req, token)
+        if reason is not None and reason["type"] == "abort":
+            return reason
+        tokens = [token]
+        if reason is None:
+            limit = min(req.remaining_new_tokens, self.context_length - req.seq_len - 1)
+            tokens = self.grammar_backend.jump_forward(req, token, limit, retokenize=not req.return_logprob)
+        self.stats.num_jump_forward_tokens += len(tokens) - 1
+        for k, t in enumerate(tokens):
+            sampled = k == 0 and t == token
+            step_reason = self.outputs.append_token(req, t, lp if sampled else 0.0,
+                                                    top if sampled else [(0.0, t)], self.context_length)
+            if step_reason is not None:
+                return step_reason
+        if reason is None and req.grammar.is_terminated():
+            reason = {"type": "stop", "matched": req.output_ids[-1]}
+        return reason
 
     def _finish(self, req: Req, reason: dict) -> None:
         req.status = ReqStatus.FINISHED
