@@ -149,6 +149,9 @@ def bench_cache(args) -> dict:
         on, off = (Result(label, statistics.median(r.seconds for r in rs), rs[0].output_tokens,
                           rs[0].cache_hit_rate) for label, rs in runs.items())
         _print_table(f"{name} (median of {args.repeats})", [on, off], baseline=off)
+        theory = _theoretical_hit_rate(name, args)
+        if theory is not None:
+            print(f"theoretical maximum hit rate (token granularity): {theory:.1%}")
         out[name] = {"results": [_row(on), _row(off)], "speedup": on.tok_per_s / off.tok_per_s,
                      "theoretical_hit_rate": _theoretical_hit_rate(name, args),
                      "runs": {label: [_row(r) for r in rs] for label, rs in runs.items()}}
@@ -174,6 +177,12 @@ def _theoretical_hit_rate(name: str, args) -> float | None:
         total = args.groups * args.per_group * (args.prefix_len + args.suffix_len)
         first = args.groups * (args.prefix_len + args.suffix_len) + args.groups * (args.per_group - 1) * args.suffix_len
         return 1 - first / total
+    if name == "multi-turn":
+        # Turn t's prompt is everything before it plus a new user message; all but the new
+        # message was seen before (token granularity; pages round each turn's end down).
+        prev = [t * (args.user_len + args.output_len) for t in range(args.turns)]
+        prompts = [p + args.user_len for p in prev]
+        return sum(prev) / sum(prompts)
     if name == "no-sharing":
         return 0.0
     return None
