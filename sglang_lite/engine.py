@@ -201,7 +201,7 @@ class Engine:
             params = SamplingParams.from_dict(sp)
             self._check_input_ids(ids)
             if params.constraint is not None:
-                self.scheduler.grammar_backend.check(params)  # compile errors surface here
+                self.scheduler.grammar_backend.compile(params)  # compile errors surface here
             for i in range(params.n):
                 seed = secrets.randbits(62) if params.seed is None else params.seed + i
                 rid_i = rid if (rid and params.n == 1 and single) else uuid.uuid4().hex
@@ -352,20 +352,14 @@ class Engine:
         self.shutdown()
 
 
-class _ChunkStream:
-    """Iterator over a submitted request's chunks; closing it (or dropping it) before the
-    end aborts the request, started or not."""
+class _RequestStream:
+    """A submitted request's chunks; closing it (or dropping it) before the end aborts the
+    request, started or not."""
 
-    def __init__(self, engine: Engine, req: Req, get):
-        self._engine, self._req, self._get, self._done = engine, req, get, False
+    def __init__(self, engine: Engine, req: Req):
+        self._engine, self._req, self._done = engine, req, False
 
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict:
-        if self._done:
-            raise StopIteration
-        chunk = self._get()
+    def _mark(self, chunk: dict) -> dict:
         self._done = chunk["finished"]
         return chunk
 
@@ -378,11 +372,24 @@ class _ChunkStream:
         self.close()
 
 
-class _AsyncChunkStream:
-    """Async twin of ``_ChunkStream``: ``aclose()`` before the end aborts the request."""
+class _ChunkStream(_RequestStream):
+    def __init__(self, engine: Engine, req: Req, get):
+        super().__init__(engine, req)
+        self._get = get
 
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        if self._done:
+            raise StopIteration
+        return self._mark(self._get())
+
+
+class _AsyncChunkStream(_RequestStream):
     def __init__(self, engine: Engine, req: Req, aq: asyncio.Queue):
-        self._engine, self._req, self._aq, self._done = engine, req, aq, False
+        super().__init__(engine, req)
+        self._aq = aq
 
     def __aiter__(self):
         return self
@@ -395,25 +402,20 @@ class _AsyncChunkStream:
         except BaseException:  # cancelled while waiting: the consumer is gone
             self.close()
             raise
-        self._done = chunk["finished"]
-        return chunk
-
-    def close(self) -> None:
-        if not self._done:
-            self._done = True
-            self._engine.abort(self._req.rid)
+        return self._mark(chunk)
 
     async def aclose(self) -> None:
         self.close()
 
-    def __del__(self):
-        self.close()
-
 
 def _input_logprob_start(return_logprob: bool, start: int | None, ids: list[int]) -> int | None:
-    if not return_logprob or start is None or start < 0:
+    if not return_logprob or start is None:
         return None
-    if not isinstance(start, int) or start >= len(ids):
+    if not isinstance(start, int):
+        raise ValueError(f"logprob_start_len: must be an integer, got {start!r}")
+    if start < 0:  # SGLang's -1: no input logprobs
+        return None
+    if start >= len(ids):
         raise ValueError(f"logprob_start_len: must be an integer in [0, {len(ids)})")
     return start
 

@@ -20,7 +20,6 @@ class GrammarBackend:
         self.jump_forward_enabled = jump_forward
         self._compiler = None
         self._lock = threading.Lock()  # compile from caller threads, match on the scheduler's
-        self.compile_seconds: list[float] = []
 
     @property
     def compiler(self):
@@ -45,9 +44,6 @@ class GrammarBackend:
             return self.compiler.compile_ebnf(spec)
         except ConstraintError as e:
             raise ValueError(f"{kind}: {e}") from e
-
-    def check(self, params: SamplingParams) -> None:
-        self.compile(params)
 
     def fill_bitmask(self, reqs: list[Req]) -> torch.Tensor | None:
         """[B, ceil(V/32)] int32 rows (all ones for unconstrained rows), or None."""

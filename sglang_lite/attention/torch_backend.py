@@ -46,11 +46,8 @@ class TorchAttentionBackend(AttentionBackend):
         page_size = self.kv_pool.page_size
         self._decode = _build_decode_rows(batch, decode_idx, page_size, device) if decode_idx else None
         self._extend = []
-        starts = batch.extend_start_loc.tolist() if batch.extend_start_loc.device.type == "cpu" else None
-        start = 0
+        start = 0  # rows on the token axis, from the host copy of extend_lens
         for i, n in enumerate(batch.extend_lens_cpu):
-            if starts is not None:
-                start = starts[i]
             if n > 1:
                 self._extend.append(_build_extend_row(batch, i, start, device))
             start += n

@@ -129,14 +129,17 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: torch.device, se
         cfg = PRESETS[source.dummy_preset]
     else:
         cfg = ModelConfig.from_hf(json.loads((source.path / "config.json").read_text()))
-    with torch.device(device):
+    # Built on the meta device: no time spent on default initialization, since every
+    # parameter is filled below (load_weights raises on a missing one).
+    with torch.device("meta"):
         model = LlamaForCausalLM(cfg).to(dtype)
+    model = model.to_empty(device=device)
+    model.tie_weights()
+    model.rope.build_tables(device)
     if source.dummy_preset is not None:
         _init_random(model, seed)
     else:
         model.load_weights(_iter_safetensors(source.path))
-    # RoPE tables stay fp32 whatever the weight dtype.
-    model.rope.float()
     return model.eval()
 
 

@@ -39,11 +39,18 @@ class RotaryEmbedding(torch.nn.Module):
 
     def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: dict | None):
         super().__init__()
-        inv_freq = rope_inv_freq(head_dim, theta, scaling)
-        t = torch.arange(max_positions, dtype=torch.float32)
+        self._spec = (head_dim, max_positions, theta, scaling)
+        self.register_buffer("cos_cache", torch.empty(0), persistent=False)
+        self.register_buffer("sin_cache", torch.empty(0), persistent=False)
+        self.build_tables(self.cos_cache.device)
+
+    def build_tables(self, device: torch.device | str) -> None:
+        """(Re)compute the fp32 cos/sin tables on ``device``, whatever the weights' dtype."""
+        head_dim, max_positions, theta, scaling = self._spec
+        inv_freq = rope_inv_freq(head_dim, theta, scaling).to(device)
+        t = torch.arange(max_positions, dtype=torch.float32, device=device)
         freqs = torch.outer(t, inv_freq)  # [max_positions, head_dim // 2]
-        self.register_buffer("cos_cache", freqs.cos(), persistent=False)
-        self.register_buffer("sin_cache", freqs.sin(), persistent=False)
+        self.cos_cache, self.sin_cache = freqs.cos(), freqs.sin()
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[T, 1, D/2] tables for ``positions``; computed once per forward, used by every layer."""

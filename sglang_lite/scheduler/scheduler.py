@@ -72,14 +72,8 @@ class Scheduler:
         self.waiting.append(req)
 
     def abort(self, rid: str) -> None:
-        for req in list(self.waiting):
-            if req.rid == rid:
-                self.waiting.remove(req)
-                self._finish(req, {"type": "abort", "message": "aborted by client"})
-        for req in list(self.running):
-            if req.rid == rid:
-                self._drop_running(req)
-                self._finish(req, {"type": "abort", "message": "aborted by client"})
+        for req in [r for r in (*self.waiting, *self.running) if r.rid == rid]:
+            self.abort_one(req, "aborted by client")
 
     def abort_all(self, message: str) -> None:
         for req in list(self.waiting) + list(self.running):
@@ -106,9 +100,7 @@ class Scheduler:
         return True
 
     def _schedule(self) -> ScheduledBatch | None:
-        decode = [r for r in self.running if r is not self.chunked]
-        self._make_room_for_decode(decode)
-        decode = [r for r in self.running if r is not self.chunked]
+        decode = self._make_room_for_decode([r for r in self.running if r is not self.chunked])
         # A running request computes its last sampled token, plus any jump-forward tokens.
         decode_lens = [r.extend_len for r in decode]
         budget = self.config.max_prefill_tokens - sum(decode_lens)
@@ -121,13 +113,16 @@ class Scheduler:
         slots = self.cache.allocate_batch(reqs, lens)
         return ScheduledBatch(reqs, lens, slots)
 
-    def _make_room_for_decode(self, decode: list[Req]) -> None:
+    def _make_room_for_decode(self, decode: list[Req]) -> list[Req]:
+        """Retract the youngest running requests until the rest can take their next tokens;
+        returns the requests that stay."""
         need = sum(self.cache.pages_needed(r, r.extend_len) for r in decode)
         while need > self.cache.available_pages and decode:
             victim = max(decode, key=lambda r: r.arrival_time)  # the youngest
             decode.remove(victim)
             need -= self.cache.pages_needed(victim, victim.extend_len)
             self._retract(victim)
+        return decode
 
     def _retract(self, req: Req) -> None:
         log.debug("retracting %s at %d tokens", req.rid, req.seq_len)
@@ -198,7 +193,7 @@ class Scheduler:
         n = _DEDUP_TOKENS
         if req.extend_len <= n:
             return None
-        return req.kv_len, tuple(req.fill_ids[req.kv_len : req.kv_len + n])
+        return req.kv_len, tuple(req.tokens(req.kv_len, req.kv_len + n))
 
     def _reserved_tokens(self) -> float:
         return sum(r.remaining_new_tokens for r in self.running) * self.new_token_ratio
@@ -226,9 +221,9 @@ class Scheduler:
                 self.stats.num_prefill_tokens += n
                 self.cache.cache_unfinished(req)
                 continue
-            if n > 1 or req is self.chunked:
+            if n > 1:  # a prompt (or forced text) just computed: share it while this one decodes
                 self.stats.num_prefill_tokens += n
-                self.cache.cache_unfinished(req)  # share the prompt while this one decodes
+                self.cache.cache_unfinished(req)
             if req is self.chunked:
                 self.chunked = None
             if req.sampling.max_new_tokens == 0:  # prefill only (scoring, e.g. select)

@@ -94,3 +94,14 @@ def test_gguf_file_converts_once_into_xdg_cache(tmp_path, monkeypatch):
     mtime = (src.path / "model.safetensors").stat().st_mtime_ns
     assert convert_gguf(embedded_gguf_path()) == src.path  # cached: not converted again
     assert (src.path / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_loaded_model_ties_embeddings_and_keeps_fp32_rope(model_dir):
+    from sglang_lite.model.loader import ModelSource, load_model
+
+    model = load_model(ModelSource("tiny", None, dummy_preset="tiny"), torch.bfloat16, torch.device("cpu"))
+    assert model.lm_head.weight is model.embed_tokens.weight
+    assert model.embed_tokens.weight.dtype == torch.bfloat16
+    assert model.rope.cos_cache.dtype == torch.float32  # never rounded through bf16
+    expected = torch.cos(torch.tensor(100.0) * rope_inv_freq(16, 10000.0, None)[1])
+    assert torch.isclose(model.rope.cos_cache[100, 1], expected, atol=1e-6)
