@@ -35,6 +35,9 @@ class EngineConfig:
     enable_jump_forward: bool = True
     disable_cuda_graph: bool = False  # CUDA graphs for decode are on by default on cuda (triton)
     cuda_graph_max_bs: int = 256
+    # Decode steps run back to back on the device between two host syncs, when every running
+    # request is a plain decode and nothing waits: None -> 8 on cuda, 1 (off) on cpu.
+    num_continuous_decode_steps: int | None = None
     seed: int = 0  # dummy weights
     stream_interval: int = 1
     num_threads: int | None = None  # CPU torch threads
@@ -53,6 +56,8 @@ class EngineConfig:
         if backend == "auto":
             backend = "triton" if on_gpu else "torch"
         budgets = {}
+        if cfg.num_continuous_decode_steps is None:
+            budgets["num_continuous_decode_steps"] = 8 if on_gpu else 1
         if on_gpu:  # the defaults are CPU-sized; a GPU wants big prefill steps
             budgets["max_prefill_tokens"] = options.get("max_prefill_tokens", 16384)
             budgets["chunked_prefill_size"] = options.get(
@@ -73,6 +78,8 @@ class EngineConfig:
                      "max_queue_size", "stream_interval"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1")
+        if not 1 <= self.num_continuous_decode_steps <= 64:
+            raise ValueError("num_continuous_decode_steps: must be in [1, 64]")
         if self.chunked_prefill_size > self.max_prefill_tokens:
             raise ValueError("chunked_prefill_size: must be <= max_prefill_tokens")
         if not 0 < self.mem_fraction_static < 1:

@@ -11,6 +11,11 @@ Nothing in a replay depends on host values of the batch: the attention backend t
 ``seq_lens`` from device memory and a kv-split count fixed per captured size, so the
 longest context in the batch never reaches the host.
 
+Continuous decoding (``decode_steps``) replays a graph several times in a row: between two
+replays, the sampled tokens and the next step's slots are copied into the static buffers and
+positions advance, all on the device, so the host enqueues every step without waiting and
+syncs once at the end.
+
 Without CUDA (``use_graphs=False``) the same padded, static-buffer path runs eagerly: that
 is how its padding logic is tested on CPU.
 """
@@ -18,6 +23,7 @@ is how its padding logic is tested on CPU.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -32,6 +38,7 @@ if TYPE_CHECKING:
 # Rows of the packed input buffer [NUM_ROWS, max_bs], and what a padding row holds in each.
 INPUT_IDS, POSITIONS, OUT_CACHE_LOC, REQ_POOL_INDICES, SEQ_LENS, PREFIX_LENS = range(6)
 NUM_ROWS = 6
+MAX_STEPS = 64  # longest continuous decode run (EngineConfig.num_continuous_decode_steps)
 PAD_VALUES = (0, 0, 0, 0, 1, 0)  # slot 0 = reserved page 0; seq_len 1 reads one valid slot
 
 
@@ -68,7 +75,7 @@ def fill_decode_inputs(host: torch.Tensor, batch: ScheduledBatch, padded_bs: int
         [p + 1 for p in kv_lens],
         kv_lens,
     ], dtype=torch.int64)
-    rows[OUT_CACHE_LOC] = torch.cat(batch.slots).to(torch.int64)
+    rows[OUT_CACHE_LOC] = torch.stack([s[0] for s in batch.slots]).to(torch.int64)  # first step's
     host[:, :bs] = rows
     for row, value in enumerate(PAD_VALUES):
         host[row, bs:padded_bs] = value
@@ -99,8 +106,12 @@ class CudaGraphRunner:
         with torch.inference_mode():
             self._host = torch.zeros((NUM_ROWS, self.max_bs), dtype=torch.int64, pin_memory=pin)
             self._inputs = torch.zeros((NUM_ROWS, self.max_bs), dtype=torch.int64, device=self.device)
+            self._host_slots = torch.zeros((MAX_STEPS, self.max_bs), dtype=torch.int64, pin_memory=pin)
+            self._slots = torch.zeros((MAX_STEPS, self.max_bs), dtype=torch.int64, device=self.device)
             self._arange = torch.arange(self.max_bs, dtype=torch.int64, device=self.device)
             self._ones = torch.ones(self.max_bs, dtype=torch.int64, device=self.device)
+            self._advance = torch.zeros((NUM_ROWS, 1), dtype=torch.int64, device=self.device)
+            self._advance[[POSITIONS, SEQ_LENS, PREFIX_LENS]] = 1
         self._copy_done = torch.cuda.Event() if pin else None
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._outputs: dict[int, torch.Tensor] = {}  # [bs, V] logits each graph writes
@@ -117,16 +128,52 @@ class CudaGraphRunner:
     def forward(self, batch: ScheduledBatch) -> torch.Tensor:
         """Logits [B, V] for a batch that ``can_run``. With graphs, the tensor is a view of the
         graph's output buffer: valid until the next call."""
+        bs, padded = self._load_inputs(batch)
+        return self._run(bs, padded)
+
+    @torch.inference_mode()
+    def decode_steps(self, batch: ScheduledBatch, sample_next: Callable[[torch.Tensor], torch.Tensor]
+                     ) -> list[list[int]]:
+        """``ModelRunner.decode_steps`` for a batch that ``can_run``: ``batch.num_steps``
+        replays, the inputs of each step advanced on the device, one sync at the end."""
+        steps = batch.num_steps
+        if steps > MAX_STEPS:
+            raise ValueError(f"num_steps: at most {MAX_STEPS}, got {steps}")
+        bs, padded = self._load_inputs(batch)
+        ins = self._inputs
+        out = torch.empty((steps, bs), dtype=torch.int64, device=self.device)
+        for i in range(steps):
+            if i:
+                ins[INPUT_IDS, :bs].copy_(out[i - 1])
+                ins[:, :bs] += self._advance  # positions, seq_lens, prefix_lens
+                ins[OUT_CACHE_LOC, :bs].copy_(self._slots[i, :bs])
+            out[i] = sample_next(self._run(bs, padded, step=i))
+        return out.T.tolist()
+
+    def _load_inputs(self, batch: ScheduledBatch) -> tuple[int, int]:
+        """Copy the batch's first-step inputs (and, for a continuous run, every step's slots)
+        into the static buffers, padding rows after it. -> (batch size, padded size)."""
         bs = len(batch.reqs)
         padded = padded_batch_size(bs, self.batch_sizes)
         if self._copy_done is not None:
-            self._copy_done.synchronize()  # the last step's copy has left the pinned buffer
+            self._copy_done.synchronize()  # the last copy has left the pinned buffers
         fill_decode_inputs(self._host, batch, padded)
         self._inputs[:, :padded].copy_(self._host[:, :padded], non_blocking=True)
+        if batch.num_steps > 1:
+            self._host_slots[: batch.num_steps, :bs] = torch.stack(batch.slots, 1)
+            self._slots[: batch.num_steps, :bs].copy_(self._host_slots[: batch.num_steps, :bs], non_blocking=True)
         if self._copy_done is not None:
             self._copy_done.record()
+        return bs, padded
+
+    def _run(self, bs: int, padded: int, step: int = 0) -> torch.Tensor:
+        """One forward over the static buffers -> logits [bs, V]. Eagerly, the backend's host
+        values are the loaded batch's, ``step`` positions further."""
         if not self.use_graphs:
-            fb = self._forward_batch(padded, self._host[:, :padded].tolist())
+            host = self._host[:, :padded].tolist()
+            for row in (SEQ_LENS, PREFIX_LENS):
+                host[row] = [v + step for v in host[row][:bs]] + host[row][bs:]
+            fb = self._forward_batch(padded, host)
             self.backend.init_forward_metadata(fb)
             return self.model(fb, self.backend)[:bs]
         self._graphs[padded].replay()

@@ -3,6 +3,8 @@ and returns logits."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -15,11 +17,13 @@ from sglang_lite.request import Req
 @dataclass(slots=True)
 class ScheduledBatch:
     """What the scheduler decided for one step: each request computes ``extend_lens[i]``
-    new tokens, starting at its kv_len, into ``slots[i]``."""
+    new tokens, starting at its kv_len, into ``slots[i]``. A continuous decode batch runs
+    ``num_steps`` decode steps back to back: ``slots[i]`` then holds one slot per step."""
 
     reqs: list[Req]
     extend_lens: list[int]
     slots: list[torch.Tensor]
+    num_steps: int = 1
 
     @property
     def is_decode(self) -> bool:
@@ -100,6 +104,36 @@ class ModelRunner:
             last_rows.append(row)
             row += 1
         return logits[last_rows]
+
+
+    @torch.inference_mode()
+    def decode_steps(self, batch: ScheduledBatch, sample_next: Callable[[torch.Tensor], torch.Tensor]
+                     ) -> list[list[int]]:
+        """Run ``batch.num_steps`` decode steps back to back: each step's sampled tokens are
+        the next step's inputs without leaving the device, and the host syncs once, at the
+        end. ``sample_next(logits [B, V]) -> ids [B]`` samples one step. Returns each
+        request's ``num_steps`` sampled tokens."""
+        if self.graph_runner is not None and self.graph_runner.can_run(batch):
+            return self.graph_runner.decode_steps(batch, sample_next)
+        steps = batch.num_steps
+        slots = torch.stack(batch.slots, 1).to(self.device, non_blocking=True)  # [steps, B]
+        fb, _ = self.build_forward_batch(ScheduledBatch(batch.reqs, batch.extend_lens,
+                                                        [s[:1] for s in batch.slots]))
+        out = torch.empty((steps, len(batch.reqs)), dtype=torch.int64, device=self.device)
+        for i in range(steps):
+            if i:
+                fb = _next_decode_step(fb, out[i - 1], slots[i])
+            self.backend.init_forward_metadata(fb)
+            out[i] = sample_next(self.model(fb, self.backend))
+        return out.T.tolist()
+
+
+def _next_decode_step(fb: ForwardBatch, input_ids: torch.Tensor, out_cache_loc: torch.Tensor) -> ForwardBatch:
+    """The decode step after ``fb``: every request one position further."""
+    return dataclasses.replace(
+        fb, input_ids=input_ids, positions=fb.positions + 1, out_cache_loc=out_cache_loc,
+        seq_lens=fb.seq_lens + 1, prefix_lens=fb.prefix_lens + 1,
+        seq_lens_cpu=[n + 1 for n in fb.seq_lens_cpu], prefix_lens_cpu=[n + 1 for n in fb.prefix_lens_cpu])
 
 
 def _record_input_logprobs(req: Req, positions: list[int], logits: torch.Tensor) -> None:

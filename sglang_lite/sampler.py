@@ -4,6 +4,7 @@ torch on CPU), seeded per request by (seed, step)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -30,17 +31,40 @@ class Sampler:
         if bitmask is not None and bitmask.device != device:
             bitmask = bitmask.to(device, non_blocking=True)
         raw = logits
-        logits = logits.clone() if any(r.return_logprob for r in reqs) else logits
-        if any(r.sampling.uses_penalties for r in reqs):
-            self._apply_penalties(logits, reqs)
-        self._mask_early_stop(logits, reqs)
-        floats, ints = _row_params(reqs, device)
-        next_ids = sample(logits, floats[0], ints[0].to(torch.int32), floats[1], floats[2], ints[1], ints[2],
-                          bitmask)
+        penalties = any(r.sampling.uses_penalties for r in reqs)
+        early = any(len(r.output_ids) < r.sampling.min_new_tokens for r in reqs)
+        if penalties or early:  # edited in place: never the caller's tensor
+            logits = logits.clone()
+            if penalties:
+                self._apply_penalties(logits, reqs)
+            self._mask_early_stop(logits, reqs)
+        next_ids = RowParams.of(reqs, device).sample(logits, bitmask)
         out = SampleOutput(next_ids.tolist(), None, None)
         if any(r.return_logprob for r in reqs):
             self._logprobs(raw, next_ids, reqs, out)
         return out
+
+    def continuous(self, reqs: list[Req], device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+        """A sampler for back-to-back decode steps of ``reqs`` without a host sync between
+        them: each call samples one step's logits [B, V] and advances the rows' step counters
+        on the device, so draws equal those of one step at a time. Only for requests that
+        ``can_sample_on_device``."""
+        params = RowParams.of(reqs, device)
+
+        def sample_next(logits: torch.Tensor) -> torch.Tensor:
+            ids = params.sample(logits)
+            params.steps.add_(1)
+            return ids
+
+        return sample_next
+
+    @staticmethod
+    def can_sample_on_device(req: Req) -> bool:
+        """Nothing in this request's sampling needs the host between steps: no grammar, no
+        penalties over its outputs, no logprobs, and EOS no longer banned by min_new_tokens."""
+        p = req.sampling
+        return (req.grammar is None and not req.return_logprob and not p.uses_penalties
+                and len(req.output_ids) >= p.min_new_tokens)
 
     def _apply_penalties(self, logits: torch.Tensor, reqs: list[Req]) -> None:
         rows = [i for i, r in enumerate(reqs) if r.sampling.uses_penalties]
@@ -80,16 +104,30 @@ class Sampler:
             ]
 
 
-def _row_params(reqs: list[Req], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row sampling parameters as two tensors built on the host (pinned on CUDA) and
-    moved in two async copies: floats [3, B] = temperature, top_p, min_p; ints [3, B] =
-    top_k, seed, step (tokens sampled so far)."""
-    pin = device.type == "cuda"
-    params = [r.sampling for r in reqs]
-    floats = torch.tensor([[p.temperature for p in params], [p.top_p for p in params],
-                           [p.min_p for p in params]], dtype=torch.float32)
-    ints = torch.tensor([[p.top_k for p in params], [r.seed for r in reqs],
-                         [len(r.output_ids) for r in reqs]], dtype=torch.int64)
-    if pin:
-        floats, ints = floats.pin_memory(), ints.pin_memory()
-    return floats.to(device, non_blocking=True), ints.to(device, non_blocking=True)
+@dataclass(slots=True)
+class RowParams:
+    """Per-row sampling parameters on the device, built on the host (pinned on CUDA) and
+    moved in two async copies."""
+
+    temperatures: torch.Tensor  # [B] float32
+    top_ps: torch.Tensor
+    min_ps: torch.Tensor
+    top_ks: torch.Tensor  # [B] int32
+    seeds: torch.Tensor  # [B] int64
+    steps: torch.Tensor  # [B] int64, tokens sampled so far
+
+    @classmethod
+    def of(cls, reqs: list[Req], device: torch.device) -> RowParams:
+        params = [r.sampling for r in reqs]
+        floats = torch.tensor([[p.temperature for p in params], [p.top_p for p in params],
+                               [p.min_p for p in params]], dtype=torch.float32)
+        ints = torch.tensor([[p.top_k for p in params], [r.seed for r in reqs],
+                             [len(r.output_ids) for r in reqs]], dtype=torch.int64)
+        if device.type == "cuda":
+            floats, ints = floats.pin_memory(), ints.pin_memory()
+        floats, ints = floats.to(device, non_blocking=True), ints.to(device, non_blocking=True)
+        return cls(floats[0], floats[1], floats[2], ints[0].to(torch.int32), ints[1], ints[2])
+
+    def sample(self, logits: torch.Tensor, bitmask: torch.Tensor | None = None) -> torch.Tensor:
+        return sample(logits, self.temperatures, self.top_ks, self.top_ps, self.min_ps, self.seeds,
+                      self.steps, bitmask)

@@ -67,10 +67,13 @@ def phase_engine(args) -> dict:
 
     cfg = _preset(args.model)
     t0 = time.perf_counter()
-    eng = Engine(MODELS[args.model], tokenizer=None)
+    steps = args.decode_steps or (8 if args.dry_run else None)  # None: the engine's default
+    eng = Engine(MODELS[args.model], tokenizer=None,
+                 **({"num_continuous_decode_steps": steps} if steps else {}))
     res: dict = {"startup_s": time.perf_counter() - t0, "config": {
         k: getattr(eng.config, k) for k in ("dtype", "attention_backend", "disable_cuda_graph",
-                                            "cuda_graph_max_bs", "max_prefill_tokens", "chunked_prefill_size")},
+                                            "cuda_graph_max_bs", "max_prefill_tokens", "chunked_prefill_size",
+                                            "num_continuous_decode_steps")},
         "cuda_graph_sizes": getattr(eng.scheduler.runner.graph_runner, "batch_sizes", None),
         "kv_pool_tokens": eng.kv_pool.num_slots}
     log(f"engine {args.model}: up in {res['startup_s']:.1f}s (graphs: {res['cuda_graph_sizes']})")
@@ -90,8 +93,26 @@ def phase_engine(args) -> dict:
                              "tok_per_s": tokens / seconds, "steps": eng.get_stats().get("num_steps")}
         log(f"engine {args.model}: {tokens} tokens in {seconds:.2f}s = {tokens / seconds:,.0f} tok/s")
         _save(args, res)
-        res["batch1"] = _engine_batch1(eng, cfg.vocab_size, 8 if args.dry_run else 64 if args.quick else 256)
+        new_tokens = 8 if args.dry_run else 64 if args.quick else 256
+        res["batch1"] = _engine_batch1(eng, cfg.vocab_size, new_tokens)
         log(f"engine {args.model}: batch-1 decode {res['batch1']['ms_per_token']:.3f} ms/token")
+        _save(args, res)
+        # The same engine with one host round trip per decode step: what continuous runs buy.
+        steps = eng.scheduler.num_continuous_decode_steps
+        eng.scheduler.num_continuous_decode_steps = 1
+        res["batch1_one_step"] = _engine_batch1(eng, cfg.vocab_size, new_tokens)
+        log(f"engine {args.model}: batch-1 decode, one step per sync "
+            f"{res['batch1_one_step']['ms_per_token']:.3f} ms/token (runs of {steps}: "
+            f"{res['batch1']['ms_per_token']:.3f})")
+        _save(args, res)
+        eng.flush_cache()  # the same prompts again: recompute them, as the first run did
+        _sync(eng.config.torch_device)
+        t = time.perf_counter()
+        _generate(eng, work)
+        seconds = time.perf_counter() - t
+        res["throughput_one_step"] = {"seconds": seconds, "tok_per_s": tokens / seconds}
+        log(f"engine {args.model}: one step per sync {tokens / seconds:,.0f} tok/s "
+            f"(runs of {steps}: {res['throughput']['tok_per_s']:,.0f})")
     finally:
         eng.shutdown()
     return res
@@ -306,7 +327,8 @@ def phase_parity(args) -> dict:
     work = workload(4 if args.quick else 12, _preset(name).vocab_size, 5, (16, 600), (16, 48))
     outs = {}
     for label, opts in (("torch", dict(attention_backend="torch")),
-                        ("triton+graphs", {}), ("triton-eager", dict(disable_cuda_graph=True))):
+                        ("triton+graphs", {}), ("triton-eager", dict(disable_cuda_graph=True)),
+                        ("triton+graphs one-step", dict(num_continuous_decode_steps=1))):
         eng = Engine(MODELS[name], tokenizer=None, max_total_tokens=65536, max_running_requests=32,
                      cuda_graph_max_bs=16, **opts)
         try:
@@ -318,9 +340,10 @@ def phase_parity(args) -> dict:
             torch.cuda.empty_cache()
         log(f"parity: {label} done")
     res = {"model": name, "dtype": "bfloat16", "prompts": len(work)}
-    for label in ("triton+graphs", "triton-eager"):
+    for label in ("triton+graphs", "triton-eager", "triton+graphs one-step"):
         res[label] = _agreement(outs["torch"], outs[label])
     res["graphs_vs_eager"] = _agreement(outs["triton-eager"], outs["triton+graphs"])
+    res["runs_vs_one_step"] = _agreement(outs["triton+graphs one-step"], outs["triton+graphs"])
     log(f"parity: {json.dumps({k: v for k, v in res.items() if isinstance(v, dict)})}")
     return res
 
@@ -355,6 +378,8 @@ def _run_phase(phase: str, model: str | None, limit: float, hf_budget: float, ar
         result_path = f.name
     cmd = [sys.executable, "-m", "sglang_lite.bench.gpu", "--phase", phase, "--result", result_path,
            "--hf-budget", str(hf_budget)]
+    if args.decode_steps:
+        cmd += ["--decode-steps", str(args.decode_steps)]
     if model:
         cmd += ["--model", model]
     for flag in ("quick", "dry_run"):
@@ -429,9 +454,12 @@ def _summary(report: dict) -> dict:
         cont = _get(p, f"hf:{name}", "continuous", "tok_per_s")
         if ours or static or cont:
             out["throughput"][name] = {"sglang-lite": ours, "hf-static-b64": static, "hf-continuous": cont,
+                                       "sglang-lite-one-step": _get(p, f"engine:{name}", "throughput_one_step",
+                                                                    "tok_per_s"),
                                        "x_hf_continuous": ours / cont if ours and cont else None,
                                        "x_hf_static": ours / static if ours and static else None}
         b1 = {"sglang-lite": _get(p, f"engine:{name}", "batch1", "ms_per_token"),
+              "sglang-lite-one-step": _get(p, f"engine:{name}", "batch1_one_step", "ms_per_token"),
               "hf": _get(p, f"hf:{name}", "batch1", "ms_per_token")}
         if any(b1.values()):
             out["batch1_ms_per_token"][name] = b1
@@ -440,7 +468,8 @@ def _summary(report: dict) -> dict:
         weights = _preset(TARGET_MODEL).num_params() * 2
         out["batch1_floor_ms"] = {TARGET_MODEL: 1000 * weights / (copy * 1e9)}
     out["decode_attention_fraction_of_copy"] = _get(p, "kernel", "best_fraction_4k_plus")
-    out["parity"] = {k: _get(p, "parity", k, "token_agreement") for k in ("triton+graphs", "triton-eager")}
+    out["parity"] = {k: _get(p, "parity", k, "token_agreement")
+                     for k in ("triton+graphs", "triton-eager", "triton+graphs one-step", "runs_vs_one_step")}
     t = out["throughput"].get(TARGET_MODEL, {})
     b1 = out["batch1_ms_per_token"].get(TARGET_MODEL, {}).get("sglang-lite")
     frac = out["decode_attention_fraction_of_copy"]
@@ -461,16 +490,18 @@ def render_table(report: dict) -> str:
     def num(x, fmt="{:,.0f}"):
         return fmt.format(x) if isinstance(x, (int, float)) else "-"
 
-    lines.append(f"{'model':<14}{'sglang-lite':>13}{'hf static':>11}{'hf cont.':>10}{'x cont.':>9}"
-                 f"{'b1 ms/tok':>11}{'hf b1':>8}")
+    lines.append(f"{'model':<14}{'sglang-lite':>13}{'1-step':>9}{'hf static':>11}{'hf cont.':>10}{'x cont.':>9}"
+                 f"{'b1 ms/tok':>11}{'1-step':>8}{'hf b1':>8}")
     for name in MODELS:
         t = s["throughput"].get(name, {})
         b = s["batch1_ms_per_token"].get(name, {})
         if not t and not b:
             continue
-        lines.append(f"{name:<14}{num(t.get('sglang-lite')):>13}{num(t.get('hf-static-b64')):>11}"
+        lines.append(f"{name:<14}{num(t.get('sglang-lite')):>13}{num(t.get('sglang-lite-one-step')):>9}"
+                     f"{num(t.get('hf-static-b64')):>11}"
                      f"{num(t.get('hf-continuous')):>10}{num(t.get('x_hf_continuous'), '{:.1f}x'):>9}"
-                     f"{num(b.get('sglang-lite'), '{:.3f}'):>11}{num(b.get('hf'), '{:.1f}'):>8}")
+                     f"{num(b.get('sglang-lite'), '{:.3f}'):>11}{num(b.get('sglang-lite-one-step'), '{:.3f}'):>8}"
+                     f"{num(b.get('hf'), '{:.1f}'):>8}")
     floor = s.get("batch1_floor_ms", {}).get(TARGET_MODEL)
     lines.append(f"batch-1 floor ({TARGET_MODEL}): {num(floor, '{:.3f}')} ms/token")
     lines.append(f"decode attention, best at 4k+ context: {num(s['decode_attention_fraction_of_copy'], '{:.0%}')}"
@@ -493,6 +524,8 @@ def main(argv=None) -> None:
     ap.add_argument("--hf-budget", type=float, default=80.0,
                     help="seconds per HF throughput baseline on the target model (then partial)")
     ap.add_argument("--dry-run", action="store_true", help="the plumbing on a CPU with a tiny model")
+    ap.add_argument("--decode-steps", type=int, default=None,
+                    help="num_continuous_decode_steps of the engine (default: the engine's)")
     ap.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
     ap.add_argument("--model", choices=sorted(MODELS), help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)

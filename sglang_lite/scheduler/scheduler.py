@@ -59,6 +59,7 @@ class Scheduler:
         self.running: list[Req] = []  # holds KV; includes the request being chunk-prefilled
         self.chunked: Req | None = None
         self.new_token_ratio = config.new_token_ratio
+        self.num_continuous_decode_steps = config.num_continuous_decode_steps  # benchmarks vary it
         self.stats = SchedulerStats()
         self.on_batch = None  # observer: called with each ScheduledBatch before it runs (tests)
 
@@ -89,6 +90,10 @@ class Scheduler:
     # ---- the loop body ------------------------------------------------------------------
     def step(self) -> bool:
         """Run one batch; False when there was nothing to run."""
+        steps = self._continuous_steps()
+        if steps > 1:
+            self._decode_continuously(steps)
+            return True
         batch = self._schedule()
         if batch is None:
             return False
@@ -98,6 +103,44 @@ class Scheduler:
         self._process(batch, logits)
         self.stats.num_steps += 1
         return True
+
+    def _continuous_steps(self) -> int:
+        """How many decode steps the running requests can take back to back, with no host
+        work between steps: > 1 only when nothing waits to be admitted, every running
+        request is a plain decode that ``Sampler.can_sample_on_device``, and the pool has
+        the pages for every step (else the one-step path decides, retracting if needed)."""
+        steps = self.num_continuous_decode_steps
+        if steps <= 1 or self.waiting or self.chunked is not None or not self.running:
+            return 1
+        if not all(r.extend_len == 1 and self.sampler.can_sample_on_device(r) for r in self.running):
+            return 1
+        # No further than the longest request still wants, nor past any context limit.
+        steps = min(steps, max(r.remaining_new_tokens for r in self.running),
+                    min(self.context_length - r.seq_len + 1 for r in self.running))
+        if steps <= 1 or sum(self.cache.pages_needed(r, steps) for r in self.running) > self.cache.available_pages:
+            return 1
+        return steps
+
+    def _decode_continuously(self, steps: int) -> None:
+        """``steps`` decode steps of every running request in one device run; each request
+        then takes its tokens in order until one finishes it (later ones are dropped)."""
+        reqs = list(self.running)
+        batch = ScheduledBatch(reqs, [1] * len(reqs), self.cache.allocate_batch(reqs, [steps] * len(reqs)), steps)
+        if self.on_batch is not None:
+            self.on_batch(batch)
+        tokens = self.runner.decode_steps(batch, self.sampler.continuous(reqs, self.runner.device))
+        for req, row in zip(reqs, tokens):
+            for token in row:
+                req.kv_len += 1  # the step's input token now has k/v
+                self.stats.num_generated_tokens += 1
+                reason = self.outputs.append_token(req, token, None, None, self.context_length)
+                if reason is not None:
+                    self._drop_running(req)
+                    self._finish(req, reason)
+                    break
+                self.outputs.maybe_emit(req)
+        self.stats.num_steps += steps
+        self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002 * steps)
 
     def _schedule(self) -> ScheduledBatch | None:
         decode = self._make_room_for_decode([r for r in self.running if r is not self.chunked])
@@ -235,7 +278,7 @@ class Scheduler:
         if not ready:
             return
         bitmask = self.grammar_backend.fill_bitmask(ready) if self.grammar_backend else None
-        out = self.sampler(logits[ready_rows], ready, bitmask)
+        out = self.sampler(logits if len(ready) == len(batch.reqs) else logits[ready_rows], ready, bitmask)
         for j, req in enumerate(ready):
             self.stats.num_generated_tokens += 1
             lp = out.logprobs[j] if out.logprobs is not None else None

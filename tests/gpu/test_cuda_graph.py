@@ -92,21 +92,23 @@ def test_triton_bf16_graphs_agree_with_torch_bf16():
 
 
 def _spy(graph_runner) -> list[int]:
+    """Batch sizes of the decode batches the graphs ran, one step or a run of steps."""
     sizes: list[int] = []
-    forward = graph_runner.forward
-    graph_runner.forward = lambda batch: sizes.append(len(batch.reqs)) or forward(batch)
+    load = graph_runner._load_inputs
+    graph_runner._load_inputs = lambda batch: sizes.append(len(batch.reqs)) or load(batch)
     return sizes
 
 
 def test_graph_padding_for_sizes_outside_the_captured_set():
     # Captured: 1, 2, 4, 8. Decode batches shrink 12 -> 1 as requests finish at different
-    # lengths: 12 and 9..11 run eagerly (too large), 3, 5, 6, 7 are padded.
+    # lengths: 12 and 9..11 run eagerly (too large), 3, 5, 6, 7 are padded. One step at a
+    # time, so every batch size occurs.
     prompts, _ = _workload(12, seed=2)
     max_new = [3 + 2 * i for i in range(12)]
     eager = _engine(dtype="float32", disable_cuda_graph=True)
     ref = _run(eager, prompts, max_new, logprobs=True)
     _close(eager)
-    eng = _engine(dtype="float32", cuda_graph_max_bs=8)
+    eng = _engine(dtype="float32", cuda_graph_max_bs=8, num_continuous_decode_steps=1)
     assert eng.scheduler.runner.graph_runner.batch_sizes == [1, 2, 4, 8]
     sizes = _spy(eng.scheduler.runner.graph_runner)
     outs = _run(eng, prompts, max_new)
@@ -119,7 +121,7 @@ def test_graph_padding_for_sizes_outside_the_captured_set():
 
 
 def test_graph_logits_equal_eager_logits_on_the_same_batch():
-    eng = _engine(dtype="float32", cuda_graph_max_bs=8)
+    eng = _engine(dtype="float32", cuda_graph_max_bs=8, num_continuous_decode_steps=1)
     runner = eng.scheduler.runner
     graph_runner = runner.graph_runner
     seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -156,3 +158,25 @@ def test_graph_replay_survives_long_contexts_without_recapture():
     outs = _run(eng, prompts, [16, 16, 16])
     _close(eng)
     assert sizes and all(len(o["output_ids"]) == 16 for o in outs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_continuous_decode_runs_equal_one_graph_step_at_a_time(dtype):
+    """Runs of 8 replays, inputs advanced on the device, against one replay per host step:
+    the same kernels on the same inputs, so the same tokens exactly (greedy and seeded)."""
+    rng = random.Random(6)
+    prompts = [[rng.randrange(100, 49000) for _ in range(rng.randint(3, 300))] for _ in range(6)]
+    params = [{"temperature": 0.8 * (i % 2), "top_p": 0.95, "seed": i, "max_new_tokens": 40, "ignore_eos": True}
+              for i in range(6)]  # equal lengths: the batch never shrinks, so both use one graph
+    outs = {}
+    for steps in (1, 8):
+        eng = _engine(dtype=dtype, cuda_graph_max_bs=8, num_continuous_decode_steps=steps)
+        assert eng.config.num_continuous_decode_steps == steps
+        runs: list[int] = []
+        eng.scheduler.on_batch = lambda batch: runs.append(batch.num_steps)
+        outs[steps] = [o["output_ids"] for o in eng.generate(input_ids=prompts, sampling_params=params)]
+        stats = eng.get_stats()
+        _close(eng)
+        assert stats["num_free_pages"] + stats["num_cached_pages"] == stats["num_usable_pages"]
+        assert max(runs) == steps
+    assert outs[8] == outs[1]

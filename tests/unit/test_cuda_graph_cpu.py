@@ -94,6 +94,11 @@ def test_engine_config_gpu_defaults_and_graph_limit():
     cpu = EngineConfig.create(device="cpu")
     assert (cpu.max_prefill_tokens, cpu.chunked_prefill_size) == (4096, 1024)
     assert cpu.cuda_graph_batch_limit == 0
+    assert (gpu.num_continuous_decode_steps, cpu.num_continuous_decode_steps) == (8, 1)
+    assert EngineConfig.create(device="cpu", num_continuous_decode_steps=4).num_continuous_decode_steps == 4
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match="num_continuous_decode_steps"):
+            EngineConfig.create(device="cpu", num_continuous_decode_steps=bad)
 
 
 def test_graph_runner_refuses_a_backend_it_cannot_capture():
@@ -199,3 +204,43 @@ def test_padded_decode_through_the_triton_backend_matches_torch_backend():
         torch.testing.assert_close(seen["padded"], seen["plain"], rtol=1e-4, atol=1e-4)
     finally:
         eng.shutdown()
+
+
+def _generate_sampled(eng):
+    """Greedy and seeded-sampling rows together, finishing at different steps."""
+    params = [{"temperature": 0.9 * (i % 2), "top_k": 50 if i % 2 else -1, "seed": 7 + i,
+               "max_new_tokens": m, "ignore_eos": True} for i, m in enumerate(MAX_NEW)]
+    return [o["output_ids"] for o in eng.generate(input_ids=PROMPTS, sampling_params=params)]
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_continuous_decode_through_padded_static_buffers_matches_one_step_at_a_time(backend):
+    """Runs of 4 decode steps replay the padded path with inputs advanced on the device:
+    the same tokens as one step at a time, greedy and seeded, as the batch shrinks 5 -> 1."""
+    from kernels._triton import HAS_TRITON
+
+    if backend == "triton" and not HAS_TRITON:
+        pytest.skip("triton is not installed")
+    plain = Engine("dummy:tiny", max_total_tokens=512, max_running_requests=8)
+    runs = Engine("dummy:tiny", max_total_tokens=512, max_running_requests=8, num_continuous_decode_steps=4)
+    try:
+        runner = runs.scheduler.runner
+        attention = runner.backend
+        if backend == "triton":
+            from sglang_lite.attention.triton_backend import TritonAttentionBackend
+
+            attention = TritonAttentionBackend(runs.kv_pool)
+        graph_runner = CudaGraphRunner(runner.model, attention, runner.req_pool, runner.device,
+                                       [1, 2, 4, 8], use_graphs=False)
+        runner.graph_runner = graph_runner
+        calls = []
+        decode_steps = graph_runner.decode_steps
+        graph_runner.decode_steps = lambda b, f: calls.append((len(b.reqs), b.num_steps)) or decode_steps(b, f)
+        expected, got = _generate_sampled(plain), _generate_sampled(runs)
+        assert got == expected
+        assert (5, 4) in calls and all(n <= 4 for _, n in calls)
+        assert runs.get_stats()["num_free_pages"] + runs.get_stats()["num_cached_pages"] == \
+            runs.get_stats()["num_usable_pages"]
+    finally:
+        plain.shutdown()
+        runs.shutdown()

@@ -1,0 +1,94 @@
+"""Continuous decoding (``num_continuous_decode_steps``) on the real model: runs of decode
+steps without a host sync between them give exactly the outputs of one step at a time:
+greedy and seeded sampling, EOS, stop tokens, stop strings, streaming; requests that need
+the host every step (logprobs, penalties, grammars, min_new_tokens) fall back to one step."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_lite import Engine
+from tests.conftest import assert_no_leak
+
+STEPS = 6
+PROMPTS = ["Here is a short list of fruits:", "The capital of France is", "def fibonacci(n):",
+           "Once upon a time", "Write a haiku about the sea.", "1, 2, 3, 4,"]
+
+
+@pytest.fixture(scope="module")
+def runs_engine(model_dir):
+    eng = Engine(num_continuous_decode_steps=STEPS)
+    runs: list[int] = []
+    eng.scheduler.on_batch = lambda batch: runs.append(batch.num_steps)
+    eng.runs = runs
+    yield eng
+    eng.shutdown()
+
+
+def _params(stop_token: int, stop_string: str) -> list[dict]:
+    return [
+        {"temperature": 0, "max_new_tokens": 30, "ignore_eos": True},
+        {"temperature": 0, "max_new_tokens": 40},  # may stop at EOS
+        {"temperature": 0.8, "top_p": 0.9, "seed": 11, "max_new_tokens": 25, "ignore_eos": True},
+        {"temperature": 1.0, "top_k": 20, "seed": 12, "max_new_tokens": 33},
+        {"temperature": 0, "max_new_tokens": 30, "ignore_eos": True, "stop_token_ids": [stop_token]},
+        {"temperature": 0, "max_new_tokens": 30, "ignore_eos": True, "stop": [stop_string]},
+    ]
+
+
+def _strip(out: dict) -> tuple:
+    return out["text"], out["output_ids"], out["meta_info"]["finish_reason"]
+
+
+def test_runs_of_steps_equal_one_step_at_a_time(engine, runs_engine):
+    ref0 = engine.generate(PROMPTS[4], {"temperature": 0, "max_new_tokens": 30, "ignore_eos": True})
+    ref5 = engine.generate(PROMPTS[5], {"temperature": 0, "max_new_tokens": 30, "ignore_eos": True})
+    stop_token = ref0["output_ids"][9]  # finishes request 4 in the middle of a run
+    stop_string = ref5["text"][12:16]
+    params = _params(stop_token, stop_string)
+    expected = engine.generate(PROMPTS, params)
+    runs_engine.runs.clear()
+    got = runs_engine.generate(PROMPTS, params)
+    assert [_strip(o) for o in got] == [_strip(o) for o in expected]
+    assert got[4]["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_token}
+    assert got[5]["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_string}
+    assert STEPS in runs_engine.runs  # the decode did run in multi-step runs
+    assert sum(runs_engine.runs) < 40  # ... far fewer host round trips than tokens
+    assert_no_leak(runs_engine)
+
+
+def test_streamed_runs_add_up_and_hold_back_stop_strings(engine, runs_engine):
+    base = engine.generate("Count: one, two, three,", {"max_new_tokens": 20, "temperature": 0, "ignore_eos": True})
+    stop = base["text"][8:12]
+    params = {"max_new_tokens": 20, "temperature": 0, "ignore_eos": True, "stop": stop}
+    chunks = list(runs_engine.generate("Count: one, two, three,", params, stream=True))
+    streamed = "".join(c["text"] for c in chunks)
+    assert stop not in streamed
+    assert chunks[-1]["meta_info"]["finish_reason"]["matched"] == stop
+    assert streamed == engine.generate("Count: one, two, three,", params)["text"]
+    full = list(runs_engine.generate("Emoji story:", {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True},
+                                     stream=True))
+    assert len(full) >= 10  # one chunk per token even when tokens arrive a run at a time
+    assert sum((c["output_ids"] for c in full), []) == engine.generate(
+        "Emoji story:", {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True})["output_ids"]
+
+
+@pytest.mark.parametrize("extra, kwargs", [
+    ({"frequency_penalty": 0.5}, {}),
+    ({"min_new_tokens": 20}, {}),
+    ({}, {"return_logprob": True}),
+    ({"json_schema": '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'}, {}),
+], ids=["penalty", "min_new_tokens", "logprobs", "grammar"])
+def test_requests_needing_the_host_each_step_run_one_step_at_a_time(engine, runs_engine, extra, kwargs):
+    params = {"temperature": 0, "max_new_tokens": 24, **extra}
+    runs_engine.runs.clear()
+    got = runs_engine.generate(PROMPTS[0], params, **kwargs)
+    expected = engine.generate(PROMPTS[0], params, **kwargs)
+    assert _strip(got) == _strip(expected)
+    if "min_new_tokens" in extra:  # once past min_new_tokens, runs resume
+        assert set(runs_engine.runs[:20]) == {1}
+    else:
+        assert set(runs_engine.runs) == {1}
+    if kwargs.get("return_logprob"):
+        logprobs = [[lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]] for out in (got, expected)]
+        assert len(logprobs[0]) == 24 and logprobs[0] == pytest.approx(logprobs[1], abs=1e-5)
