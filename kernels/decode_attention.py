@@ -43,6 +43,19 @@ def _check_batch_vector(name, t, batch, device):
         raise ValueError(f"{name}: expected int [{batch}] on {device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
 
 
+def _check_contiguous_vectors(**vectors) -> None:
+    # The Triton kernels index these [B] tensors as ptr + b.
+    for name, t in vectors.items():
+        if t.numel() > 1 and t.stride(0) != 1:
+            raise ValueError(f"{name}: must be contiguous, stride {t.stride()}")
+
+
+def _check_block(name: str, value: int) -> None:
+    # tl.arange needs a power of two; tl.dot needs every dimension >= 16.
+    if value < 16 or value & (value - 1):
+        raise ValueError(f"{name}: must be a power of two >= 16, got {value}")
+
+
 def _check_decode_args(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens):
     _check_paged_common(q, k_buffer, v_buffer, req_to_token, req_pool_indices)
     _check_batch_vector("req_pool_indices", req_pool_indices, q.shape[0], q.device)
@@ -165,10 +178,14 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
         out = torch.empty_like(q)
     elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
         raise ValueError(f"out: expected {q.dtype} {tuple(q.shape)} with a contiguous last dim")
+    _check_block("block_n", block_n)
+    _check_contiguous_vectors(req_pool_indices=req_pool_indices, seq_lens=seq_lens)
     if batch == 0:
         return out
     if num_kv_splits is None:
         num_kv_splits = default_num_kv_splits(batch, num_kv_heads, q.device)
+    if num_kv_splits < 1:
+        raise ValueError(f"num_kv_splits: must be >= 1, got {num_kv_splits}")
     mid_o = torch.empty(batch, num_heads, num_kv_splits, head_dim, dtype=torch.float32, device=q.device)
     mid_lse = torch.empty(batch, num_heads, num_kv_splits, dtype=torch.float32, device=q.device)
     group = num_heads // num_kv_heads

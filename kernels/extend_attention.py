@@ -12,7 +12,13 @@ from __future__ import annotations
 import torch
 
 from kernels._triton import HAS_TRITON, tl, triton
-from kernels.decode_attention import _check_batch_vector, _check_paged_common, _gather_kv
+from kernels.decode_attention import (
+    _check_batch_vector,
+    _check_block,
+    _check_contiguous_vectors,
+    _check_paged_common,
+    _gather_kv,
+)
 
 
 def _check_extend_args(q, k_buffer, v_buffer, req_to_token, req_pool_indices,
@@ -112,6 +118,10 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
     elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
         raise ValueError(f"out: expected {q.dtype} {tuple(q.shape)} with a contiguous last dim")
     batch, num_heads, head_dim = req_pool_indices.shape[0], q.shape[1], q.shape[2]
+    _check_block("block_m", block_m)
+    _check_block("block_n", block_n)
+    _check_contiguous_vectors(req_pool_indices=req_pool_indices, prefix_lens=prefix_lens,
+                              extend_lens=extend_lens, extend_start_loc=extend_start_loc)
     if max_extend_len is None:
         max_extend_len = int(extend_lens.max()) if batch else 0
     if batch == 0 or max_extend_len == 0:

@@ -55,6 +55,8 @@ def store_kv(k, v, k_buffer, v_buffer, slots) -> None:
     for name, t in (("k", k), ("v", v), ("k_buffer", k_buffer), ("v_buffer", v_buffer)):
         if t.stride(-1) != 1:
             raise ValueError(f"{name}: last dim must be contiguous, strides {t.stride()}")
+    if slots.numel() > 1 and slots.stride(0) != 1:  # the kernel reads slots_ptr + t
+        raise ValueError(f"slots: must be contiguous, stride {slots.stride()}")
     num_tokens, num_heads, head_dim = k.shape
     if num_tokens == 0:
         return

@@ -160,6 +160,15 @@ def test_launchers_reject_bad_shapes():
         decode_attention(q, k_buf, v_buf, r2t, rows, _lens([4], "cpu"), 1.0)
     with pytest.raises(ValueError, match="slots"):
         store_kv(torch.randn(2, 2, 32), torch.randn(2, 2, 32), k_buf, v_buf, torch.zeros(3, dtype=torch.int64))
+    # The kernels read [B] vectors as ptr + b and need power-of-two blocks (tl.arange, tl.dot).
+    with pytest.raises(ValueError, match="seq_lens: must be contiguous"):
+        seq_lens = torch.tensor([[4, 0], [4, 0]])[:, 0]
+        decode_attention(torch.randn(2, 4, 32), k_buf, v_buf, r2t, torch.zeros(2, dtype=torch.int64), seq_lens, 1.0)
+    with pytest.raises(ValueError, match="block_n"):
+        decode_attention(torch.randn(1, 4, 32), k_buf, v_buf, r2t, rows, _lens([4], "cpu"), 1.0, block_n=48)
+    with pytest.raises(ValueError, match="slots: must be contiguous"):
+        slots = torch.zeros(2, 2, dtype=torch.int64)[:, 0]
+        store_kv(torch.randn(2, 2, 32), torch.randn(2, 2, 32), k_buf, v_buf, slots)
 
 
 # ----------------------------------------------------------------------------- GPU, real shapes
