@@ -158,10 +158,13 @@ class CudaGraphRunner:
         if self._copy_done is not None:
             self._copy_done.synchronize()  # the last copy has left the pinned buffers
         fill_decode_inputs(self._host, batch, padded)
-        self._inputs[:, :padded].copy_(self._host[:, :padded], non_blocking=True)
+        # Whole rows: a column slice of a pinned buffer is not contiguous, and torch would
+        # stage it through pageable memory (a blocking copy). Columns past ``padded`` are stale
+        # and never read.
+        self._inputs.copy_(self._host, non_blocking=True)
         if batch.num_steps > 1:
             self._host_slots[: batch.num_steps, :bs] = torch.stack(batch.slots, 1)
-            self._slots[: batch.num_steps, :bs].copy_(self._host_slots[: batch.num_steps, :bs], non_blocking=True)
+            self._slots[: batch.num_steps].copy_(self._host_slots[: batch.num_steps], non_blocking=True)
         if self._copy_done is not None:
             self._copy_done.record()
         return bs, padded

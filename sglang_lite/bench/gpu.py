@@ -166,6 +166,8 @@ def phase_hf(args) -> dict:
     import torch
 
     cfg = _preset(args.model)
+    # No network on the device: transformers must not try the Hub for attention kernels.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()
     model = _hf_model(args.model, "cpu" if args.dry_run else "cuda")
     res: dict = {"startup_s": time.perf_counter() - t0}
