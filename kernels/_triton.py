@@ -45,3 +45,9 @@ except ImportError:  # pragma: no cover - exercised only on installs without tri
     tl = SimpleNamespace(constexpr=object)
 
 __all__ = ["HAS_TRITON", "triton", "tl"]
+
+
+def runs_fused(flag: bool | None, x: torch.Tensor) -> bool:
+    """Whether a module with a Triton kernel uses it on ``x``: ``flag`` when set (tests run the
+    kernels on CPU through the interpreter), else exactly when x is on CUDA and triton exists."""
+    return flag if flag is not None else x.is_cuda and HAS_TRITON

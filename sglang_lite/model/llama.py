@@ -3,6 +3,11 @@
 q/k/v and gate/up projections are merged into single matmuls; weights load from Hugging
 Face names through ``load_weights``. Qwen2's qkv bias and Qwen3's per-head qk-norm are
 switches in ``ModelConfig``.
+
+On CUDA the elementwise work runs in fused Triton kernels (``kernels/``): residual add +
+RMSNorm, RoPE on q and k in place, SiLU-and-mul. A decode step of a small batch is a chain of
+launches, so each op fused away is latency saved; the math and its rounding points are the
+plain-torch path's, which CPUs run (``use_fused_ops`` chooses).
 """
 
 from __future__ import annotations
@@ -10,24 +15,34 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from kernels._triton import runs_fused
+from kernels.activation import silu_and_mul, silu_and_mul_ref
+from kernels.rmsnorm import rmsnorm
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch
 from sglang_lite.model.config import ModelConfig
 from sglang_lite.model.rope import RotaryEmbedding
 
 
 class RMSNorm(nn.Module):
+    """``norm(x)``, or with a residual ``(norm(x + residual), x + residual)``: the sum is the
+    next residual, so the add and the norm are one fused kernel."""
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.fused: bool | None = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if x.dim() == 2 and runs_fused(self.fused, x):
+            out, h = rmsnorm(x, self.weight, self.eps, residual)
+            return out if residual is None else (out, h)
+        h = x if residual is None else x + residual
+        hf = h.float()
+        out = self.weight * (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        return out if residual is None else (out, h)
 
 
 class Attention(nn.Module):
@@ -44,7 +59,7 @@ class Attention(nn.Module):
         self.rope = rope
         self.sm_scale = cfg.head_dim**-0.5
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend, cos_sin) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend, rope_batch) -> torch.Tensor:
         # x: [T, hidden]
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -53,7 +68,7 @@ class Attention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rope(cos_sin, q, k)
+        q, k = self.rope(rope_batch, q, k)
         o = backend.forward(q, k, v, self.layer_id, batch, self.sm_scale)  # [T, Hq, D]
         return self.o_proj(o.reshape(-1, self.q_size))
 
@@ -63,10 +78,12 @@ class MLP(nn.Module):
         super().__init__()
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.fused: bool | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        gate_up = self.gate_up_proj(x)
+        act = silu_and_mul(gate_up) if runs_fused(self.fused, x) else silu_and_mul_ref(gate_up)
+        return self.down_proj(act)
 
 
 class DecoderLayer(nn.Module):
@@ -77,9 +94,17 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend, cos_sin) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), batch, backend, cos_sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch,
+                backend: AttentionBackend, rope_batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (this layer's MLP output, the residual stream before it); their sum is the
+        layer's output, formed by the next layer's fused add + norm."""
+        if residual is None:
+            h, residual = self.input_layernorm(x), x
+        else:
+            h, residual = self.input_layernorm(x, residual)
+        h = self.self_attn(h, batch, backend, rope_batch)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -94,6 +119,12 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.tie_weights()
 
+    def use_fused_ops(self, fused: bool | None) -> None:
+        """Triton kernels for norms, RoPE and SiLU-and-mul: True, False, or None = on CUDA."""
+        for m in self.modules():
+            if hasattr(m, "fused"):
+                m.fused = fused
+
     def tie_weights(self) -> None:
         """Share the embedding with the LM head (again after ``to_empty``, which unties)."""
         if self.config.tie_word_embeddings:
@@ -103,10 +134,12 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
         """Logits [B, vocab] (fp32) at each request's last new token."""
         x = self.embed_tokens(batch.input_ids)  # [T, hidden]
-        cos_sin = self.rope.cos_sin(batch.positions)
+        rope_batch = self.rope.prepare(batch.positions)
+        residual = None
         for layer in self.layers:
-            x = layer(x, batch, backend, cos_sin)
-        x = self.norm(x[batch.logits_indices])  # [B, hidden]
+            x, residual = layer(x, residual, batch, backend, rope_batch)
+        rows = batch.logits_indices
+        x, _ = self.norm(x[rows], residual[rows])  # [B, hidden]
         return self.lm_head(x).float()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -7,6 +7,9 @@ from typing import Any
 
 import torch
 
+from kernels._triton import runs_fused
+from kernels.rope import apply_rope_, rotate_ref
+
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> torch.Tensor:
     """Inverse frequencies [head_dim // 2] in fp32."""
@@ -40,6 +43,7 @@ class RotaryEmbedding(torch.nn.Module):
     def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: dict | None):
         super().__init__()
         self._spec = (head_dim, max_positions, theta, scaling)
+        self.fused: bool | None = None  # the Triton kernel: None = on CUDA
         self.register_buffer("cos_cache", torch.empty(0), persistent=False)
         self.register_buffer("sin_cache", torch.empty(0), persistent=False)
         self.build_tables(self.cos_cache.device)
@@ -52,17 +56,18 @@ class RotaryEmbedding(torch.nn.Module):
         freqs = torch.outer(t, inv_freq)  # [max_positions, head_dim // 2]
         self.cos_cache, self.sin_cache = freqs.cos(), freqs.sin()
 
-    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[T, 1, D/2] tables for ``positions``; computed once per forward, used by every layer."""
-        return self.cos_cache[positions].unsqueeze(1), self.sin_cache[positions].unsqueeze(1)
+    def prepare(self, positions: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """Once per forward, for every layer: the positions, and unless the fused kernel
+        runs (it reads the tables itself) the cos/sin rows [T, 1, D/2] for them."""
+        if runs_fused(self.fused, positions):
+            return positions, None
+        return positions, (self.cos_cache[positions].unsqueeze(1), self.sin_cache[positions].unsqueeze(1))
 
-    def forward(self, cos_sin: tuple[torch.Tensor, torch.Tensor], q: torch.Tensor, k: torch.Tensor):
-        # q: [T, Hq, D], k: [T, Hkv, D]
+    def forward(self, rope_batch, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # q: [T, Hq, D], k: [T, Hkv, D]; the fused kernel rotates them in place
+        positions, cos_sin = rope_batch
+        if cos_sin is None:
+            apply_rope_(q, k, self.cos_cache, self.sin_cache, positions)
+            return q, k
         cos, sin = cos_sin
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.float().chunk(2, dim=-1)
-    out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-    return out.to(x.dtype)
+        return rotate_ref(q, cos, sin), rotate_ref(k, cos, sin)

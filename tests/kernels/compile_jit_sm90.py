@@ -3,7 +3,7 @@
 
 ``compile_sm90.py`` compiles each kernel from a hand-written signature. This script instead
 calls the launchers (``decode_attention``, ``extend_attention``, ``store_kv``, the sampler,
-rmsnorm) on CPU tensors of the engine's real shapes and dtypes, with a stand-in driver that
+rmsnorm, silu_and_mul, rope) on CPU tensors of the engine's real shapes and dtypes, with a stand-in driver that
 reports an sm_90 target, and turns every launch into a warm-up (compile, never run). So the
 JIT's own binder picks the signature and specializations (int32/int64 index tensors, strides
 equal to 1 or divisible by 16, pointer alignment) exactly as it will on an H100/H200, and the
@@ -107,8 +107,19 @@ def main() -> None:
         _sampling(vocab)
     from kernels.rmsnorm import rmsnorm
 
-    x = torch.zeros(3, 576, dtype=torch.bfloat16)
-    rmsnorm(x, torch.ones(576, dtype=torch.bfloat16), 1e-5, residual=x.clone())
+    from kernels.activation import silu_and_mul
+    from kernels.rope import apply_rope_
+
+    for hidden, inter, hq, hkv, head_dim in ((576, 1536, 9, 3, 64), (2048, 8192, 32, 8, 64), (4096, 14336, 32, 8, 128)):
+        x = torch.zeros(3, hidden, dtype=torch.bfloat16)
+        rmsnorm(x, torch.ones(hidden, dtype=torch.bfloat16), 1e-5)
+        rmsnorm(x, torch.ones(hidden, dtype=torch.bfloat16), 1e-5, residual=x.clone())
+        silu_and_mul(torch.zeros(3, 2 * inter, dtype=torch.bfloat16))
+        qkv = torch.zeros(3, (hq + 2 * hkv) * head_dim, dtype=torch.bfloat16)
+        q, k, _ = qkv.split([hq * head_dim, hkv * head_dim, hkv * head_dim], dim=-1)
+        tables = torch.zeros(2, 8192, head_dim // 2)
+        apply_rope_(q.view(3, hq, head_dim), k.view(3, hkv, head_dim), tables[0], tables[1],
+                    torch.zeros(3, dtype=torch.int64))
     for name, shared in sorted(_compiled.items()):
         print(f"ok {name} (max shared {shared} B)")
 
