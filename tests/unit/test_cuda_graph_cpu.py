@@ -226,10 +226,11 @@ def test_continuous_decode_through_padded_static_buffers_matches_one_step_at_a_t
     try:
         runner = runs.scheduler.runner
         attention = runner.backend
-        if backend == "triton":
+        if backend == "triton":  # everything a GPU decode runs but the capture: Triton attention and fused ops
             from sglang_lite.attention.triton_backend import TritonAttentionBackend
 
             attention = TritonAttentionBackend(runs.kv_pool)
+            runs.model.use_fused_ops(True)
         graph_runner = CudaGraphRunner(runner.model, attention, runner.req_pool, runner.device,
                                        [1, 2, 4, 8], use_graphs=False)
         runner.graph_runner = graph_runner
