@@ -200,6 +200,9 @@ class Engine:
         for ids, sp in zip(id_lists, params_list):
             params = SamplingParams.from_dict(sp)
             self._check_input_ids(ids)
+            if params.logit_bias and max(params.logit_bias) >= self.model_config.vocab_size:
+                raise ValueError(f"logit_bias: token id {max(params.logit_bias)} is not in "
+                                 f"[0, {self.model_config.vocab_size})")
             if params.constraint is not None:
                 self.scheduler.grammar_backend.compile(params)  # compile errors surface here
             for i in range(params.n):

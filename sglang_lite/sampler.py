@@ -33,8 +33,11 @@ class Sampler:
         raw = logits
         penalties = any(r.sampling.uses_penalties for r in reqs)
         early = any(len(r.output_ids) < r.sampling.min_new_tokens for r in reqs)
-        if penalties or early:  # edited in place: never the caller's tensor
+        bias = _logit_bias(reqs, device)
+        if penalties or early or bias is not None:  # edited in place: never the caller's tensor
             logits = logits.clone()
+            if bias is not None:
+                logits.index_put_(bias[:2], bias[2], accumulate=True)
             if penalties:
                 self._apply_penalties(logits, reqs)
             self._mask_early_stop(logits, reqs)
@@ -50,8 +53,11 @@ class Sampler:
         on the device, so draws equal those of one step at a time. Only for requests that
         ``can_sample_on_device``."""
         params = RowParams.of(reqs, device)
+        bias = _logit_bias(reqs, device)
 
         def sample_next(logits: torch.Tensor) -> torch.Tensor:
+            if bias is not None:  # logits: this step's own buffer, free to edit
+                logits.index_put_(bias[:2], bias[2], accumulate=True)
             ids = params.sample(logits)
             params.steps.add_(1)
             return ids
@@ -102,6 +108,16 @@ class Sampler:
                 list(zip(vals[i][: r.top_logprobs_num], idx[i][: r.top_logprobs_num]))
                 for i, r in enumerate(reqs)
             ]
+
+
+def _logit_bias(reqs: list[Req], device: torch.device) -> tuple[torch.Tensor, ...] | None:
+    """(rows, token ids, biases) of every request's logit_bias, for one index_put_; None if none."""
+    entries = [(i, t, b) for i, r in enumerate(reqs) if r.sampling.logit_bias for t, b in r.sampling.logit_bias.items()]
+    if not entries:
+        return None
+    rows, ids, vals = zip(*entries)
+    return (torch.tensor(rows, device=device), torch.tensor(ids, device=device),
+            torch.tensor(vals, dtype=torch.float32, device=device))
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ class SamplingParams:
     ebnf: str | None = None
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit, in [-100, 100]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
@@ -43,6 +44,8 @@ class SamplingParams:
             d.pop("stop", None)
         if d.get("stop_token_ids") is None:
             d.pop("stop_token_ids", None)
+        if isinstance(d.get("logit_bias"), dict):  # OpenAI sends token ids as JSON object keys
+            d["logit_bias"] = {_token_id_key(k): v for k, v in d["logit_bias"].items()}
         if isinstance(d.get("json_schema"), dict):
             d["json_schema"] = json.dumps(d["json_schema"])
         params = cls(**d)
@@ -72,6 +75,14 @@ class SamplingParams:
             raise ValueError("stop: at most 16 stop strings")
         if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids):
             raise ValueError("stop_token_ids: must be a list of non-negative integers")
+        if self.logit_bias is not None:
+            if not isinstance(self.logit_bias, dict) or len(self.logit_bias) > MAX_LOGIT_BIAS:
+                raise ValueError(f"logit_bias: must map at most {MAX_LOGIT_BIAS} token ids to numbers")
+            for token, bias in self.logit_bias.items():
+                _check_int("logit_bias", token, lo=0)
+                if not isinstance(bias, (int, float)) or isinstance(bias, bool) or not -100 <= bias <= 100:
+                    raise ValueError(f"logit_bias: the bias of token {token} must be a number in "
+                                     f"[-100, 100], got {bias!r}")
         constraints = [k for k in ("regex", "json_schema", "ebnf") if getattr(self, k) is not None]
         if len(constraints) > 1:
             raise ValueError(f"{constraints[1]}: only one of regex, json_schema, ebnf per request")
@@ -94,6 +105,18 @@ class SamplingParams:
             if spec is not None:
                 return kind, spec
         return None
+
+
+MAX_LOGIT_BIAS = 1024
+
+
+def _token_id_key(key: Any) -> Any:
+    if isinstance(key, str):
+        try:
+            return int(key)
+        except ValueError:
+            raise ValueError(f"logit_bias: keys must be token ids, got {key!r}") from None
+    return key
 
 
 def _check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> None:

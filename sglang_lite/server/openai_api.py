@@ -46,8 +46,6 @@ def _check_model(state, model: str | None) -> None:
 
 # ---- shared request -> engine jobs ------------------------------------------------------------
 def _sampling_params(body: _SamplingFields, max_tokens: int | None) -> dict[str, Any]:
-    if body.logit_bias:
-        raise APIError(400, "logit_bias: not supported", param="logit_bias", code="unsupported")
     if not isinstance(body.n, int) or not 1 <= body.n <= 128:
         raise APIError(400, f"n: must be an integer in [1, 128], got {body.n}", param="n")
     params: dict[str, Any] = {
@@ -57,7 +55,7 @@ def _sampling_params(body: _SamplingFields, max_tokens: int | None) -> dict[str,
         "min_new_tokens": body.min_tokens, "stop": body.stop, "stop_token_ids": body.stop_token_ids,
         "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,
         "no_stop_trim": body.no_stop_trim, "regex": body.regex, "ebnf": body.ebnf,
-        "json_schema": body.json_schema,
+        "json_schema": body.json_schema, "logit_bias": body.logit_bias or None,
     }
     if max_tokens is not None:
         params["max_new_tokens"] = max_tokens

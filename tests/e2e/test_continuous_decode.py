@@ -92,3 +92,17 @@ def test_requests_needing_the_host_each_step_run_one_step_at_a_time(engine, runs
     if kwargs.get("return_logprob"):
         logprobs = [[lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]] for out in (got, expected)]
         assert len(logprobs[0]) == 24 and logprobs[0] == pytest.approx(logprobs[1], abs=1e-5)
+
+
+def test_logit_bias_applies_on_the_device_in_runs(engine, runs_engine):
+    base = engine.generate(PROMPTS[1], {"temperature": 0, "max_new_tokens": 20, "ignore_eos": True})
+    bias = {str(t): -100 for t in set(base["output_ids"][2:6])} | {str(base["output_ids"][0]): 5.0}
+    params = [{"temperature": 0, "max_new_tokens": 20, "ignore_eos": True, "logit_bias": bias},
+              {"temperature": 0.8, "seed": 4, "max_new_tokens": 20, "ignore_eos": True, "logit_bias": bias},
+              {"temperature": 0, "max_new_tokens": 20, "ignore_eos": True}]
+    runs_engine.runs.clear()
+    got = runs_engine.generate([PROMPTS[1]] * 3, params)
+    assert STEPS in runs_engine.runs
+    assert [_strip(o) for o in got] == [_strip(o) for o in engine.generate([PROMPTS[1]] * 3, params)]
+    assert got[2]["output_ids"] == base["output_ids"]
+    assert not {int(t) for t, b in bias.items() if b < 0} & set(got[0]["output_ids"] + got[1]["output_ids"])

@@ -124,3 +124,23 @@ def test_output_logprobs_and_top_alternatives(engine):
         assert lp <= 0
     total = sum(math.exp(lp) for lp, _, _ in tops[0])
     assert total <= 1.0 + 1e-5
+
+
+def test_logit_bias_bans_and_forces_tokens(engine):
+    greedy = gen(engine, temperature=0, max_new_tokens=12, ignore_eos=True)
+    banned = sorted(set(greedy["output_ids"][:3]))
+    out = gen(engine, temperature=0, max_new_tokens=12, ignore_eos=True, logit_bias={str(t): -100 for t in banned})
+    assert not set(out["output_ids"]) & set(banned)
+    forced = engine.tokenize(" banana")[-1]
+    out = gen(engine, temperature=0.7, seed=3, max_new_tokens=5, ignore_eos=True, logit_bias={forced: 100})
+    assert out["output_ids"] == [forced] * 5
+    # a small bias only shifts: the unbiased rows of a batch are unaffected
+    both = engine.generate([PROMPT, PROMPT], [{"temperature": 0, "max_new_tokens": 12, "ignore_eos": True},
+                                              {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True,
+                                               "logit_bias": {banned[0]: -100}}])
+    assert both[0]["output_ids"] == greedy["output_ids"] and banned[0] not in both[1]["output_ids"]
+
+
+def test_logit_bias_token_out_of_vocabulary_is_refused(engine):
+    with pytest.raises(ValueError, match="logit_bias"):
+        gen(engine, max_new_tokens=2, logit_bias={engine.model_config.vocab_size: 1.0})

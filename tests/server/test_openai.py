@@ -64,6 +64,18 @@ def test_chat_max_completion_tokens_and_sampling_fields(client, model_name):
     assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
 
 
+def test_logit_bias_bans_and_forces(client, engine, model_name):
+    kw = dict(model=model_name, messages=CHAT, max_tokens=6, temperature=0)
+    plain = client.chat.completions.create(**kw).choices[0].message.content
+    first = engine.tokenize(plain)[0]
+    banned = client.chat.completions.create(logit_bias={str(first): -100}, **kw).choices[0].message.content
+    assert engine.tokenize(banned)[0] != first
+    forced = engine.tokenize(" yes")[-1]
+    r = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=4, temperature=0.9, seed=1,
+                                  logit_bias={str(forced): 100})
+    assert r.choices[0].text == " yes" * 4
+
+
 def test_seed_is_reproducible(client, model_name):
     kw = dict(model=model_name, prompt=PROMPT, max_tokens=6, temperature=1.0, seed=1234)
     assert client.completions.create(**kw).choices[0].text == client.completions.create(**kw).choices[0].text

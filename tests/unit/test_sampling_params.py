@@ -23,6 +23,12 @@ from sglang_lite.sampling_params import SamplingParams
         ({"regex": "a", "ebnf": "start: 'a'"}, "ebnf"),
         ({"temprature": 0.5}, "temprature"),
         ({"seed": -3}, "seed"),
+        ({"logit_bias": {"abc": 1.0}}, "logit_bias"),
+        ({"logit_bias": {"-4": 1.0}}, "logit_bias"),
+        ({"logit_bias": {"5": 101}}, "logit_bias"),
+        ({"logit_bias": {5: "x"}}, "logit_bias"),
+        ({"logit_bias": [1, 2]}, "logit_bias"),
+        ({"logit_bias": {str(i): 1.0 for i in range(1025)}}, "logit_bias"),
     ],
 )
 def test_bad_values_name_their_field(params, field):
@@ -37,6 +43,7 @@ def test_defaults_and_normalization():
     assert p.constraint == ("json_schema", '{"type": "object"}')
     assert SamplingParams.from_dict(None).max_new_tokens == 128
     assert SamplingParams.from_dict({"temperature": 0}).greedy
+    assert SamplingParams.from_dict({"logit_bias": {"17": -100, 3: 2.5}}).logit_bias == {17: -100, 3: 2.5}
 
 
 def test_engine_config_resolves_auto_and_rejects_unknown_options():
