@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from sglang_lite.server.errors import APIError
 from sglang_lite.server.generation import Job, Output, StreamGroup
 from sglang_lite.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingFields
+from sglang_lite.server.tools import ToolPlan, history_message, plan_tools, render_tools_prompt
 
 router = APIRouter()
 
@@ -231,7 +232,9 @@ async def completions(body: CompletionRequest, request: Request):
 
 
 # ---- /v1/chat/completions ----------------------------------------------------------------------
-def _chat_prompt(state, body: ChatCompletionRequest) -> list[int]:
+def _chat_prompt(state, body: ChatCompletionRequest, plan: ToolPlan) -> list[int]:
+    template = getattr(state.engine.tokenizer, "chat_template", None) or ""
+    has_tools = "tools" in template  # the template renders tools and tool calls itself
     messages = []
     for i, m in enumerate(body.messages):
         content = m.content
@@ -241,9 +244,10 @@ def _chat_prompt(state, body: ChatCompletionRequest) -> list[int]:
                                param=f"messages.{i}.content")
             content = "".join(part.text or "" for part in content)
         role = "system" if m.role == "developer" else m.role
-        messages.append({"role": role, "content": content or ""})
+        messages.append(history_message(role, content, m.tool_calls, m.tool_call_id, has_tools))
+    messages, extra = render_tools_prompt(messages, plan, has_tools)
     try:
-        text = state.engine.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt)
+        text = state.engine.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt, **extra)
     except ValueError as e:
         raise APIError(400, str(e), param="messages") from e
     except Exception as e:  # the template itself rejects the conversation (jinja errors)
@@ -267,20 +271,29 @@ def _chat_logprobs(state, tokens: list[tuple], tops: list[list[tuple]]) -> dict:
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
     _check_model(state, body.model)
-    if body.tools:
-        raise APIError(400, "tools: tool calling is not supported", param="tools", code="unsupported")
+    plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
     top = body.top_logprobs
     if top is not None and not 0 <= top <= 20:
         raise APIError(400, f"top_logprobs: must be in [0, 20], got {top}", param="top_logprobs")
     if top and not body.logprobs:
         raise APIError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
-    ids = _chat_prompt(state, body)
+    ids = _chat_prompt(state, body, plan)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     if max_tokens is None:
         max_tokens = max(state.engine.context_length - len(ids), 1)
     params = _sampling_params(body, max_tokens)
-    group = await StreamGroup.open(state, request, _jobs([ids], params, body.n, body.seed),
-                                   return_logprob=body.logprobs, top_logprobs_num=top or 0)
+    if plan.constrained:
+        if any(k in params for k in ("json_schema", "regex", "ebnf")):
+            raise APIError(400, "tool_choice: a required or named tool call cannot be combined with "
+                                "response_format, json_schema, regex or ebnf", param="tool_choice")
+        params["json_schema"] = plan.schema()
+    try:
+        group = await StreamGroup.open(state, request, _jobs([ids], params, body.n, body.seed),
+                                       return_logprob=body.logprobs, top_logprobs_num=top or 0)
+    except APIError as e:
+        if plan.constrained and e.param == "json_schema":  # the tools' parameter schemas
+            raise APIError(400, "tools: " + e.message.removeprefix("json_schema:").strip(), param="tools") from e
+        raise
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
     def completion(choices: list[dict], usage=None, obj="chat.completion.chunk") -> dict:
@@ -296,7 +309,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         choices = []
         for o in outputs:
             reason, matched = _finish(o)
-            choices.append({"index": o.index, "message": {"role": "assistant", "content": o.text},
+            message: dict[str, Any] = {"role": "assistant", "content": o.text}
+            calls = plan.calls(o.text)
+            if calls:
+                message = {"role": "assistant", "content": None, "tool_calls": calls}
+                reason = "tool_calls" if reason == "stop" else reason
+            choices.append({"index": o.index, "message": message,
                             "logprobs": _chat_logprobs(state, o.token_logprobs, o.top_logprobs)
                             if body.logprobs else None,
                             "finish_reason": reason, "matched_stop": matched})
@@ -305,12 +323,30 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     head = [completion([{"index": j, "delta": {"role": "assistant", "content": ""},
                          "logprobs": None, "finish_reason": None}]) for j in range(body.n)]
 
+    streaming_content: set[int] = set()  # choices known not to be tool calls
+
     def event(out: Output, chunk: dict) -> dict | None:
         meta = chunk["meta_info"]
-        if not chunk["text"] and not chunk["finished"] and "output_token_logprobs" not in meta:
-            return None
+        text = chunk["text"]
         reason, matched = _finish(out) if chunk["finished"] else (None, None)
-        delta = {"content": chunk["text"]} if chunk["text"] else {}
+        if plan.mode != "none" and out.index not in streaming_content:
+            # Tool calls go out whole, at the end; text held back while the reply could still
+            # be one goes out as content once it cannot.
+            if chunk["finished"]:
+                calls = plan.calls(out.text)
+                if calls:
+                    delta = {"tool_calls": [{"index": k, **c} for k, c in enumerate(calls)]}
+                    return completion([{"index": out.index, "delta": delta, "logprobs": None,
+                                        "finish_reason": "tool_calls" if reason == "stop" else reason,
+                                        "matched_stop": matched}])
+            elif plan.may_be_calls(out.text):
+                return None
+            else:
+                streaming_content.add(out.index)
+            text = out.text  # everything held so far, this chunk included
+        if not text and not chunk["finished"] and "output_token_logprobs" not in meta:
+            return None
+        delta = {"content": text} if text else {}
         lp = (_chat_logprobs(state, meta.get("output_token_logprobs", []),
                              meta.get("output_top_logprobs", [])) if body.logprobs else None)
         return completion([{"index": out.index, "delta": delta, "logprobs": lp,
