@@ -137,7 +137,17 @@ def _next_decode_step(fb: ForwardBatch, input_ids: torch.Tensor, out_cache_loc: 
 
 
 def _record_input_logprobs(req: Req, positions: list[int], logits: torch.Tensor) -> None:
-    # logits[i] scores the prompt token after positions[i]
+    # logits[i] scores the prompt token after positions[i]. A request recomputed after a
+    # retraction passes its positions again: only new ones are recorded.
+    first = max(req.logprob_start_len, 1) - 1
+    new = [i for i, p in enumerate(positions) if p - first >= len(req.input_logprobs)]
+    if not new:
+        return
+    positions, logits = [positions[i] for i in new], logits[new[0] : new[-1] + 1]
     targets = torch.tensor([req.origin_input_ids[p + 1] for p in positions], device=logits.device)
-    lps = torch.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None]).squeeze(1).tolist()
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    lps = logprobs.gather(1, targets[:, None]).squeeze(1).tolist()
     req.input_logprobs.extend(zip(lps, targets.tolist()))
+    if req.top_logprobs_num:
+        vals, ids = logprobs.topk(req.top_logprobs_num, dim=-1)
+        req.input_top_logprobs.extend(list(zip(v, i)) for v, i in zip(vals.tolist(), ids.tolist()))

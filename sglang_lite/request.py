@@ -49,6 +49,7 @@ class Req:
     output_logprobs: list[tuple[float, int]] = field(default_factory=list)
     output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
     input_logprobs: list[tuple[float | None, int]] = field(default_factory=list)
+    input_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
     grammar: Any = None  # constraints matcher, if constrained
     first_token_time: float | None = None
     finish_time: float | None = None

@@ -103,6 +103,9 @@ class OutputProcessor:
         if final and req.logprob_start_len is not None:
             first = [(None, req.origin_input_ids[0], None)] if req.logprob_start_len == 0 else []
             chunk["meta_info"]["input_token_logprobs"] = first + [(lp, t, None) for lp, t in req.input_logprobs]
+            if req.top_logprobs_num:
+                chunk["meta_info"]["input_top_logprobs"] = [None] * len(first) + [
+                    [(lp, t, None) for lp, t in row] for row in req.input_top_logprobs]
         req.emitted_chars = text_end
         req.emitted_ids = len(req.output_ids)
         req.on_output(chunk)

@@ -57,7 +57,8 @@ def _jobs(prompts: list[list[int]], sampling_params) -> list[Job]:
 
 def _result(state, out: Output, body) -> dict[str, Any]:
     meta = {k: v for k, v in out.meta.items()
-            if k not in ("output_token_logprobs", "output_top_logprobs", "input_token_logprobs")}
+            if k not in ("output_token_logprobs", "output_top_logprobs", "input_token_logprobs",
+                         "input_top_logprobs")}
     meta["completion_tokens"] = len(out.output_ids)
     if body.return_logprob:
         def row(lp, tid):
@@ -66,6 +67,9 @@ def _result(state, out: Output, body) -> dict[str, Any]:
         meta["input_token_logprobs"] = [row(lp, t) for lp, t, _ in out.meta.get("input_token_logprobs", [])]
         meta["output_token_logprobs"] = [row(lp, t) for lp, t, _ in out.token_logprobs]
         meta["output_top_logprobs"] = [[row(lp, t) for lp, t, _ in r] for r in out.top_logprobs]
+        if "input_top_logprobs" in out.meta:
+            meta["input_top_logprobs"] = [None if r is None else [row(lp, t) for lp, t, _ in r]
+                                          for r in out.meta["input_top_logprobs"]]
     return {"text": out.text, "output_ids": out.output_ids, "meta_info": meta, "index": out.index}
 
 

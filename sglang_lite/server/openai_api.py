@@ -164,7 +164,7 @@ def _completion_logprobs(state, tokens: list[tuple], tops: list[list[tuple]], of
         out["tokens"].append(text)
         out["token_logprobs"].append(lp)
         row = tops[i] if i < len(tops) else []
-        out["top_logprobs"].append({state.token_text(t): v for v, t, _ in row})
+        out["top_logprobs"].append(None if row is None else {state.token_text(t): v for v, t, _ in row})
         out["text_offset"].append(offset)
         offset += len(text)
     return out
@@ -180,13 +180,15 @@ async def completions(body: CompletionRequest, request: Request):
         raise APIError(400, "best_of: only best_of == n is supported", param="best_of")
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
         raise APIError(400, f"logprobs: must be in [0, 20], got {body.logprobs}", param="logprobs")
-    if body.echo and body.logprobs is not None:
-        raise APIError(400, "echo: prompt logprobs are not supported", param="echo")
+    prompt_logprobs = body.echo and body.logprobs is not None  # scoring, e.g. lm-eval loglikelihood
+    if prompt_logprobs and body.stream:
+        raise APIError(400, "echo: prompt logprobs (echo with logprobs) need stream=false", param="echo")
     prompts, texts = _completion_prompts(state, body.prompt)
     params = _sampling_params(body, body.max_tokens)
     group = await StreamGroup.open(state, request, _jobs(prompts, params, body.n, body.seed),
                                    return_logprob=body.logprobs is not None,
-                                   top_logprobs_num=body.logprobs or 0)
+                                   top_logprobs_num=body.logprobs or 0,
+                                   logprob_start_len=0 if prompt_logprobs else None)
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     echo = [(t if t is not None else state.engine.tokenizer.decode(ids)) if body.echo else ""
             for ids, t in zip(prompts, texts)]
@@ -206,8 +208,13 @@ async def completions(body: CompletionRequest, request: Request):
 
     if not body.stream:
         outputs = await group.collect()
-        choices = [choice(o, echo[o.job.prompt_index] + o.text, o.token_logprobs, o.top_logprobs,
-                          len(echo[o.job.prompt_index])) for o in outputs]
+        if prompt_logprobs:  # the prompt's tokens first, from offset 0
+            choices = [choice(o, echo[o.job.prompt_index] + o.text,
+                              o.meta.get("input_token_logprobs", []) + o.token_logprobs,
+                              o.meta.get("input_top_logprobs", []) + o.top_logprobs, 0) for o in outputs]
+        else:
+            choices = [choice(o, echo[o.job.prompt_index] + o.text, o.token_logprobs, o.top_logprobs,
+                              len(echo[o.job.prompt_index])) for o in outputs]
         return JSONResponse(completion(choices, _usage(outputs)))
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)

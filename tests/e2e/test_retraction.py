@@ -38,3 +38,22 @@ def test_tiny_pool_with_radix_cache_keeps_outputs(engine):
         assert_no_leak(tiny)
     finally:
         tiny.shutdown()
+
+
+def test_retracted_requests_report_each_input_logprob_once(engine):
+    params = {"temperature": 0, "max_new_tokens": 40, "ignore_eos": True}
+    kw = dict(return_logprob=True, logprob_start_len=0, top_logprobs_num=2)
+    reference = engine.generate(PROMPTS, params, **kw)
+    tiny = Engine(max_total_tokens=12 * 16, disable_radix_cache=True)
+    try:
+        outs = tiny.generate(PROMPTS, params, **kw)
+        assert tiny.get_stats()["num_retractions"] > 0
+        for out, ref in zip(outs, reference):
+            got, want = out["meta_info"]["input_token_logprobs"], ref["meta_info"]["input_token_logprobs"]
+            assert len(got) == len(want) == len(engine.tokenize(PROMPTS[outs.index(out)]))
+            assert [t for _, t, _ in got] == [t for _, t, _ in want]
+            tops = out["meta_info"]["input_top_logprobs"]
+            assert tops[0] is None and len(tops) == len(got)
+            assert all(len(row) == 2 and row[0][0] >= lp - 1e-5 for (lp, _, _), row in zip(got[1:], tops[1:]))
+    finally:
+        tiny.shutdown()

@@ -33,6 +33,7 @@ def _error(r: httpx.Response, status: int, param: str | None = None) -> dict:
     ("/v1/completions", {}, "prompt"),
     ("/v1/completions", {"prompt": "x", "extra_body_is_ignored": 1, "top_k": 0}, "top_k"),
     ("/v1/completions", {"prompt": "x", "regex": "(unclosed"}, "regex"),
+    ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1, "stream": True}, "echo"),
     ("/v1/completions", {"prompt": "x", "logit_bias": {"12": 300}}, "logit_bias"),
     ("/v1/completions", {"prompt": "x", "logit_bias": {"999999999": 1}}, "logit_bias"),
     ("/v1/chat/completions", {"messages": []}, "messages"),

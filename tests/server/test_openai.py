@@ -76,6 +76,28 @@ def test_logit_bias_bans_and_forces(client, engine, model_name):
     assert r.choices[0].text == " yes" * 4
 
 
+def test_echo_with_logprobs_scores_the_prompt(client, engine, http, model_name):
+    """lm-eval's loglikelihood request: echo, logprobs, max_tokens 0."""
+    prompt = "The capital of France is Paris"
+    ids = engine.tokenize(prompt)
+    r = client.completions.create(model=model_name, prompt=prompt, max_tokens=0, echo=True, logprobs=2)
+    lp = r.choices[0].logprobs
+    assert r.choices[0].text == prompt
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(ids)
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None and lp.text_offset[0] == 0
+    native = http.post("/generate", json={"input_ids": ids, "return_logprob": True, "logprob_start_len": 0,
+                                          "sampling_params": {"max_new_tokens": 0}}).json()
+    want = [row[0] for row in native["meta_info"]["input_token_logprobs"]]
+    assert lp.token_logprobs[1:] == pytest.approx(want[1:], abs=1e-4)
+    for got, top in zip(lp.token_logprobs[1:], lp.top_logprobs[1:]):
+        assert len(top) <= 2 and max(top.values()) >= got - 1e-5
+    assert "".join(lp.tokens) == prompt
+    more = client.completions.create(model=model_name, prompt=prompt, max_tokens=3, temperature=0, echo=True,
+                                     logprobs=1)
+    assert len(more.choices[0].logprobs.tokens) == len(ids) + 3
+    assert more.choices[0].text.startswith(prompt) and more.choices[0].logprobs.token_logprobs[-1] <= 0
+
+
 def test_seed_is_reproducible(client, model_name):
     kw = dict(model=model_name, prompt=PROMPT, max_tokens=6, temperature=1.0, seed=1234)
     assert client.completions.create(**kw).choices[0].text == client.completions.create(**kw).choices[0].text
