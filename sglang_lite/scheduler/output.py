@@ -19,26 +19,53 @@ class OutputProcessor:
     def append_token(self, req: Req, token: int, logprob: float | None,
                      top: list[tuple[float, int]] | None, context_length: int) -> dict | None:
         """Record ``token``; return a finish reason if the request is now done."""
-        now = time.monotonic()
         if req.first_token_time is None:
-            req.first_token_time = now
+            req.first_token_time = time.monotonic()
         req.output_ids.append(token)
         if req.return_logprob:
             req.output_logprobs.append((logprob, token))
             if req.top_logprobs_num:
                 req.output_top_logprobs.append(top or [])
         self._detokenize(req, [token])
+        return self._finish_reason(req, token, context_length)
+
+    def append_run(self, req: Req, tokens: list[int], context_length: int) -> tuple[int, dict | None]:
+        """Record the tokens of a continuous decode run up to the first one that finishes the
+        request -> (tokens taken, finish reason or None). They are detokenized in one step;
+        a request with stop strings takes them one at a time (a stop string may end inside
+        the run, and its text decides where)."""
+        if req.sampling.stop and self.tokenizer is not None:
+            for n, token in enumerate(tokens, 1):
+                reason = self.append_token(req, token, None, None, context_length)
+                if reason is not None:
+                    return n, reason
+            return len(tokens), None
+        if req.first_token_time is None:
+            req.first_token_time = time.monotonic()
+        start, reason = len(req.output_ids), None
+        for token in tokens:
+            req.output_ids.append(token)
+            reason = self._finish_reason(req, token, context_length)
+            if reason is not None:
+                break
+        taken = req.output_ids[start:]
+        self._detokenize(req, taken)
+        return len(taken), reason
+
+    def _finish_reason(self, req: Req, token: int, context_length: int) -> dict | None:
+        """Whether ``token``, just appended, finishes the request."""
         p = req.sampling
-        if len(req.output_ids) > p.min_new_tokens or len(req.output_ids) == p.max_new_tokens:
+        n = len(req.output_ids)
+        if n > p.min_new_tokens or n == p.max_new_tokens:
             if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
                 return {"type": "stop", "matched": token}
             matched = self._find_stop_string(req)
             if matched is not None:
                 return {"type": "stop", "matched": matched}
-        if len(req.output_ids) >= p.max_new_tokens:
+        if n >= p.max_new_tokens:
             return {"type": "length", "length": p.max_new_tokens}
         if req.seq_len >= context_length:
-            return {"type": "length", "length": len(req.output_ids)}
+            return {"type": "length", "length": n}
         return None
 
     def _detokenize(self, req: Req, ids: list[int]) -> None:
@@ -71,7 +98,9 @@ class OutputProcessor:
 
     # ---- emission -------------------------------------------------------------------------
     def maybe_emit(self, req: Req) -> None:
-        if req.stream and len(req.output_ids) % self.stream_interval == 0:
+        """A streamed chunk once ``stream_interval`` tokens are new (a continuous decode run
+        adds several at once: one chunk carries them all)."""
+        if req.stream and len(req.output_ids) - req.emitted_ids >= self.stream_interval:
             self._emit(req, final=False)
 
     def finish(self, req: Req) -> None:

@@ -130,14 +130,13 @@ class Scheduler:
             self.on_batch(batch)
         tokens = self.runner.decode_steps(batch, self.sampler.continuous(reqs, self.runner.device))
         for req, row in zip(reqs, tokens):
-            for token in row:
-                req.kv_len += 1  # the step's input token now has k/v
-                self.stats.num_generated_tokens += 1
-                reason = self.outputs.append_token(req, token, None, None, self.context_length)
-                if reason is not None:
-                    self._drop_running(req)
-                    self._finish(req, reason)
-                    break
+            taken, reason = self.outputs.append_run(req, row, self.context_length)
+            req.kv_len += taken  # each taken token's input token now has k/v
+            self.stats.num_generated_tokens += taken
+            if reason is not None:
+                self._drop_running(req)
+                self._finish(req, reason)
+            else:
                 self.outputs.maybe_emit(req)
         self.stats.num_steps += steps
         self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002 * steps)
