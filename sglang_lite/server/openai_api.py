@@ -150,6 +150,19 @@ def _completion_prompts(state, prompt) -> tuple[list[list[int]], list[str | None
     return ids, texts
 
 
+def _best_of(outputs: list[Output], n: int, best_of: int) -> list[Output]:
+    """Of each prompt's ``best_of`` candidates, the ``n`` with the highest mean token logprob
+    (OpenAI's "highest log probability per token"), best first; prompts in order."""
+    if best_of == n:
+        return outputs
+    kept = []
+    for p in range(0, len(outputs), best_of):
+        candidates = outputs[p : p + best_of]
+        candidates.sort(key=lambda o: -sum(lp for lp, _, _ in o.token_logprobs) / max(len(o.token_logprobs), 1))
+        kept.extend(candidates[:n])
+    return kept
+
+
 def _tokenize(state, text: str) -> list[int]:
     try:
         return state.engine.tokenize(text)
@@ -176,8 +189,11 @@ async def completions(body: CompletionRequest, request: Request):
     _check_model(state, body.model)
     if body.suffix:
         raise APIError(400, "suffix: not supported", param="suffix", code="unsupported")
-    if body.best_of is not None and body.best_of != body.n:
-        raise APIError(400, "best_of: only best_of == n is supported", param="best_of")
+    best_of = body.n if body.best_of is None else body.best_of
+    if not isinstance(best_of, int) or not body.n <= best_of <= 128:
+        raise APIError(400, f"best_of: must be an integer in [n, 128], got {body.best_of}", param="best_of")
+    if best_of > body.n and body.stream:
+        raise APIError(400, "best_of: cannot be combined with stream", param="best_of")
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
         raise APIError(400, f"logprobs: must be in [0, 20], got {body.logprobs}", param="logprobs")
     prompt_logprobs = body.echo and body.logprobs is not None  # scoring, e.g. lm-eval loglikelihood
@@ -185,8 +201,8 @@ async def completions(body: CompletionRequest, request: Request):
         raise APIError(400, "echo: prompt logprobs (echo with logprobs) need stream=false", param="echo")
     prompts, texts = _completion_prompts(state, body.prompt)
     params = _sampling_params(body, body.max_tokens)
-    group = await StreamGroup.open(state, request, _jobs(prompts, params, body.n, body.seed),
-                                   return_logprob=body.logprobs is not None,
+    group = await StreamGroup.open(state, request, _jobs(prompts, params, best_of, body.seed),
+                                   return_logprob=body.logprobs is not None or best_of > body.n,
                                    top_logprobs_num=body.logprobs or 0,
                                    logprob_start_len=0 if prompt_logprobs else None)
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
@@ -200,21 +216,23 @@ async def completions(body: CompletionRequest, request: Request):
             ev["usage"] = usage
         return ev
 
-    def choice(out: Output, text: str, tokens, tops, offset: int) -> dict:
+    def choice(out: Output, text: str, tokens, tops, offset: int, index: int | None = None) -> dict:
         reason, matched = _finish(out)
         lp = _completion_logprobs(state, tokens, tops, offset) if body.logprobs is not None else None
-        return {"index": out.index, "text": text, "logprobs": lp, "finish_reason": reason,
-                "matched_stop": matched}
+        return {"index": out.index if index is None else index, "text": text, "logprobs": lp,
+                "finish_reason": reason, "matched_stop": matched}
 
     if not body.stream:
         outputs = await group.collect()
+        kept = _best_of(outputs, body.n, best_of)
         if prompt_logprobs:  # the prompt's tokens first, from offset 0
             choices = [choice(o, echo[o.job.prompt_index] + o.text,
                               o.meta.get("input_token_logprobs", []) + o.token_logprobs,
-                              o.meta.get("input_top_logprobs", []) + o.top_logprobs, 0) for o in outputs]
+                              o.meta.get("input_top_logprobs", []) + o.top_logprobs, 0, i)
+                       for i, o in enumerate(kept)]
         else:
             choices = [choice(o, echo[o.job.prompt_index] + o.text, o.token_logprobs, o.top_logprobs,
-                              len(echo[o.job.prompt_index])) for o in outputs]
+                              len(echo[o.job.prompt_index]), i) for i, o in enumerate(kept)]
         return JSONResponse(completion(choices, _usage(outputs)))
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -34,6 +34,8 @@ def _error(r: httpx.Response, status: int, param: str | None = None) -> dict:
     ("/v1/completions", {"prompt": "x", "extra_body_is_ignored": 1, "top_k": 0}, "top_k"),
     ("/v1/completions", {"prompt": "x", "regex": "(unclosed"}, "regex"),
     ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1, "stream": True}, "echo"),
+    ("/v1/completions", {"prompt": "x", "n": 3, "best_of": 2}, "best_of"),
+    ("/v1/completions", {"prompt": "x", "best_of": 3, "stream": True}, "best_of"),
     ("/v1/completions", {"prompt": "x", "logit_bias": {"12": 300}}, "logit_bias"),
     ("/v1/completions", {"prompt": "x", "logit_bias": {"999999999": 1}}, "logit_bias"),
     ("/v1/chat/completions", {"messages": []}, "messages"),

@@ -98,6 +98,19 @@ def test_echo_with_logprobs_scores_the_prompt(client, engine, http, model_name):
     assert more.choices[0].text.startswith(prompt) and more.choices[0].logprobs.token_logprobs[-1] <= 0
 
 
+def test_best_of_returns_the_most_likely_candidates(client, model_name):
+    kw = dict(model=model_name, prompt=PROMPT, max_tokens=6, temperature=1.2, seed=5, logprobs=0)
+    r = client.completions.create(n=2, best_of=6, **kw)
+    assert [c.index for c in r.choices] == [0, 1]
+    means = [sum(c.logprobs.token_logprobs) / len(c.logprobs.token_logprobs) for c in r.choices]
+    assert means[0] >= means[1]
+    assert r.usage.completion_tokens > sum(len(c.logprobs.tokens) for c in r.choices)  # all 6 are counted
+    # the best of 6 is at least as likely as the best of the first 2 of the same seeds
+    two = client.completions.create(n=2, **kw)
+    best_two = max(sum(c.logprobs.token_logprobs) / len(c.logprobs.token_logprobs) for c in two.choices)
+    assert means[0] >= best_two - 1e-6
+
+
 def test_seed_is_reproducible(client, model_name):
     kw = dict(model=model_name, prompt=PROMPT, max_tokens=6, temperature=1.0, seed=1234)
     assert client.completions.create(**kw).choices[0].text == client.completions.create(**kw).choices[0].text
