@@ -25,6 +25,15 @@ _SAMPLING_KEYS = {
 }
 
 
+# gen(dtype=...): the literal each type's text must be (Python's syntax for each).
+DTYPE_REGEX = {
+    "int": r"[-+]?[0-9]+",
+    "float": r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?",
+    "bool": r"(True|False)",
+    "str": r'"[^"\\\n]*"',
+}
+
+
 def _caller_line(depth: int = 2) -> str | None:
     """``file:line`` of the program line that called gen()/select()/..."""
     try:
@@ -34,8 +43,40 @@ def _caller_line(depth: int = 2) -> str | None:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
+class _Concatenable:
+    """``"Q: " + gen("a") + "\\n"``: SGLang's expression concatenation, a ``Seq`` of parts."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> Seq:
+        return Seq((self, *_parts(other))) if _is_part(other) else NotImplemented
+
+    def __radd__(self, other: Any) -> Seq:
+        return Seq((*_parts(other), self)) if _is_part(other) else NotImplemented
+
+
+class Seq(tuple):
+    """Parts appended in order (the state and the tracer run tuples part by part)."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> Seq:
+        return Seq((*self, *_parts(other))) if _is_part(other) else NotImplemented
+
+    def __radd__(self, other: Any) -> Seq:
+        return Seq((*_parts(other), *self)) if _is_part(other) else NotImplemented
+
+
+def _is_part(x: Any) -> bool:
+    return isinstance(x, (str, Seq, _Concatenable))
+
+
+def _parts(x: Any) -> tuple:
+    return tuple(x) if isinstance(x, Seq) else (x,)
+
+
 @dataclass(slots=True)
-class Gen:
+class Gen(_Concatenable):
     """Generate text into variable ``name``; ``sampling`` holds only what the call set."""
 
     name: str | None
@@ -44,7 +85,7 @@ class Gen:
 
 
 @dataclass(slots=True)
-class Select:
+class Select(_Concatenable):
     """Pick one of ``choices`` by the choices' token logprobs given the text so far."""
 
     name: str | None
@@ -54,7 +95,7 @@ class Select:
 
 
 @dataclass(slots=True)
-class Role:
+class Role(_Concatenable):
     """A chat turn: ``content`` is a string, an expression, or a list of both."""
 
     role: str
@@ -65,14 +106,25 @@ def gen(name: str | None = None, max_tokens: int | None = None, *, stop: str | l
         temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
         regex: str | None = None, json_schema: str | dict | None = None, ebnf: str | None = None,
         choices: list[str] | None = None, choices_method: str = "token_length_normalized",
-        **sampling: Any) -> Gen | Select:
+        dtype: type | str | None = None, **sampling: Any) -> Gen | Select:
     """``s += gen("answer", max_tokens=32, stop="\\n")``; with ``choices=`` it is a ``select``.
 
-    Other SGLang sampling options (``min_tokens``, ``min_p``, ``frequency_penalty``, ``seed``,
-    ``ignore_eos``, ...) pass through as keywords.
+    ``dtype`` (``int``, ``float``, ``bool``, ``str`` or their names) constrains the text to that
+    type's literal, as SGLang does: ``int(s["n"])`` then always works. Other SGLang sampling
+    options (``min_tokens``, ``min_p``, ``frequency_penalty``, ``seed``, ``ignore_eos``, ...)
+    pass through as keywords.
     """
     where = _caller_line()
     label = f'gen("{name}")' if name else "gen()"
+    if dtype is not None:
+        kind = dtype if isinstance(dtype, str) else getattr(dtype, "__name__", repr(dtype))
+        if kind not in DTYPE_REGEX:
+            raise ValueError(f"{label} at {where}: dtype must be one of int, float, bool, str; got {dtype!r}")
+        given = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("ebnf", ebnf),
+                                ("choices", choices)) if v is not None]
+        if given:
+            raise ValueError(f"{label} at {where}: dtype= cannot be combined with {given[0]}=")
+        regex = DTYPE_REGEX[kind]
     if choices is not None:
         given = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("ebnf", ebnf)) if v is not None]
         if given:

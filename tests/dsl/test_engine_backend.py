@@ -182,6 +182,20 @@ def test_regex_and_json_schema(engine_backend):
     assert re.fullmatch(r"(19|20)[0-9]{2}", state["year"])
 
 
+def test_gen_dtype_parses_as_its_type(engine_backend):
+    @function
+    def facts(s):
+        s += "A week has this many days: " + gen("days", max_tokens=4, dtype=int, temperature=0)
+        s += "\nPi is about " + gen("pi", max_tokens=6, dtype=float, temperature=0)
+        s += "\nThe sky is blue (True or False): " + gen("blue", max_tokens=3, dtype=bool, temperature=0)
+        s += "\nA color in quotes: " + gen("color", max_tokens=8, dtype=str, temperature=0.7, seed=1)
+
+    state = facts.run(backend=engine_backend)
+    int(state["days"]), float(state["pi"])
+    assert state["blue"] in ("True", "False")
+    assert state["color"].startswith('"') and state["color"].endswith('"') and "\n" not in state["color"]
+
+
 def test_stream_yields_the_text(engine_backend):
     @function
     def prog(s):

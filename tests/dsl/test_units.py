@@ -44,6 +44,24 @@ def test_conflicting_constraints_name_the_variable(kwargs):
         gen("answer", **kwargs)
 
 
+def test_expressions_concatenate_in_order():
+    g, c = gen("a"), select("c", choices=["x", "y"])
+    expr = "Q: " + g + "\n" + c
+    assert tuple(expr) == ("Q: ", g, "\n", c)
+    assert tuple(user("hi") + g) == (user("hi"), g)
+    with pytest.raises(TypeError):
+        g + 3  # noqa: B018
+
+
+def test_gen_dtype_is_a_regex_and_rejects_bad_input():
+    assert gen("n", dtype=int).sampling == {"regex": r"[-+]?[0-9]+"}
+    assert gen("n", dtype="bool").sampling == {"regex": "(True|False)"}
+    with pytest.raises(ValueError, match=r'gen\("n"\) at .*dtype must be one of'):
+        gen("n", dtype=list)
+    with pytest.raises(ValueError, match="dtype= cannot be combined with regex="):
+        gen("n", dtype=int, regex="[0-9]")
+
+
 def test_choices_make_a_select_and_reject_bad_input():
     assert gen("c", choices=["a", "b"]).choices == ["a", "b"]
     with pytest.raises(ValueError, match='select\\("c"\\)'):
