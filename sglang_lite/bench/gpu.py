@@ -125,17 +125,12 @@ def _generate(eng, work):
 
 def _engine_batch1(eng, vocab: int, new_tokens: int) -> dict:
     """(time for 1 + new_tokens tokens - time for 1 token) / new_tokens: decode only."""
+    from sglang_lite.bench.decode_steps import batch1_ms_per_token
+
     prompt = workload(1, vocab, 7, (128, 128), (1, 1))[0][0]
-    times = {}
-    for n in (1, 1 + new_tokens, 1, 1 + new_tokens):  # twice each; keep the second
-        eng.flush_cache()
-        t = time.perf_counter()
-        out = eng.generate(input_ids=prompt, sampling_params={"temperature": 0, "max_new_tokens": n,
-                                                              "ignore_eos": True})
-        times[n] = time.perf_counter() - t
-        assert len(out["output_ids"]) == n
-    ms = 1000 * (times[1 + new_tokens] - times[1]) / new_tokens
-    return {"ms_per_token": ms, "new_tokens": new_tokens, "prompt_tokens": len(prompt)}
+    batch1_ms_per_token(eng, prompt, new_tokens)  # warm-up
+    return {"ms_per_token": batch1_ms_per_token(eng, prompt, new_tokens), "new_tokens": new_tokens,
+            "prompt_tokens": len(prompt)}
 
 
 # ---- phase: HF transformers ----------------------------------------------------------------
