@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,12 +15,29 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
 
+@lru_cache(maxsize=1)
+def native_cpu_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (x86 AVX512-BF16 or AMX, Arm BF16). There a
+    bf16 matmul runs about 4x faster than fp32 (593 against 145 GFLOP/s measured on an AVX512-BF16
+    EPYC); without it, bf16 is emulated and hundreds of times slower, so "auto" means fp32."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: keep fp32
+        return False
+    flags = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     model: str | None = None
     tokenizer: str | None = None  # tokenizer dir for dummy models
     device: str = "auto"  # auto -> cuda if available else cpu
-    dtype: str = "auto"  # auto -> bfloat16 on cuda, float32 on cpu
+    dtype: str = "auto"  # auto -> bfloat16 on cuda and on CPUs with native bf16, else float32
     attention_backend: str = "auto"  # auto -> triton on cuda, torch on cpu
     page_size: int = 16
     kv_cache_memory: str | int = "1GiB"  # CPU: size of the KV pool
@@ -51,7 +70,7 @@ class EngineConfig:
         cfg = cls(**options)
         device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         on_gpu = device.startswith("cuda")
-        dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
+        dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if on_gpu or native_cpu_bf16() else "float32")
         backend = cfg.attention_backend
         if backend == "auto":
             backend = "triton" if on_gpu else "torch"

@@ -18,6 +18,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fp32_on_cpu():
+    """Tests compare outputs exactly (engine against engine, against transformers), so the
+    CPU path runs fp32 whatever this CPU's bf16 support (``native_cpu_bf16``): results do not
+    depend on the machine. Servers started in subprocesses pass --dtype float32."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sglang_lite.config.native_cpu_bf16", lambda: False)
+        yield
+
+
 @pytest.fixture(scope="session")
 def model_dir():
     """The embedded SmolLM2-135M-Instruct as an HF directory (fp32 safetensors + tokenizer)."""

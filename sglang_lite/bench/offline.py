@@ -80,7 +80,7 @@ def run_hf_static(model_dir: str, work, batch_size: int, dtype: torch.dtype, dev
 
 
 def bench_mixed(args) -> dict:
-    engine = Engine(args.model)
+    engine = Engine(args.model, **({"dtype": args.dtype} if args.dtype else {}))
     work = mixed_workload(args.num_requests, engine.model_config.vocab_size, args.seed)
     run_engine(engine, mixed_workload(4, engine.model_config.vocab_size, seed=99, output=(4, 8)))  # warm-up
     ours = run_engine(engine, work)
@@ -205,6 +205,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", choices=["mixed", "cache"], default="mixed")
     ap.add_argument("--model", default=None)
+    ap.add_argument("--dtype", default=None, help="the engine's and the baseline's (default: the engine's)")
     ap.add_argument("--num-requests", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hf-batch-sizes", type=int, nargs="*", default=[32])

@@ -41,7 +41,7 @@ def server_url(tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "server.log"
     # `python -m sglang_lite serve --port P`, through the server's entry point directly.
     cmd = [sys.executable, "-c", "import sys; from sglang_lite.server import main; sys.exit(main(sys.argv[1:]))",
-           "--port", str(port), "--log-level", "warning"]
+           "--port", str(port), "--log-level", "warning", "--dtype", "float32"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=log.open("w"), text=True)
     url = f"http://127.0.0.1:{port}"

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
 
+from sglang_lite import Engine
+from sglang_lite.config import native_cpu_bf16
 from tests.conftest import assert_no_leak
 
 
@@ -100,3 +103,18 @@ def test_no_pages_leak_after_a_mixed_workload(engine):
     engine.generate([f"Item {i}" * (i + 1) for i in range(10)],
                     [{"max_new_tokens": 3 + i, "temperature": 0.5, "seed": i} for i in range(10)])
     assert_no_leak(engine)
+
+
+@pytest.mark.skipif(not native_cpu_bf16(), reason="this CPU has no native bf16 (emulated bf16 is very slow)")
+def test_bf16_on_a_cpu_with_native_bf16(engine, model_dir):
+    """What "auto" picks on such a CPU: the real model in bf16 answers like fp32 does."""
+    chat = engine.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
+    bf16 = Engine(dtype="bfloat16")
+    try:
+        assert bf16.model.lm_head.weight.dtype == torch.bfloat16
+        assert bf16.kv_pool.k_buffers[0].dtype == torch.bfloat16
+        out = bf16.generate(chat, {"temperature": 0, "max_new_tokens": 12})
+        assert "Paris" in out["text"]
+        assert out["text"] == engine.generate(chat, {"temperature": 0, "max_new_tokens": 12})["text"]
+    finally:
+        bf16.shutdown()

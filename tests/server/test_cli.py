@@ -25,7 +25,8 @@ def serve_proc():
     port = free_port()
     cmd = [sys.executable, "-m", "sglang_lite.server", "--port", str(port), "--api-key", KEY,
            "--served-model-name", "tiny", "--max-running-requests", "1", "--max-queue-size", "1",
-           "--kv-cache-memory", "32MiB", "--shutdown-timeout", "60", "--log-level", "warning"]
+           "--kv-cache-memory", "32MiB", "--shutdown-timeout", "60", "--log-level", "warning",
+           "--dtype", "float32"]  # as every test: results must not depend on this CPU's bf16
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     base = f"http://127.0.0.1:{port}"

@@ -1,6 +1,6 @@
 import pytest
 
-from sglang_lite.config import EngineConfig, parse_size
+from sglang_lite.config import EngineConfig, native_cpu_bf16, parse_size
 from sglang_lite.sampling_params import SamplingParams
 
 
@@ -44,6 +44,16 @@ def test_defaults_and_normalization():
     assert SamplingParams.from_dict(None).max_new_tokens == 128
     assert SamplingParams.from_dict({"temperature": 0}).greedy
     assert SamplingParams.from_dict({"logit_bias": {"17": -100, 3: 2.5}}).logit_bias == {17: -100, 3: 2.5}
+
+
+def test_auto_dtype_on_cpu_follows_native_bf16(monkeypatch):
+    import sglang_lite.config as config
+
+    for native, dtype in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(config, "native_cpu_bf16", lambda native=native: native)
+        assert EngineConfig.create(device="cpu").dtype == dtype
+        assert EngineConfig.create(device="cpu", dtype="float32").dtype == "float32"
+    assert isinstance(native_cpu_bf16(), bool)  # the real probe (imported before the session patch)
 
 
 def test_engine_config_resolves_auto_and_rejects_unknown_options():
