@@ -3,8 +3,8 @@ matmul/SDPA. Runs on CPU and GPU; the reference the Triton backend is checked ag
 
 Rows with one new token (decode) are batched into one padded gather; rows with several
 (prefill / chunk) are processed one request at a time with a causal mask offset by the
-cached prefix. Grouped-query attention folds the q heads of a kv head into the query
-axis instead of repeating k/v.
+cached prefix. Grouped-query attention never repeats k/v: decode folds the q heads of a kv
+head into the query axis, extend lets SDPA broadcast (``enable_gqa``).
 """
 
 from __future__ import annotations
@@ -104,13 +104,11 @@ def _decode_attention(q, k_buf, v_buf, rows: _DecodeRows, sm_scale: float) -> to
 
 
 def _extend_attention(q, k_buf, v_buf, row: _ExtendRow, sm_scale: float) -> torch.Tensor:
-    # q: [n, Hq, D]; k/v: [L, Hkv, D]. Fold the group of q heads into the query axis.
+    # q: [n, Hq, D] -> [1, Hq, n, D]; k/v: [L, Hkv, D] -> [1, Hkv, L, D], grouped-query through
+    # enable_gqa (3-4x faster on CPU than folding the group into the query axis).
     n, hq, d = q.shape
-    hkv = k_buf.shape[1]
-    group = hq // hkv
-    k = k_buf[row.slots].transpose(0, 1)  # [Hkv, L, D]
-    v = v_buf[row.slots].transpose(0, 1)
-    qg = q.view(n, hkv, group, d).permute(1, 2, 0, 3).reshape(hkv, group * n, d)
-    mask = row.mask.repeat(group, 1)  # [group * n, L]
-    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=sm_scale)  # [Hkv, group*n, D]
-    return o.view(hkv, group, n, d).permute(2, 0, 1, 3).reshape(n, hq, d)
+    k = k_buf[row.slots].transpose(0, 1)[None]
+    v = v_buf[row.slots].transpose(0, 1)[None]
+    o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, attn_mask=row.mask, scale=sm_scale,
+                                       enable_gqa=True)  # [1, Hq, n, D]
+    return o[0].transpose(0, 1)
