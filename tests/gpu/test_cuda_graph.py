@@ -173,7 +173,7 @@ def test_continuous_decode_runs_equal_one_graph_step_at_a_time(dtype):
         eng = _engine(dtype=dtype, cuda_graph_max_bs=8, num_continuous_decode_steps=steps)
         assert eng.config.num_continuous_decode_steps == steps
         runs: list[int] = []
-        eng.scheduler.on_batch = lambda batch: runs.append(batch.num_steps)
+        eng.scheduler.on_batch = lambda batch, runs=runs: runs.append(batch.num_steps)
         outs[steps] = [o["output_ids"] for o in eng.generate(input_ids=prompts, sampling_params=params)]
         stats = eng.get_stats()
         _close(eng)

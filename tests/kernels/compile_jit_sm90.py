@@ -105,9 +105,8 @@ def main() -> None:
         _attention(32, 8, 128, dtype)
     for vocab in (49152, 128256):
         _sampling(vocab)
-    from kernels.rmsnorm import rmsnorm
-
     from kernels.activation import silu_and_mul
+    from kernels.rmsnorm import rmsnorm
     from kernels.rope import apply_rope_
 
     for hidden, inter, hq, hkv, head_dim in ((576, 1536, 9, 3, 64), (2048, 8192, 32, 8, 64), (4096, 14336, 32, 8, 128)):
