@@ -105,7 +105,6 @@ class ModelRunner:
             row += 1
         return logits[last_rows]
 
-
     @torch.inference_mode()
     def decode_steps(self, batch: ScheduledBatch, sample_next: Callable[[torch.Tensor], torch.Tensor]
                      ) -> list[list[int]]:
