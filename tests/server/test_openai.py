@@ -108,7 +108,7 @@ def test_best_of_returns_the_most_likely_candidates(client, model_name):
     # the best of 6 is at least as likely as the best of the first 2 of the same seeds
     two = client.completions.create(n=2, **kw)
     best_two = max(sum(c.logprobs.token_logprobs) / len(c.logprobs.token_logprobs) for c in two.choices)
-    assert means[0] >= best_two - 1e-6
+    assert means[0] >= best_two - 1e-4  # the same sequence scores a little differently in another batch
 
 
 def test_seed_is_reproducible(client, model_name):
