@@ -14,7 +14,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from sglang_lite.server.errors import APIError
 from sglang_lite.server.generation import Job, Output, StreamGroup
 from sglang_lite.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingFields
-from sglang_lite.server.tools import ToolPlan, history_message, plan_tools, render_tools_prompt
+from sglang_lite.server.tools import (
+    ToolPlan,
+    history_message,
+    new_call_id,
+    plan_tools,
+    render_tools_prompt,
+)
 
 router = APIRouter()
 
@@ -349,11 +355,27 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                          "logprobs": None, "finish_reason": None}]) for j in range(body.n)]
 
     streaming_content: set[int] = set()  # choices known not to be tool calls
+    call_ids: dict[int, str] = {}  # choice -> id of its streamed named call
+
+    def named_call_event(out: Output, chunk: dict, reason, matched) -> dict | None:
+        first = out.index not in call_ids
+        if not chunk["text"] and not first and not chunk["finished"]:
+            return None
+        call: dict[str, Any] = {"index": 0, "function": {"arguments": chunk["text"]}}
+        if first:
+            call_ids[out.index] = new_call_id()
+            call.update(id=call_ids[out.index], type="function")
+            call["function"]["name"] = plan.function
+        return completion([{"index": out.index, "delta": {"tool_calls": [call]}, "logprobs": None,
+                            "finish_reason": "tool_calls" if reason == "stop" else reason,
+                            "matched_stop": matched}])
 
     def event(out: Output, chunk: dict) -> dict | None:
         meta = chunk["meta_info"]
         text = chunk["text"]
         reason, matched = _finish(out) if chunk["finished"] else (None, None)
+        if plan.streams_arguments:
+            return named_call_event(out, chunk, reason, matched)
         if plan.mode != "none" and out.index not in streaming_content:
             # Tool calls go out whole, at the end; text held back while the reply could still
             # be one goes out as content once it cannot.

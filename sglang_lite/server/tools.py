@@ -14,7 +14,8 @@
     calls; anything else is ordinary content.
 
 Constrained output is valid by construction; an "auto" reply that does not parse as calls of
-known tools is returned as content, never as a made-up call.
+known tools is returned as content, never as a made-up call. Streamed, a named call's
+arguments go out as they are generated; other calls go out whole when the reply ends.
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ class ToolPlan:
         if self.mode == "auto":
             return parse_tool_calls(text, self.names)
         return None
+
+    @property
+    def streams_arguments(self) -> bool:
+        """A named call streams its arguments as they are generated (the name is known up
+        front); other calls are whole only at the end."""
+        return self.mode == "named"
 
     def may_be_calls(self, text: str) -> bool:
         """Whether a streamed reply that begins with ``text`` can still turn into tool calls
@@ -201,6 +208,9 @@ def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
     return tool["function"].get("parameters") or {"type": "object", "properties": {}}
 
 
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
 def _call(name: str, arguments: str) -> dict[str, Any]:
-    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-            "function": {"name": name, "arguments": arguments}}
+    return {"id": new_call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}

@@ -56,14 +56,17 @@ def test_required_calls_match_one_tool_each(client, model_name):
             assert len(choice.message.tool_calls) == 1
 
 
-def test_streamed_tool_call_equals_the_whole_response(client, model_name, http):
+def test_streamed_named_call_equals_the_whole_response(client, model_name, http):
     kw = dict(model=model_name, messages=ASK, tools=[WEATHER], temperature=0, max_tokens=60,
               tool_choice={"type": "function", "function": {"name": "get_weather"}})
     whole = client.chat.completions.create(**kw).choices[0].message.tool_calls[0]
     chunks = list(client.chat.completions.create(stream=True, **kw))
     deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
-    assert len(deltas) == 1 and deltas[0].index == 0 and deltas[0].function.name == "get_weather"
-    assert deltas[0].function.arguments == whole.function.arguments
+    # the arguments stream as they are generated; the first delta names the call
+    assert len(deltas) > 3 and all(d.index == 0 for d in deltas)
+    assert deltas[0].function.name == "get_weather" and deltas[0].id.startswith("call_")
+    assert all(d.function.name is None and d.id is None for d in deltas[1:])
+    assert "".join(d.function.arguments for d in deltas) == whole.function.arguments
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
     assert not any(c.choices[0].delta.content for c in chunks if c.choices)
     assert_no_leaked_pages(http)
@@ -148,3 +151,14 @@ def test_plan_may_be_calls_holds_only_possible_call_starts():
         assert not plan.may_be_calls(text), text
     assert plan_tools(None, None, None).mode == "none"
     assert plan_tools([WEATHER], "required", False).schema()["maxItems"] == 1
+
+
+def test_streamed_required_calls_arrive_whole(client, model_name):
+    kw = dict(model=model_name, messages=ASK, tools=[WEATHER, TIME], tool_choice="required", temperature=0,
+              max_tokens=120)
+    whole = client.chat.completions.create(**kw).choices[0].message.tool_calls
+    chunks = list(client.chat.completions.create(stream=True, **kw))
+    deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert [(d.function.name, d.function.arguments) for d in deltas] == \
+        [(c.function.name, c.function.arguments) for c in whole]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
