@@ -4,7 +4,6 @@ torch on CPU), seeded per request by (seed, step)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -47,30 +46,16 @@ class Sampler:
             self._logprobs(raw, next_ids, reqs, out)
         return out
 
-    def continuous(self, reqs: list[Req], device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
-        """A sampler for back-to-back decode steps of ``reqs`` without a host sync between
-        them: each call samples one step's logits [B, V] and advances the rows' step counters
-        on the device, so draws equal those of one step at a time. Only for requests that
-        ``can_sample_on_device``."""
-        params = RowParams.of(reqs, device)
-        bias = _logit_bias(reqs, device)
-
-        def sample_next(logits: torch.Tensor) -> torch.Tensor:
-            if bias is not None:  # logits: this step's own buffer, free to edit
-                logits.index_put_(bias[:2], bias[2], accumulate=True)
-            ids = params.sample(logits)
-            params.steps.add_(1)
-            return ids
-
-        return sample_next
+    def continuous(self, reqs: list[Req], device: torch.device) -> ContinuousSampler:
+        """A sampler for back-to-back decode steps of ``reqs`` (all ``can_sample_on_device``)."""
+        return ContinuousSampler(reqs, device)
 
     @staticmethod
     def can_sample_on_device(req: Req) -> bool:
         """Nothing in this request's sampling needs the host between steps: no grammar, no
-        penalties over its outputs, no logprobs, and EOS no longer banned by min_new_tokens."""
+        penalties over its outputs, and EOS no longer banned by min_new_tokens."""
         p = req.sampling
-        return (req.grammar is None and not req.return_logprob and not p.uses_penalties
-                and len(req.output_ids) >= p.min_new_tokens)
+        return req.grammar is None and not p.uses_penalties and len(req.output_ids) >= p.min_new_tokens
 
     def _apply_penalties(self, logits: torch.Tensor, reqs: list[Req]) -> None:
         rows = [i for i, r in enumerate(reqs) if r.sampling.uses_penalties]
@@ -97,17 +82,63 @@ class Sampler:
                     logits[i, banned] = float("-inf")
 
     def _logprobs(self, raw: torch.Tensor, next_ids: torch.Tensor, reqs: list[Req], out: SampleOutput) -> None:
-        logprobs = torch.log_softmax(raw.float(), dim=-1)  # [B, V]
-        chosen = logprobs.gather(1, next_ids[:, None]).squeeze(1)
+        chosen, top = _token_logprobs(raw, next_ids, max(r.top_logprobs_num for r in reqs))
         out.logprobs = chosen.tolist()
-        k = max(r.top_logprobs_num for r in reqs)
-        if k > 0:
-            vals, idx = logprobs.topk(k, dim=-1)
-            vals, idx = vals.tolist(), idx.tolist()
-            out.top_logprobs = [
-                list(zip(vals[i][: r.top_logprobs_num], idx[i][: r.top_logprobs_num]))
-                for i, r in enumerate(reqs)
-            ]
+        if top is not None:
+            out.top_logprobs = _top_rows(top[0].tolist(), top[1].tolist(), reqs)
+
+
+class ContinuousSampler:
+    """Samples back-to-back decode steps of ``reqs`` without a host sync between them: each
+    call takes one step's logits [B, V], applies logit_bias, samples, and advances the rows'
+    step counters on the device, so draws equal those of one step at a time. Logprobs (of
+    the logits before any bias, as one step at a time reports them) stay on the device
+    until ``logprobs`` reads them after the run."""
+
+    def __init__(self, reqs: list[Req], device: torch.device):
+        self.reqs = reqs
+        self.params = RowParams.of(reqs, device)
+        self.bias = _logit_bias(reqs, device)
+        self.want_logprobs = any(r.return_logprob for r in reqs)
+        self.top_k = max(r.top_logprobs_num for r in reqs)
+        self._chosen: list[torch.Tensor] = []  # per step [B]
+        self._top: list[tuple[torch.Tensor, torch.Tensor]] = []  # per step ([B, k], [B, k])
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        raw = logits.clone() if self.want_logprobs and self.bias is not None else logits
+        if self.bias is not None:  # logits: this step's own buffer, free to edit
+            logits.index_put_(self.bias[:2], self.bias[2], accumulate=True)
+        ids = self.params.sample(logits)
+        self.params.steps.add_(1)
+        if self.want_logprobs:
+            chosen, top = _token_logprobs(raw, ids, self.top_k)
+            self._chosen.append(chosen)
+            if top is not None:
+                self._top.append(top)
+        return ids
+
+    def logprobs(self) -> tuple[list[list[float]], list[list[list[tuple[float, int]]]] | None] | None:
+        """After the run: (per request, per step) chosen-token logprobs and top logprobs."""
+        if not self.want_logprobs:
+            return None
+        chosen = torch.stack(self._chosen, 1).tolist()  # [B, steps]
+        if not self._top:
+            return chosen, None
+        vals = torch.stack([v for v, _ in self._top], 1).tolist()  # [B, steps, k]
+        ids = torch.stack([i for _, i in self._top], 1).tolist()
+        return chosen, [_top_rows(vs, ts, [r] * len(vs)) for r, vs, ts in zip(self.reqs, vals, ids)]
+
+
+def _token_logprobs(raw: torch.Tensor, ids: torch.Tensor, k: int):
+    """Logprobs of ``ids`` [B] under ``raw`` logits [B, V] -> (chosen [B], (top values,
+    top ids) [B, k] or None), all on the logits' device."""
+    logprobs = torch.log_softmax(raw.float(), dim=-1)
+    chosen = logprobs.gather(1, ids[:, None]).squeeze(1)
+    return chosen, (logprobs.topk(k, dim=-1) if k > 0 else None)
+
+
+def _top_rows(vals: list[list[float]], ids: list[list[int]], reqs: list[Req]) -> list[list[tuple[float, int]]]:
+    return [list(zip(v[: r.top_logprobs_num], i[: r.top_logprobs_num])) for v, i, r in zip(vals, ids, reqs)]
 
 
 def _logit_bias(reqs: list[Req], device: torch.device) -> tuple[torch.Tensor, ...] | None:

@@ -29,14 +29,18 @@ class OutputProcessor:
         self._detokenize(req, [token])
         return self._finish_reason(req, token, context_length)
 
-    def append_run(self, req: Req, tokens: list[int], context_length: int) -> tuple[int, dict | None]:
+    def append_run(self, req: Req, tokens: list[int], context_length: int,
+                   logprobs: tuple[list[float], list | None] | None = None) -> tuple[int, dict | None]:
         """Record the tokens of a continuous decode run up to the first one that finishes the
-        request -> (tokens taken, finish reason or None). They are detokenized in one step;
-        a request with stop strings takes them one at a time (a stop string may end inside
-        the run, and its text decides where)."""
+        request -> (tokens taken, finish reason or None); ``logprobs`` = (the tokens' logprobs,
+        their top logprobs or None) when the request wants them. The tokens are detokenized
+        in one step; a request with stop strings takes them one at a time (a stop string may
+        end inside the run, and its text decides where)."""
+        lps, tops = logprobs if logprobs is not None else (None, None)
         if req.sampling.stop and self.tokenizer is not None:
             for n, token in enumerate(tokens, 1):
-                reason = self.append_token(req, token, None, None, context_length)
+                reason = self.append_token(req, token, lps[n - 1] if lps else None,
+                                           tops[n - 1] if tops else None, context_length)
                 if reason is not None:
                     return n, reason
             return len(tokens), None
@@ -49,6 +53,10 @@ class OutputProcessor:
             if reason is not None:
                 break
         taken = req.output_ids[start:]
+        if req.return_logprob:
+            req.output_logprobs.extend(zip(lps[: len(taken)], taken))
+            if req.top_logprobs_num:
+                req.output_top_logprobs.extend(tops[: len(taken)] if tops else [[]] * len(taken))
         self._detokenize(req, taken)
         return len(taken), reason
 

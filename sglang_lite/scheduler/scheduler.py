@@ -128,9 +128,14 @@ class Scheduler:
         batch = ScheduledBatch(reqs, [1] * len(reqs), self.cache.allocate_batch(reqs, [steps] * len(reqs)), steps)
         if self.on_batch is not None:
             self.on_batch(batch)
-        tokens = self.runner.decode_steps(batch, self.sampler.continuous(reqs, self.runner.device))
-        for req, row in zip(reqs, tokens):
-            taken, reason = self.outputs.append_run(req, row, self.context_length)
+        sampler = self.sampler.continuous(reqs, self.runner.device)
+        tokens = self.runner.decode_steps(batch, sampler)
+        logprobs = sampler.logprobs()
+        for i, (req, row) in enumerate(zip(reqs, tokens)):
+            lps = None
+            if logprobs is not None and req.return_logprob:
+                lps = (logprobs[0][i], logprobs[1][i] if logprobs[1] is not None else None)
+            taken, reason = self.outputs.append_run(req, row, self.context_length, lps)
             req.kv_len += taken  # each taken token's input token now has k/v
             self.stats.num_generated_tokens += taken
             if reason is not None:

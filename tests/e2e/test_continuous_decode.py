@@ -1,7 +1,8 @@
 """Continuous decoding (``num_continuous_decode_steps``) on the real model: runs of decode
 steps without a host sync between them give exactly the outputs of one step at a time:
 greedy and seeded sampling, EOS, stop tokens, stop strings, streaming; requests that need
-the host every step (logprobs, penalties, grammars, min_new_tokens) fall back to one step."""
+the host every step (penalties, grammars, min_new_tokens) fall back to one step; logprobs
+and logit_bias are computed on the device inside the runs."""
 
 from __future__ import annotations
 
@@ -75,25 +76,40 @@ def test_streamed_runs_add_up_and_hold_back_stop_strings(engine, runs_engine):
         "Emoji story:", {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True})["output_ids"]
 
 
-@pytest.mark.parametrize("extra, kwargs", [
-    ({"frequency_penalty": 0.5}, {}),
-    ({"min_new_tokens": 20}, {}),
-    ({}, {"return_logprob": True}),
-    ({"json_schema": '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'}, {}),
-], ids=["penalty", "min_new_tokens", "logprobs", "grammar"])
-def test_requests_needing_the_host_each_step_run_one_step_at_a_time(engine, runs_engine, extra, kwargs):
+@pytest.mark.parametrize("extra", [
+    {"frequency_penalty": 0.5},
+    {"min_new_tokens": 20},
+    {"json_schema": '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'},
+], ids=["penalty", "min_new_tokens", "grammar"])
+def test_requests_needing_the_host_each_step_run_one_step_at_a_time(engine, runs_engine, extra):
     params = {"temperature": 0, "max_new_tokens": 24, **extra}
     runs_engine.runs.clear()
-    got = runs_engine.generate(PROMPTS[0], params, **kwargs)
-    expected = engine.generate(PROMPTS[0], params, **kwargs)
+    got = runs_engine.generate(PROMPTS[0], params)
+    expected = engine.generate(PROMPTS[0], params)
     assert _strip(got) == _strip(expected)
     if "min_new_tokens" in extra:  # once past min_new_tokens, runs resume
-        assert set(runs_engine.runs[:20]) == {1}
+        assert set(runs_engine.runs[:20]) == {1} and max(runs_engine.runs) > 1
     else:
         assert set(runs_engine.runs) == {1}
-    if kwargs.get("return_logprob"):
-        logprobs = [[lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]] for out in (got, expected)]
-        assert len(logprobs[0]) == 24 and logprobs[0] == pytest.approx(logprobs[1], abs=1e-5)
+
+
+@pytest.mark.parametrize("stop", [None, "zzzz"], ids=["batched", "stop-string path"])
+def test_logprobs_are_computed_on_the_device_in_runs(engine, runs_engine, stop):
+    params = [{"temperature": 0, "max_new_tokens": 24, "ignore_eos": True, "stop": stop},
+              {"temperature": 0.9, "seed": 8, "max_new_tokens": 17, "logit_bias": {"13": 3.0}, "stop": stop},
+              {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True}]  # no stop: mixed batch
+    kw = dict(return_logprob=True, top_logprobs_num=3)
+    runs_engine.runs.clear()
+    got = runs_engine.generate(PROMPTS[:3], params, **kw)
+    expected = engine.generate(PROMPTS[:3], params, **kw)
+    assert STEPS in runs_engine.runs
+    for g, e in zip(got, expected):
+        assert _strip(g) == _strip(e)
+        lps = [[lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]] for out in (g, e)]
+        assert len(lps[0]) == len(g["output_ids"]) and lps[0] == pytest.approx(lps[1], abs=1e-5)
+        tops = [out["meta_info"]["output_top_logprobs"] for out in (g, e)]
+        assert [[t for _, t, _ in row] for row in tops[0]] == [[t for _, t, _ in row] for row in tops[1]]
+        assert all(len(row) == 3 for row in tops[0])
 
 
 def test_logit_bias_applies_on_the_device_in_runs(engine, runs_engine):
