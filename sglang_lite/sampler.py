@@ -38,7 +38,7 @@ class Sampler:
             if bias is not None:
                 logits.index_put_(bias[:2], bias[2], accumulate=True)
             if penalties:
-                self._apply_penalties(logits, reqs)
+                Penalties(reqs, logits.shape[1], device).apply(logits)
             self._mask_early_stop(logits, reqs)
         next_ids = RowParams.of(reqs, device).sample(logits, bitmask)
         out = SampleOutput(next_ids.tolist(), None, None)
@@ -52,24 +52,9 @@ class Sampler:
 
     @staticmethod
     def can_sample_on_device(req: Req) -> bool:
-        """Nothing in this request's sampling needs the host between steps: no grammar, no
-        penalties over its outputs, and EOS no longer banned by min_new_tokens."""
-        p = req.sampling
-        return req.grammar is None and not p.uses_penalties and len(req.output_ids) >= p.min_new_tokens
-
-    def _apply_penalties(self, logits: torch.Tensor, reqs: list[Req]) -> None:
-        rows = [i for i, r in enumerate(reqs) if r.sampling.uses_penalties]
-        for i in rows:
-            p, req = reqs[i].sampling, reqs[i]
-            if req.output_ids and (p.frequency_penalty or p.presence_penalty):
-                out_ids = torch.tensor(req.output_ids, device=logits.device)
-                counts = torch.zeros(self.vocab_size, device=logits.device)
-                counts.scatter_add_(0, out_ids, torch.ones_like(out_ids, dtype=counts.dtype))
-                logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).float()
-            if p.repetition_penalty != 1.0:
-                seen = torch.tensor(sorted(set(req.fill_ids)), device=logits.device)
-                vals = logits[i, seen]
-                logits[i, seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        """Nothing in this request's sampling needs the host between steps: no grammar, and
+        EOS no longer banned by min_new_tokens."""
+        return req.grammar is None and len(req.output_ids) >= req.sampling.min_new_tokens
 
     def _mask_early_stop(self, logits: torch.Tensor, reqs: list[Req]) -> None:
         """Before min_new_tokens, neither EOS nor a stop token may be sampled."""
@@ -99,17 +84,26 @@ class ContinuousSampler:
         self.reqs = reqs
         self.params = RowParams.of(reqs, device)
         self.bias = _logit_bias(reqs, device)
+        self.penalties = None  # built at the first step, when the vocabulary width is known
+        self.want_penalties = any(r.sampling.uses_penalties for r in reqs)
         self.want_logprobs = any(r.return_logprob for r in reqs)
         self.top_k = max(r.top_logprobs_num for r in reqs)
         self._chosen: list[torch.Tensor] = []  # per step [B]
         self._top: list[tuple[torch.Tensor, torch.Tensor]] = []  # per step ([B, k], [B, k])
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        raw = logits.clone() if self.want_logprobs and self.bias is not None else logits
+        edits = self.bias is not None or self.want_penalties
+        raw = logits.clone() if self.want_logprobs and edits else logits
         if self.bias is not None:  # logits: this step's own buffer, free to edit
             logits.index_put_(self.bias[:2], self.bias[2], accumulate=True)
+        if self.want_penalties:
+            if self.penalties is None:
+                self.penalties = Penalties(self.reqs, logits.shape[1], logits.device)
+            self.penalties.apply(logits)
         ids = self.params.sample(logits)
         self.params.steps.add_(1)
+        if self.penalties is not None:
+            self.penalties.add(ids)
         if self.want_logprobs:
             chosen, top = _token_logprobs(raw, ids, self.top_k)
             self._chosen.append(chosen)
@@ -127,6 +121,45 @@ class ContinuousSampler:
         vals = torch.stack([v for v, _ in self._top], 1).tolist()  # [B, steps, k]
         ids = torch.stack([i for _, i in self._top], 1).tolist()
         return chosen, [_top_rows(vs, ts, [r] * len(vs)) for r, vs, ts in zip(self.reqs, vals, ids)]
+
+
+class Penalties:
+    """Frequency, presence and repetition penalties of a batch as [B, V] device tensors: the
+    counts of each request's output tokens and the set of tokens it has seen (prompt and
+    output). ``add`` extends both by one sampled token per row, on the device, so a
+    continuous run applies them step after step without the host."""
+
+    def __init__(self, reqs: list[Req], vocab_size: int, device: torch.device):
+        params = [r.sampling for r in reqs]
+        self.frequency = torch.tensor([[p.frequency_penalty] for p in params], device=device)  # [B, 1]
+        self.presence = torch.tensor([[p.presence_penalty] for p in params], device=device)
+        self.repetition = torch.tensor([[p.repetition_penalty] for p in params], device=device)
+        self.counts = torch.zeros((len(reqs), vocab_size), device=device)
+        rows, ids = _flat([(i, t) for i, r in enumerate(reqs) for t in r.output_ids])
+        self.counts.index_put_((rows.to(device), ids.to(device)), torch.ones(len(ids), device=device), accumulate=True)
+        self.seen = torch.zeros((len(reqs), vocab_size), dtype=torch.bool, device=device)
+        rows, ids = _flat([(i, t) for i, r in enumerate(reqs) if r.sampling.repetition_penalty != 1.0
+                           for t in set(r.origin_input_ids)])
+        self.seen.index_put_((rows.to(device), ids.to(device)), torch.tensor(True, device=device))
+        self.seen |= self.counts > 0  # outputs count as seen (for rows with a repetition penalty)
+        self.seen &= self.repetition != 1.0
+
+    def apply(self, logits: torch.Tensor) -> None:
+        """In place: logits -= frequency * counts + presence * [count > 0]; seen tokens'
+        logits divided (if positive) or multiplied (if not) by the repetition penalty."""
+        logits -= self.frequency * self.counts + self.presence * (self.counts > 0)
+        scaled = torch.where(logits > 0, logits / self.repetition, logits * self.repetition)
+        logits.copy_(torch.where(self.seen, scaled, logits))
+
+    def add(self, ids: torch.Tensor) -> None:
+        ones = torch.ones((ids.shape[0], 1), device=ids.device)
+        self.counts.scatter_add_(1, ids[:, None], ones)
+        self.seen.scatter_(1, ids[:, None], (self.repetition != 1.0))
+
+
+def _flat(pairs: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    rows, ids = zip(*pairs) if pairs else ((), ())
+    return torch.tensor(rows, dtype=torch.int64), torch.tensor(ids, dtype=torch.int64)
 
 
 def _token_logprobs(raw: torch.Tensor, ids: torch.Tensor, k: int):

@@ -1,7 +1,7 @@
 """Continuous decoding (``num_continuous_decode_steps``) on the real model: runs of decode
 steps without a host sync between them give exactly the outputs of one step at a time:
 greedy and seeded sampling, EOS, stop tokens, stop strings, streaming; requests that need
-the host every step (penalties, grammars, min_new_tokens) fall back to one step; logprobs
+the host every step (grammars, min_new_tokens) fall back to one step; penalties, logprobs
 and logit_bias are computed on the device inside the runs."""
 
 from __future__ import annotations
@@ -77,10 +77,9 @@ def test_streamed_runs_add_up_and_hold_back_stop_strings(engine, runs_engine):
 
 
 @pytest.mark.parametrize("extra", [
-    {"frequency_penalty": 0.5},
     {"min_new_tokens": 20},
     {"json_schema": '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'},
-], ids=["penalty", "min_new_tokens", "grammar"])
+], ids=["min_new_tokens", "grammar"])
 def test_requests_needing_the_host_each_step_run_one_step_at_a_time(engine, runs_engine, extra):
     params = {"temperature": 0, "max_new_tokens": 24, **extra}
     runs_engine.runs.clear()
@@ -91,6 +90,22 @@ def test_requests_needing_the_host_each_step_run_one_step_at_a_time(engine, runs
         assert set(runs_engine.runs[:20]) == {1} and max(runs_engine.runs) > 1
     else:
         assert set(runs_engine.runs) == {1}
+
+
+def test_penalties_apply_on_the_device_in_runs(engine, runs_engine):
+    params = [{"temperature": 0, "max_new_tokens": 30, "ignore_eos": True, "frequency_penalty": 1.5},
+              {"temperature": 0, "max_new_tokens": 30, "ignore_eos": True, "presence_penalty": 1.2},
+              {"temperature": 0.8, "seed": 2, "max_new_tokens": 30, "ignore_eos": True, "repetition_penalty": 1.3},
+              {"temperature": 0, "max_new_tokens": 30, "ignore_eos": True}]
+    runs_engine.runs.clear()
+    got = runs_engine.generate(PROMPTS[5:6] * 4, params, return_logprob=True)
+    expected = engine.generate(PROMPTS[5:6] * 4, params, return_logprob=True)
+    assert STEPS in runs_engine.runs
+    assert [_strip(o) for o in got] == [_strip(o) for o in expected]
+    assert sum(o["output_ids"] != got[3]["output_ids"] for o in got[:3]) >= 2  # penalties took effect
+    for g, e in zip(got, expected):  # logprobs: of the logits before penalties, in both paths
+        lps = [[lp for lp, _, _ in o["meta_info"]["output_token_logprobs"]] for o in (g, e)]
+        assert lps[0] == pytest.approx(lps[1], abs=1e-5)
 
 
 @pytest.mark.parametrize("stop", [None, "zzzz"], ids=["batched", "stop-string path"])
