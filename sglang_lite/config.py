@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+MAX_CONTINUOUS_DECODE_STEPS = 64  # longest run of decode steps between two host syncs
+
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
@@ -19,7 +21,8 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 def native_cpu_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (x86 AVX512-BF16 or AMX, Arm BF16). There a
     bf16 matmul runs about 4x faster than fp32 (593 against 145 GFLOP/s measured on an AVX512-BF16
-    EPYC); without it, bf16 is emulated and hundreds of times slower, so "auto" means fp32."""
+    EPYC); without it, bf16 is emulated and far slower (DESIGN.md: 0.3 against 144 GFLOP/s on
+    an AVX2-only CPU), so "auto" means fp32."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:  # not Linux: keep fp32
@@ -97,8 +100,8 @@ class EngineConfig:
                      "max_queue_size", "stream_interval"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1")
-        if not 1 <= self.num_continuous_decode_steps <= 64:
-            raise ValueError("num_continuous_decode_steps: must be in [1, 64]")
+        if not 1 <= self.num_continuous_decode_steps <= MAX_CONTINUOUS_DECODE_STEPS:
+            raise ValueError(f"num_continuous_decode_steps: must be in [1, {MAX_CONTINUOUS_DECODE_STEPS}]")
         if self.chunked_prefill_size > self.max_prefill_tokens:
             raise ValueError("chunked_prefill_size: must be <= max_prefill_tokens")
         if not 0 < self.mem_fraction_static < 1:

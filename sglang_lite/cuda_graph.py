@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch, ForwardMode
+from sglang_lite.config import MAX_CONTINUOUS_DECODE_STEPS
 from sglang_lite.mem.req_to_token import ReqToTokenPool
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 # Rows of the packed input buffer [NUM_ROWS, max_bs], and what a padding row holds in each.
 INPUT_IDS, POSITIONS, OUT_CACHE_LOC, REQ_POOL_INDICES, SEQ_LENS, PREFIX_LENS = range(6)
 NUM_ROWS = 6
-MAX_STEPS = 64  # longest continuous decode run (EngineConfig.num_continuous_decode_steps)
 PAD_VALUES = (0, 0, 0, 0, 1, 0)  # slot 0 = reserved page 0; seq_len 1 reads one valid slot
 
 
@@ -106,8 +106,8 @@ class CudaGraphRunner:
         with torch.inference_mode():
             self._host = torch.zeros((NUM_ROWS, self.max_bs), dtype=torch.int64, pin_memory=pin)
             self._inputs = torch.zeros((NUM_ROWS, self.max_bs), dtype=torch.int64, device=self.device)
-            self._host_slots = torch.zeros((MAX_STEPS, self.max_bs), dtype=torch.int64, pin_memory=pin)
-            self._slots = torch.zeros((MAX_STEPS, self.max_bs), dtype=torch.int64, device=self.device)
+            self._host_slots = torch.zeros((MAX_CONTINUOUS_DECODE_STEPS, self.max_bs), dtype=torch.int64, pin_memory=pin)
+            self._slots = torch.zeros((MAX_CONTINUOUS_DECODE_STEPS, self.max_bs), dtype=torch.int64, device=self.device)
             self._arange = torch.arange(self.max_bs, dtype=torch.int64, device=self.device)
             self._ones = torch.ones(self.max_bs, dtype=torch.int64, device=self.device)
             self._advance = torch.zeros((NUM_ROWS, 1), dtype=torch.int64, device=self.device)
@@ -137,8 +137,8 @@ class CudaGraphRunner:
         """``ModelRunner.decode_steps`` for a batch that ``can_run``: ``batch.num_steps``
         replays, the inputs of each step advanced on the device, one sync at the end."""
         steps = batch.num_steps
-        if steps > MAX_STEPS:
-            raise ValueError(f"num_steps: at most {MAX_STEPS}, got {steps}")
+        if steps > MAX_CONTINUOUS_DECODE_STEPS:
+            raise ValueError(f"num_steps: at most {MAX_CONTINUOUS_DECODE_STEPS}, got {steps}")
         bs, padded = self._load_inputs(batch)
         ins = self._inputs
         out = torch.empty((steps, bs), dtype=torch.int64, device=self.device)

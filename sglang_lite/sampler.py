@@ -38,7 +38,7 @@ class Sampler:
             if bias is not None:
                 logits.index_put_(bias[:2], bias[2], accumulate=True)
             if penalties:
-                Penalties(reqs, logits.shape[1], device).apply(logits)
+                Penalties(reqs, self.vocab_size, device).apply(logits)
             self._mask_early_stop(logits, reqs)
         next_ids = RowParams.of(reqs, device).sample(logits, bitmask)
         out = SampleOutput(next_ids.tolist(), None, None)
@@ -48,7 +48,7 @@ class Sampler:
 
     def continuous(self, reqs: list[Req], device: torch.device) -> ContinuousSampler:
         """A sampler for back-to-back decode steps of ``reqs`` (all ``can_sample_on_device``)."""
-        return ContinuousSampler(reqs, device)
+        return ContinuousSampler(reqs, device, self.vocab_size)
 
     @staticmethod
     def can_sample_on_device(req: Req) -> bool:
@@ -75,30 +75,28 @@ class Sampler:
 
 class ContinuousSampler:
     """Samples back-to-back decode steps of ``reqs`` without a host sync between them: each
-    call takes one step's logits [B, V], applies logit_bias, samples, and advances the rows'
-    step counters on the device, so draws equal those of one step at a time. Logprobs (of
-    the logits before any bias, as one step at a time reports them) stay on the device
-    until ``logprobs`` reads them after the run."""
+    call takes one step's logits [B, V], applies logit_bias and penalties, samples, and
+    advances the rows' step counters and penalty counts on the device, so draws equal those
+    of one step at a time. Logprobs (of the logits before any edit, as one step at a time
+    reports them) stay on the device until ``logprobs`` reads them after the run."""
 
-    def __init__(self, reqs: list[Req], device: torch.device):
+    def __init__(self, reqs: list[Req], device: torch.device, vocab_size: int):
         self.reqs = reqs
         self.params = RowParams.of(reqs, device)
         self.bias = _logit_bias(reqs, device)
-        self.penalties = None  # built at the first step, when the vocabulary width is known
-        self.want_penalties = any(r.sampling.uses_penalties for r in reqs)
+        self.penalties = (Penalties(reqs, vocab_size, device)
+                          if any(r.sampling.uses_penalties for r in reqs) else None)
         self.want_logprobs = any(r.return_logprob for r in reqs)
         self.top_k = max(r.top_logprobs_num for r in reqs)
         self._chosen: list[torch.Tensor] = []  # per step [B]
         self._top: list[tuple[torch.Tensor, torch.Tensor]] = []  # per step ([B, k], [B, k])
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        edits = self.bias is not None or self.want_penalties
+        edits = self.bias is not None or self.penalties is not None
         raw = logits.clone() if self.want_logprobs and edits else logits
         if self.bias is not None:  # logits: this step's own buffer, free to edit
             logits.index_put_(self.bias[:2], self.bias[2], accumulate=True)
-        if self.want_penalties:
-            if self.penalties is None:
-                self.penalties = Penalties(self.reqs, logits.shape[1], logits.device)
+        if self.penalties is not None:
             self.penalties.apply(logits)
         ids = self.params.sample(logits)
         self.params.steps.add_(1)

@@ -105,7 +105,8 @@ def _decode_attention(q, k_buf, v_buf, rows: _DecodeRows, sm_scale: float) -> to
 
 def _extend_attention(q, k_buf, v_buf, row: _ExtendRow, sm_scale: float) -> torch.Tensor:
     # q: [n, Hq, D] -> [1, Hq, n, D]; k/v: [L, Hkv, D] -> [1, Hkv, L, D], grouped-query through
-    # enable_gqa (3-4x faster on CPU than folding the group into the query axis).
+    # enable_gqa (on CPU 1.4-1.5x faster than folding the group into the query axis at 128 new
+    # tokens, 3.7x at 512).
     n, hq, d = q.shape
     k = k_buf[row.slots].transpose(0, 1)[None]
     v = v_buf[row.slots].transpose(0, 1)[None]

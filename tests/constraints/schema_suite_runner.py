@@ -75,6 +75,20 @@ def accepted_by_masks(grammar, text: bytes) -> bool:
     return m.is_terminated()
 
 
+def accepted_by_tokens(grammar, hf_tokenizer, text: str) -> bool:
+    """``text`` tokenized by a real tokenizer: every token allowed by the mask and accepted
+    (a disallowed one must be refused), then EOS accepted at the end."""
+    m = grammar.matcher()
+    bm = allocate_token_bitmask(1, grammar.vocab_size)
+    for tok in hf_tokenizer.encode(text):
+        m.fill_next_token_bitmask(bm, 0)
+        if not unpack_bitmask(bm[0], grammar.vocab_size)[tok]:
+            assert not m.accept_token(tok)
+            return False
+        assert m.accept_token(tok)
+    return m.can_terminate() and m.accept_token(grammar.automaton.info.eos_token_ids[0])
+
+
 def group_outcome(compiler: GrammarCompiler, group: dict) -> str:
     try:
         grammar = compiler.compile_json_schema(group["schema"])

@@ -6,9 +6,9 @@ import json
 
 import jsonschema
 import pytest
+from schema_suite_runner import accepted_by_tokens
 
-from constraints import InvalidConstraintError, UnsupportedSchemaError, allocate_token_bitmask
-from constraints.bitmask import unpack_bitmask
+from constraints import InvalidConstraintError, UnsupportedSchemaError
 
 PERSON = {
     "type": "object",
@@ -30,18 +30,6 @@ PERSON = {
 
 def _text(value) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _accepts_tokens(grammar, hf_tokenizer, text: str) -> bool:
-    m = grammar.matcher()
-    bm = allocate_token_bitmask(1, grammar.vocab_size)
-    for tok in hf_tokenizer.encode(text):
-        m.fill_next_token_bitmask(bm, 0)
-        if not unpack_bitmask(bm[0], grammar.vocab_size)[tok]:
-            assert not m.accept_token(tok)
-            return False
-        assert m.accept_token(tok)
-    return m.can_terminate() and m.accept_token(grammar.automaton.info.eos_token_ids[0])
 
 
 VALID = [
@@ -66,7 +54,7 @@ INVALID = [
 @pytest.mark.parametrize("value", VALID)
 def test_valid_instances_pass_every_mask(compiler, hf_tokenizer, value):
     jsonschema.validate(value, PERSON)
-    assert _accepts_tokens(compiler.compile_json_schema(PERSON), hf_tokenizer, _text(value))
+    assert accepted_by_tokens(compiler.compile_json_schema(PERSON), hf_tokenizer, _text(value))
 
 
 @pytest.mark.parametrize("value", INVALID)
@@ -79,11 +67,11 @@ def test_invalid_instances_are_rejected(compiler, value):
 
 def test_json_object_mode_and_flexible_whitespace(compiler, hf_tokenizer):
     g = compiler.compile_json_schema({"type": "object"})
-    assert _accepts_tokens(g, hf_tokenizer, '{"a":[1,{"b":null}],"c":"d"}')
+    assert accepted_by_tokens(g, hf_tokenizer, '{"a":[1,{"b":null}],"c":"d"}')
     assert not g.matcher().accept_string("[1]")
     flex = compiler.compile_json_schema(PERSON, whitespace="flexible")
     pretty = json.dumps(VALID[1], indent=2, ensure_ascii=False)
-    assert _accepts_tokens(flex, hf_tokenizer, pretty)
+    assert accepted_by_tokens(flex, hf_tokenizer, pretty)
 
 
 def test_compact_output_forces_jump_forward_keys(compiler):

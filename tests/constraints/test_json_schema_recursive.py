@@ -7,11 +7,10 @@ import json
 import jsonschema
 import numpy as np
 import pytest
-from schema_suite_runner import accepted_by_masks, byte_vocab_info
+from schema_suite_runner import accepted_by_masks, accepted_by_tokens, byte_vocab_info
 
-from constraints import GrammarCompiler, UnsupportedSchemaError, allocate_token_bitmask
+from constraints import GrammarCompiler, UnsupportedSchemaError
 from constraints.automaton import DFAAutomaton
-from constraints.bitmask import unpack_bitmask
 from constraints.pushdown import PushdownAutomaton
 
 TREE = {
@@ -143,24 +142,12 @@ def test_accept_reject_sets_byte_by_byte(byte_compiler, name, valid, i):
     assert accepted_by_masks(grammar, _text(value).encode()) == valid
 
 
-def _accepts_tokens(grammar, hf_tokenizer, text: str) -> bool:
-    m = grammar.matcher()
-    bm = allocate_token_bitmask(1, grammar.vocab_size)
-    for tok in hf_tokenizer.encode(text):
-        m.fill_next_token_bitmask(bm, 0)
-        if not unpack_bitmask(bm[0], grammar.vocab_size)[tok]:
-            assert not m.accept_token(tok)
-            return False
-        assert m.accept_token(tok)
-    return m.can_terminate() and m.accept_token(grammar.automaton.info.eos_token_ids[0])
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_valid_instances_pass_every_token_mask(compiler, hf_tokenizer, name):
     schema, good, _ = CASES[name]
     grammar = compiler.compile_json_schema(schema)
     for value in good:
-        assert _accepts_tokens(grammar, hf_tokenizer, _text(value)), value
+        assert accepted_by_tokens(grammar, hf_tokenizer, _text(value)), value
 
 
 @pytest.mark.parametrize("name,prefix,whitespace", [
@@ -183,7 +170,7 @@ def test_mask_equals_brute_force_over_the_vocabulary(compiler, name, prefix, whi
 def test_flexible_whitespace_inside_recursion(compiler, hf_tokenizer):
     value = CASES["tree"][1][1]
     flex = compiler.compile_json_schema(TREE, whitespace="flexible")
-    assert _accepts_tokens(flex, hf_tokenizer, json.dumps(value, indent=1))
+    assert accepted_by_tokens(flex, hf_tokenizer, json.dumps(value, indent=1))
     assert not compiler.compile_json_schema(TREE).matcher().accept_string('{ "value"')
 
 

@@ -113,12 +113,7 @@ def test_select(backend):
         s += PREFIX + f"Review: {review}\nSentiment:"
         s += select("label", choices=[" positive", " negative"])
 
-    try:
-        state = classify.run(review="I love it, works perfectly.", backend=backend)
-    except ProgramError as e:
-        if "no logprobs" in str(e):
-            pytest.xfail("server /generate does not return input_token_logprobs yet")
-        raise
+    state = classify.run(review="I love it, works perfectly.", backend=backend)
     assert state["label"] in (" positive", " negative")
     assert len(state.get_meta_info("label")["normalized_prompt_logprobs"]) == 2
 

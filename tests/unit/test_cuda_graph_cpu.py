@@ -147,47 +147,26 @@ def test_padded_decode_matches_plain_decode_end_to_end():
         padded.shutdown()
 
 
-def test_padded_decode_logits_match_unpadded_rows():
-    eng = Engine("dummy:tiny", max_total_tokens=512, max_running_requests=8)
-    try:
-        runner = eng.scheduler.runner
-        sched = eng.scheduler
-        graph_runner = CudaGraphRunner(runner.model, runner.backend, runner.req_pool, runner.device,
-                                       [1, 4], use_graphs=False)
-        seen = {}
-        original = runner.forward
-
-        def spy(batch):
-            logits = original(batch)
-            if batch.is_decode and len(batch.reqs) == 3 and "plain" not in seen:
-                # Same batch again through the padded path (k/v rewritten with equal values).
-                seen["plain"], seen["padded"] = logits.clone(), graph_runner.forward(batch).clone()
-            return logits
-
-        sched.runner.forward = spy
-        params = [{"temperature": 0, "max_new_tokens": 6, "ignore_eos": True}] * 3
-        eng.generate(input_ids=PROMPTS[:3], sampling_params=params)
-        assert seen["padded"].shape == seen["plain"].shape == (3, eng.model_config.vocab_size)
-        torch.testing.assert_close(seen["padded"], seen["plain"], rtol=1e-4, atol=1e-4)
-    finally:
-        eng.shutdown()
-
-
-def test_padded_decode_through_the_triton_backend_matches_torch_backend():
-    """The backend graphs capture (Triton, interpreted on CPU) with padded rows: real rows
-    equal the torch backend's logits; padding rows (seq_len 1, slot 0) are harmless."""
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_padded_decode_logits_match_unpadded_rows(backend):
+    """A decode batch of 3 again through the padded path (k/v rewritten with equal values):
+    real rows equal the ordinary path's logits; padding rows (seq_len 1, slot 0) are harmless.
+    With the Triton backend (what graphs capture; interpreted on CPU) against the torch one."""
     from kernels._triton import HAS_TRITON
 
-    if not HAS_TRITON:
+    if backend == "triton" and not HAS_TRITON:
         pytest.skip("triton is not installed")
-    from sglang_lite.attention.triton_backend import TritonAttentionBackend
-
     eng = Engine("dummy:tiny", max_total_tokens=512, max_running_requests=8)
     try:
         runner = eng.scheduler.runner
-        triton_backend = TritonAttentionBackend(eng.kv_pool)
-        graph_runner = CudaGraphRunner(runner.model, triton_backend, runner.req_pool, runner.device,
-                                       [8], use_graphs=False)
+        attention, sizes = runner.backend, [1, 4]
+        if backend == "triton":
+            from sglang_lite.attention.triton_backend import TritonAttentionBackend
+
+            attention, sizes = TritonAttentionBackend(eng.kv_pool), [8]
+            assert attention.decode_num_kv_splits(8, 2, torch.device("cpu")) in (2, 4, 8, 16, 32)
+        graph_runner = CudaGraphRunner(runner.model, attention, runner.req_pool, runner.device, sizes,
+                                       use_graphs=False)
         seen = {}
         original = runner.forward
 
@@ -198,9 +177,9 @@ def test_padded_decode_through_the_triton_backend_matches_torch_backend():
             return logits
 
         runner.forward = spy
-        params = [{"temperature": 0, "max_new_tokens": 4, "ignore_eos": True}] * 3
+        params = [{"temperature": 0, "max_new_tokens": 5, "ignore_eos": True}] * 3
         eng.generate(input_ids=PROMPTS[:3], sampling_params=params)
-        assert triton_backend.decode_num_kv_splits(8, 2, torch.device("cpu")) in (2, 4, 8, 16, 32)
+        assert seen["padded"].shape == seen["plain"].shape == (3, eng.model_config.vocab_size)
         torch.testing.assert_close(seen["padded"], seen["plain"], rtol=1e-4, atol=1e-4)
     finally:
         eng.shutdown()
