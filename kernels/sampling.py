@@ -95,10 +95,29 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return allowed
 
 
+_BYTE_BIAS = torch.zeros(256, 8).masked_fill_(~_BYTE_BITS, float("-inf"))  # [256, 8] fp32
+
+
+def bitmask_bias(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[B, W] int32 packed bitmask -> [B, vocab_size] fp32: 0 where allowed, -inf elsewhere.
+
+    Adding it masks logits without a per-element branch: on CPU 0.2 ms for 16 x 49152 against
+    0.3-1.5 ms for ``where`` on the unpacked bools (the slower the less regular the mask).
+    """
+    batch = bitmask.shape[0]
+    table = _BYTE_BIAS.to(bitmask.device)
+    byte_idx = bitmask.contiguous().view(torch.uint8).reshape(-1).to(torch.int32)  # [B * W * 4]
+    bias = table.index_select(0, byte_idx).reshape(batch, -1)[:, :vocab_size]  # [B, <=V]
+    missing = vocab_size - bias.shape[1]
+    if missing > 0:
+        bias = torch.nn.functional.pad(bias, (0, missing), value=float("-inf"))
+    return bias
+
+
 def apply_token_bitmask_inplace_ref(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     """Set disallowed logits [B, V] to -inf in place."""
     _check_bitmask(logits, bitmask)
-    logits.masked_fill_(~unpack_bitmask(bitmask, logits.shape[1]), float("-inf"))
+    logits.add_(bitmask_bias(bitmask, logits.shape[1]))
 
 
 def _mul32(a: torch.Tensor, c: int) -> torch.Tensor:
@@ -182,34 +201,65 @@ def _top_k_mass(s, e, t_k, vals, mass, need_k, mass_all):
     return torch.where(need_k[:, None], (e * (s >= t_k)).sum(-1, keepdim=True), mass_all)
 
 
+def _probs(logits, temperatures, min_ps):
+    """s = logits / temperature [b, V], p = softmax(s), and the min-p drop mask [b, V] (or None).
+
+    One fused softmax: an unfused exp over the -inf of masked tokens takes a slow path on CPU
+    (2 ms instead of 0.2 for 16 x 49152).
+    """
+    s = logits / temperatures.to(torch.float32)[:, None]
+    p = torch.softmax(s, -1)
+    min_ps = min_ps.to(torch.float32).clamp(max=1.0)[:, None]  # [b, 1]; the max always stays
+    drop = p < min_ps * p.amax(-1, keepdim=True) if bool((min_ps > 0).any()) else None
+    return s, p, drop
+
+
 def _sample_rows_ref(logits, temperatures, top_ks, top_ps, min_ps, uniforms):
     """Sampled (temperature > 0) rows: logits [b, V] fp32 -> token ids [b] int64."""
-    s = logits / temperatures.to(torch.float32)[:, None]  # [b, V]
-    e = (s - s.max(-1, keepdim=True).values).exp_()  # [b, V] unnormalized p, max 1
-    min_ps = min_ps.to(torch.float32).clamp(max=1.0)[:, None]  # [b, 1]; the max always stays
+    s, p, drop = _probs(logits, temperatures, min_ps)
     restricted = ((top_ks > 0) & (top_ks < s.shape[1])) | (top_ps < 1)  # [b]
-    if not bool(restricted.any()):
-        if bool((min_ps > 0).any()):
-            e.masked_fill_(e < min_ps, 0.0)
-        return _inverse_cdf(e, uniforms, None)
-    thr, _, _, _ = _top_k_top_p_threshold(s, e, top_ks, top_ps.to(torch.float32))
+    if bool(restricted.any()):
+        thr = _top_k_top_p_threshold(s, p, top_ks, top_ps.to(torch.float32))[0]
+        drop = s < thr if drop is None else drop | (s < thr)
     # Always draw in vocabulary order: a row's pick must not depend on which path the rest
     # of the batch sends it down (sorted order would change the token a uniform maps to).
-    return _inverse_cdf(e.masked_fill_((s < thr) | (e < min_ps), 0.0), uniforms, None)
+    return _inverse_cdf(p if drop is None else p.masked_fill_(drop, 0.0), uniforms, None)
+
+
+_CDF_BLOCK = 1024
 
 
 def _inverse_cdf(weights, uniforms, ids):
     """Draw one column per row with probability proportional to weights [b, n] (>= 0).
 
     ids [b, n] maps columns to token ids (None: identity). One uniform per row keeps the CPU
-    path to a single cumsum; the Triton kernel's exponential race draws from the same law.
+    path to a single scan; the Triton kernel's exponential race draws from the same law. The
+    scan is two-level over a large vocabulary: block sums pick the block, then one block is
+    scanned (a flat cumsum over 49152 columns is the slowest op of a CPU sampling step).
     """
-    cum = weights.cumsum(-1)  # [b, n]
-    total = cum[:, -1:]  # [b, 1]
-    col = torch.searchsorted(cum, uniforms[:, None] * total, right=True)  # [b, 1]
-    last = torch.searchsorted(cum, total.contiguous())  # [b, 1] last column with weight > 0
-    col = torch.minimum(col, last)
+    b, n = weights.shape
+    if n <= 4 * _CDF_BLOCK:
+        col = _search_cdf(weights.cumsum(-1), uniforms[:, None] * weights.sum(-1, keepdim=True))
+    else:
+        nb = -(-n // _CDF_BLOCK)
+        blocks = torch.nn.functional.pad(weights, (0, nb * _CDF_BLOCK - n)).view(b, nb, _CDF_BLOCK)
+        sums = blocks.sum(-1)  # [b, nb]
+        cum = sums.cumsum(-1)  # [b, nb]
+        target = uniforms[:, None] * cum[:, -1:]  # [b, 1]
+        blk = _search_cdf(cum, target)  # [b, 1] a block with weight > 0
+        inner = blocks.gather(1, blk[:, :, None].expand(b, 1, _CDF_BLOCK)).squeeze(1)  # [b, block]
+        before = torch.where(blk > 0, cum.gather(1, (blk - 1).clamp(min=0)), 0.0)  # [b, 1] <= target
+        rest = target - before  # [b, 1] >= 0, so the pick inside the block has weight
+        col = blk * _CDF_BLOCK + _search_cdf(inner.cumsum(-1), rest)
     return (col if ids is None else ids.gather(1, col)).squeeze(1)
+
+
+def _search_cdf(cum, target):
+    """First column whose running sum exceeds target [b, 1], never past the last column
+    with weight (rounding can put target at or beyond the total) -> [b, 1]."""
+    col = torch.searchsorted(cum, target, right=True)
+    last = torch.searchsorted(cum, cum[:, -1:].contiguous())  # first column reaching the total
+    return torch.minimum(col, last)
 
 
 def uniforms_from_keys(keys: torch.Tensor) -> torch.Tensor:
@@ -218,11 +268,10 @@ def uniforms_from_keys(keys: torch.Tensor) -> torch.Tensor:
 
 
 def _kept_weights_ref(logits, temperatures, top_ks, top_ps, min_ps):
-    """[b, V] unnormalized probabilities of the kept tokens (0 elsewhere), full vocabulary."""
-    s = logits / temperatures.to(torch.float32)[:, None]  # [b, V]
-    e = (s - s.max(-1, keepdim=True).values).exp_()  # [b, V]
-    thr = _top_k_top_p_threshold(s, e, top_ks, top_ps.to(torch.float32))[0]  # [b, 1]
-    return e.masked_fill_((s < thr) | (e < min_ps.to(torch.float32).clamp(max=1.0)[:, None]), 0.0)
+    """[b, V] probabilities of the kept tokens (0 elsewhere), full vocabulary."""
+    s, p, drop = _probs(logits, temperatures, min_ps)
+    thr = _top_k_top_p_threshold(s, p, top_ks, top_ps.to(torch.float32))[0]  # [b, 1]
+    return p.masked_fill_(s < thr if drop is None else drop | (s < thr), 0.0)
 
 
 def sample_race_ref(logits, temperatures, top_ks, top_ps, min_ps, seeds, steps, bitmask=None):
@@ -230,7 +279,7 @@ def sample_race_ref(logits, temperatures, top_ks, top_ps, min_ps, seeds, steps, 
     _check_sample_args(logits, temperatures, top_ks, top_ps, min_ps, seeds, steps, bitmask)
     logits = logits.float()
     if bitmask is not None:
-        logits = torch.where(unpack_bitmask(bitmask, logits.shape[1]), logits, float("-inf"))
+        logits = logits + bitmask_bias(bitmask, logits.shape[1])
     weights = _kept_weights_ref(logits, temperatures.clamp(min=1e-30), top_ks, top_ps, min_ps)
     token_ids = torch.arange(logits.shape[1], device=logits.device)
     noise = exponential_noise(rng_keys(seeds, steps), token_ids)  # [B, V]
@@ -256,16 +305,18 @@ def sample_ref(
     _check_sample_args(logits, temperatures, top_ks, top_ps, min_ps, seeds, steps, bitmask)
     logits = logits.float()
     if bitmask is not None:
-        logits = torch.where(unpack_bitmask(bitmask, logits.shape[1]), logits, float("-inf"))
-    ids = logits.argmax(-1)  # [B] greedy; ties take the lowest index
+        logits = logits + bitmask_bias(bitmask, logits.shape[1])
     rows = (temperatures > 0).nonzero().squeeze(1)  # [b]
     if rows.numel() == 0:
-        return ids
+        return logits.argmax(-1)  # [B] greedy; ties take the lowest index
+    if rows.numel() == logits.shape[0]:  # no greedy rows: no argmax, no row copies
+        return _sample_rows_ref(logits, temperatures, top_ks, top_ps, min_ps,
+                                uniforms_from_keys(rng_keys(seeds, steps)))
     uniforms = uniforms_from_keys(rng_keys(seeds[rows], steps[rows]))  # [b]
     picked = _sample_rows_ref(
         logits[rows], temperatures[rows], top_ks[rows], top_ps[rows], min_ps[rows], uniforms
     )
-    return ids.index_copy(0, rows, picked)
+    return logits.argmax(-1).index_copy(0, rows, picked)
 
 
 # ----------------------------------------------------------------------------- Triton

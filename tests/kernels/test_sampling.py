@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from kernels.sampling import (
+    _inverse_cdf,
     apply_token_bitmask_inplace_ref,
     apply_token_bitmask_inplace_triton,
     exponential_noise,
@@ -142,6 +143,34 @@ def test_ref_follows_the_distribution(sampler, temp, top_k, top_p, min_p):
     ids = sampler(logits.expand(draws, -1), **params)
     freq = torch.bincount(ids, minlength=8).float() / draws
     assert torch.allclose(freq, _expected_law(logits, temp, top_k, top_p, min_p), atol=0.015)
+
+
+def test_large_vocab_draws_follow_the_law_across_blocks():
+    # Past 4096 columns the CPU draw scans block sums, then one block: allowed tokens on both
+    # sides of block edges (1024-column blocks) must keep their probabilities.
+    vocab, draws = 4200, 6000
+    allowed_ids = [0, 1023, 1024, 2047, 3000, 4099, 4199]
+    logits = torch.zeros(vocab)
+    logits[allowed_ids] = torch.tensor([0.0, 1.0, -0.5, 0.5, 0.2, -1.0, 0.8])
+    allowed = torch.zeros(1, vocab, dtype=torch.bool)
+    allowed[0, allowed_ids] = True
+    params = _params(draws, temp=1.0, seed=5)
+    ids = sample_ref(logits.expand(draws, -1), **params, bitmask=_pack(allowed).expand(draws, -1))
+    assert set(ids.tolist()) <= set(allowed_ids)
+    freq = torch.bincount(ids, minlength=vocab).float()[allowed_ids] / draws
+    want = torch.softmax(logits[allowed_ids], -1)
+    assert torch.allclose(freq, want, atol=0.02)
+
+
+def test_inverse_cdf_never_picks_a_zero_weight_column():
+    # Uniforms at the ends of (0, 1) and weight only next to block edges: rounding must not
+    # land on a zero-weight column (a token the grammar or top-p removed).
+    weights = torch.zeros(5, 6000)
+    weights[:, [1023, 1024, 5000]] = torch.tensor([1e-7, 3.0, 1e-7])
+    uniforms = torch.tensor([0.0, 2.0**-24, 0.5, 1 - 2.0**-24, 1.0])
+    cols = _inverse_cdf(weights, uniforms, None)
+    assert set(cols.tolist()) <= {1023, 1024, 5000}
+    assert cols[2].item() == 1024
 
 
 def test_top_p_needs_more_than_the_first_candidate_block():
