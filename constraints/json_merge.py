@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from .errors import UnsupportedSchemaError
 
@@ -11,7 +12,7 @@ _TYPE_KEYWORDS = {
     "object": ("properties", "required", "additionalProperties"),
     "array": ("items", "prefixItems", "minItems", "maxItems"),
     "string": ("minLength", "maxLength", "pattern", "format"),
-    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
 }
 _MAX_OF = {"minimum", "exclusiveMinimum", "minLength", "minItems"}
 _MIN_OF = {"maximum", "exclusiveMaximum", "maxLength", "maxItems"}
@@ -86,11 +87,31 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
         return [v for v in av if any(_canon(v) == _canon(w) for w in bv)]
     if key in ("items", "additionalProperties"):
         return {"allOf": [av, bv]}
+    if key == "multipleOf":
+        return _lcm(av, bv, ptr)
     if key in ("anyOf", "oneOf"):
         raise UnsupportedSchemaError.at("allOf", ptr, f"with '{key}' in several parts is not supported")
     if key == "allOf":
         return list(av) + list(bv)
     raise UnsupportedSchemaError.at("allOf", ptr, f"cannot merge differing '{key}'")
+
+
+def _lcm(a, b, ptr: str):
+    """The smallest step both multipleOf steps divide (decimal steps: p / 10**q)."""
+    from decimal import Decimal
+
+    from .numbers import as_decimal
+
+    try:
+        da, db = as_decimal(a), as_decimal(b)
+    except ValueError as e:
+        raise UnsupportedSchemaError.at("allOf", ptr, f"multipleOf: {e}") from e
+    q = max(-da.normalize().as_tuple().exponent, -db.normalize().as_tuple().exponent, 0)
+    ia, ib = int(da.scaleb(q)), int(db.scaleb(q))
+    if ia <= 0 or ib <= 0 or da.scaleb(q) != ia or db.scaleb(q) != ib:
+        raise UnsupportedSchemaError.at("allOf", ptr, f"multipleOf {a!r} and {b!r} cannot be merged")
+    value = Decimal(math.lcm(ia, ib)).scaleb(-q)
+    return int(value) if value == int(value) else float(value)
 
 
 def _and(x, y):

@@ -21,16 +21,18 @@ import jsonschema
 from .automaton import DFAAutomaton
 from .budget import CompileBudget
 from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
-from .fsm import determinize, embed_dfa, trim_and_minimize
+from .fsm import ByteDFA, determinize, embed_dfa, trim_and_minimize
 from .json_leaves import key_dfa, regex_leaf, string_dfa
 from .json_merge import TYPES, infer_types, merge_schemas, provably_disjoint
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
 from .numbers import (
     INTEGER,
     NUMBER,
+    as_decimal,
     integer_bounds,
     integer_range_regex,
     lower_bound_regex,
+    multiple_of_table,
 )
 from .pushdown import PushdownAutomaton, build_pushdown
 from .vocab import TokenizerInfo
@@ -41,10 +43,10 @@ ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "$sche
 SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalProperties", "items",
              "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern",
              "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
-             "oneOf", "allOf", "$ref", "nullable", "uniqueItems"}
+             "oneOf", "allOf", "$ref", "nullable", "uniqueItems", "multipleOf"}
 UNSUPPORTED = {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
                "dependencies", "patternProperties", "propertyNames", "unevaluatedProperties",
-               "unevaluatedItems", "contains", "minContains", "maxContains", "multipleOf",
+               "unevaluatedItems", "contains", "minContains", "maxContains",
                "minProperties", "maxProperties", "$dynamicRef", "$dynamicAnchor",
                "$recursiveRef", "$recursiveAnchor"}
 ANY_DEPTH = 3  # nesting depth of values under an unconstrained schema ({} / true)
@@ -297,32 +299,44 @@ def _emit_number(ctx: _Ctx, nfa: NFA, start: int, schema: dict, t: str, ptr: str
         if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))):
             raise InvalidConstraintError(f"'{k}' at {ptr}/{k} must be a number")
     if t == "integer":
-        if all(b is None for b in bounds):
-            return embed_dfa(nfa, start, regex_leaf(INTEGER))
-        return embed_dfa(nfa, start, regex_leaf(integer_range_regex(*integer_bounds(*bounds))))
-    dfa = regex_leaf(NUMBER)
-    for k, b in zip(names, bounds):
-        if b is None:
-            continue
-        if float(b) != int(b) and not ctx.lenient:
-            raise UnsupportedSchemaError.at(k, f"{ptr}/{k}", "with a non-integer bound on a number")
-        if float(b) == int(b):
-            dfa = _bounded(dfa, k, int(b), ctx.budget)
+        dfa = regex_leaf(INTEGER if all(b is None for b in bounds)
+                         else integer_range_regex(*integer_bounds(*bounds)))
+    else:
+        dfa = regex_leaf(NUMBER)
+        for k, b in zip(names, bounds):
+            if b is not None:
+                dfa = _bounded(dfa, _bound_dfa(k, as_decimal(b)), ctx.budget)
+    if "multipleOf" in schema:
+        dfa = _bounded(dfa, _multiple_of_dfa(ctx, schema["multipleOf"], ptr), ctx.budget)
     return embed_dfa(nfa, start, dfa)
 
 
+_MAX_MULTIPLE_STATES = 20_000
+
+
+def _multiple_of_dfa(ctx: _Ctx, step, ptr: str):
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0:
+        raise InvalidConstraintError(f"'multipleOf' at {ptr}/multipleOf must be a number > 0")
+    table = multiple_of_table(as_decimal(step), min(_MAX_MULTIPLE_STATES, ctx.budget.max_states))
+    if table is None:
+        raise UnsupportedSchemaError.at(
+            "multipleOf", f"{ptr}/multipleOf", f"value {step!r}: its remainder automaton would "
+            f"exceed {_MAX_MULTIPLE_STATES} states")
+    return ByteDFA(*table)
+
+
 @lru_cache(maxsize=256)
-def _bound_dfa(keyword: str, bound: int):
+def _bound_dfa(keyword: str, bound):
     exclusive = keyword.startswith("exclusive")
     if keyword.endswith("inimum"):
         return regex_leaf(lower_bound_regex(bound, exclusive))
     return regex_leaf(lower_bound_regex(-bound, exclusive, negate=True))
 
 
-def _bounded(dfa, keyword: str, bound: int, budget: CompileBudget):
+def _bounded(dfa, other, budget: CompileBudget):
     from .fsm import product
 
-    return trim_and_minimize(product(dfa, _bound_dfa(keyword, bound), "and", budget))
+    return trim_and_minimize(product(dfa, other, "and", budget))
 
 
 def _emit_string(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
