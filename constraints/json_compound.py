@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .errors import InvalidConstraintError
-from .fsm import embed_dfa
-from .json_leaves import json_string, key_dfa
+from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
+from .fsm import determinize, embed_dfa, product, trim_and_minimize
+from .json_leaves import _leaf_budget, json_string, key_dfa, pattern_matches
 from .nfa import NFA, emit_alt, emit_bytes, emit_nothing, emit_repeat
 
 
@@ -18,6 +18,8 @@ def _emit_array(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) 
     hi = None if hi is None else int(hi)
     if not isinstance(prefix, list):
         raise InvalidConstraintError(f"prefixItems at {ptr}/prefixItems must be a list")
+    if schema.get("uniqueItems") is True:
+        return _emit_unique(ctx, nfa, start, schema, lo, hi, ptr)
     s = _punct(ctx, nfa, start, b"[")
     ends = []
     for i, sub in enumerate(prefix):
@@ -35,6 +37,50 @@ def _emit_array(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) 
     end = nfa.new_state()
     for e in ends:
         nfa.add_eps(e, end)
+    return _punct(ctx, nfa, end, b"]")
+
+
+_MAX_UNIQUE_VALUES = 32
+
+
+def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | None, ptr: str) -> int:
+    """uniqueItems over a finite item domain: distinct values, written in the domain's order
+    (a valid subset: every set of values has exactly one spelling). States: the index of the
+    last value written, and the count so far where min/maxItems need it."""
+    from .json_schema import _punct, finite_texts
+
+    texts = None if schema.get("prefixItems") else finite_texts(ctx, schema.get("items", True), f"{ptr}/items")
+    if texts is None or len(texts) > _MAX_UNIQUE_VALUES:
+        raise UnsupportedSchemaError.at(
+            "uniqueItems", f"{ptr}/uniqueItems", f"(true) is enforced only for items from a finite set "
+            f"(enum, const, boolean, null; at most {_MAX_UNIQUE_VALUES} values) without prefixItems")
+    k = len(texts)
+    hi = k if hi is None else min(hi, k)
+    cap = hi if hi < k else max(lo, 1)  # counts past cap are all alike
+    s0 = _punct(ctx, nfa, start, b"[")
+    end = nfa.new_state()
+    if lo == 0:
+        nfa.add_eps(s0, end)
+    after = {}  # (count, index of the last value) -> state
+    for j, text in enumerate(texts):
+        after[(1, j)] = emit_bytes(nfa, s0, text)
+    for c in range(1, cap + 1):
+        nxt = min(c + 1, cap)
+        for i in range(k):  # ascending: the capped count loops onto later indices only
+            s = after.get((c, i))
+            if s is None:
+                continue
+            if c >= lo:
+                nfa.add_eps(s, end)
+            if c == hi:
+                continue
+            comma = _punct(ctx, nfa, s, b",")
+            for j in range(i + 1, k):
+                written = emit_bytes(nfa, comma, texts[j])
+                if (nxt, j) in after:
+                    nfa.add_eps(written, after[(nxt, j)])
+                else:
+                    after[(nxt, j)] = written
     return _punct(ctx, nfa, end, b"]")
 
 
@@ -62,56 +108,187 @@ def _emit_rest(ctx, nfa: NFA, s: int, items, done: int, lo: int, hi: int | None,
 def _emit_object(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) -> int:
     """Declared properties in schema order (optional ones skippable), then extra ones.
 
-    Two tracks of states: `first` (nothing written yet, no comma needed) and `rest`.
+    The states after each property form tracks keyed by (members written so far, capped;
+    which watched names are present): count 0 needs no comma before the next member, and
+    minProperties / maxProperties / dependentRequired read the key. Without those keywords
+    there are two tracks, nothing written and something written.
     """
     from .json_schema import _punct, emit_schema
 
+    patterns = _mapping(schema, "patternProperties", ptr)
+    deps = _dependent_required(schema, ptr)
+    lo, hi = _count(schema, "minProperties", ptr, 0), _count(schema, "maxProperties", ptr, None)
     props = dict(schema.get("properties", {}))
     required = list(schema.get("required", []))
-    extra = schema.get("additionalProperties", None if props else True)
-    for name in required:
+    extra = schema.get("additionalProperties", None if props or patterns else True)
+    # Names the object spells out: declared, required, those dependentRequired watches, and
+    # an enumerated propertyNames (each then written at most once).
+    watched = list(dict.fromkeys(n for name, needed in deps.items() for n in (name, *needed)))
+    for name in [*required, *watched, *_enumerated_names(schema.get("propertyNames"))]:
         if name not in props:
-            props[name] = extra if extra is not None else False
-    first: int | None = _punct(ctx, nfa, start, b"{")
-    rest: int | None = None
-    for name, sub in props.items():
-        entry = nfa.new_state()
-        if first is not None:
-            nfa.add_eps(_key(ctx, nfa, first, name), entry)
-        if rest is not None:
-            nfa.add_eps(_key(ctx, nfa, _punct(ctx, nfa, rest, b","), name), entry)
-        value_end = emit_schema(ctx, nfa, entry, sub, f"{ptr}/properties/{_escape(name)}", refs)
-        joined = nfa.new_state()
-        nfa.add_eps(value_end, joined)
-        if name not in required:
-            if rest is not None:
-                nfa.add_eps(rest, joined)
-        else:
-            first = None
-        rest = joined
-    if extra is not None and extra is not False:
-        first, rest = _emit_extras(ctx, nfa, first, rest, tuple(props), extra, ptr, refs)
+            props[name] = True if _matching(patterns, name, ptr) else (extra if extra is not None else False)
+    props = {name: _with_patterns(sub, _matching(patterns, name, ptr)) for name, sub in props.items()}
+    names = _property_names_dfa(ctx, schema, ptr)
+    if names is not None:
+        props = {k: v if names.matches(json_string(k)) else False for k, v in props.items()}
+    order = list(props)
+    cap = hi if hi is not None else max(lo, 1)
+    tracks: dict[tuple, int] = {(0, frozenset()): _punct(ctx, nfa, start, b"{")}
+    for i, (name, sub) in enumerate(props.items()):
+        new: dict[tuple, int] = {}
+        for (c, present), s in tracks.items():  # leave it out
+            if name not in required and not any(name in deps.get(t, ()) for t in present):
+                _join(nfa, new, (c, present), s)
+        earlier = set(order[:i])
+        dests: dict[tuple, list[tuple[int, int]]] = {}
+        for (c, present), s in tracks.items():  # write it
+            if (hi is None or c < hi) and all(d in present for d in deps.get(name, ()) if d in earlier):
+                dest = (min(c + 1, cap), present | {name} if name in watched else present)
+                dests.setdefault(dest, []).append((c, s))
+        for dest, sources in dests.items():
+            entry = nfa.new_state()
+            for c, s in sources:
+                nfa.add_eps(_key(ctx, nfa, s if c == 0 else _punct(ctx, nfa, s, b","), name), entry)
+            _join(nfa, new, dest, emit_schema(ctx, nfa, entry, sub, f"{ptr}/properties/{_escape(name)}", refs))
+        tracks = new
+    classes = _extra_classes(tuple(props), patterns, extra, names, ptr)
+    if classes:
+        tracks = _emit_extras(ctx, nfa, tracks, classes, cap, hi, refs)
     end = nfa.new_state()
-    for s in (first, rest):
-        if s is not None:
+    for (c, _), s in tracks.items():
+        if c >= lo:
             nfa.add_eps(s, end)
     return _punct(ctx, nfa, end, b"}")
 
 
-def _emit_extras(ctx, nfa: NFA, first, rest, declared: tuple, extra, ptr: str, refs: tuple):
+def _join(nfa: NFA, tracks: dict, key: tuple, state: int) -> None:
+    """Merge ``state`` into the track ``key`` of the property being built: each track gets a
+    fresh state (joining into a state of the previous property would loop back over it)."""
+    if key not in tracks:
+        tracks[key] = nfa.new_state()
+    nfa.add_eps(state, tracks[key])
+
+
+def _emit_extras(ctx, nfa: NFA, tracks: dict, classes: list, cap: int, hi: int | None, refs: tuple) -> dict:
+    """Extra members after the declared ones: from each track, one more member moves to the
+    next count (the capped count loops on itself)."""
     from .json_schema import _punct, emit_schema
 
-    loop = nfa.new_state()
-    entry = nfa.new_state()
-    if rest is not None:
-        nfa.add_eps(rest, loop)
-    if first is not None:
-        nfa.add_eps(first, entry)
-    nfa.add_eps(_punct(ctx, nfa, loop, b","), entry)
-    key_end = _punct(ctx, nfa, embed_dfa(nfa, entry, key_dfa(declared)), b":")
-    value_end = emit_schema(ctx, nfa, key_end, extra, f"{ptr}/additionalProperties", refs)
-    nfa.add_eps(value_end, loop)
-    return first, loop
+    loops = {}
+    for key, s in tracks.items():
+        loops[key] = nfa.new_state()
+        nfa.add_eps(s, loops[key])
+    todo = sorted(loops, key=lambda k: k[0])
+    done = set()
+    while todo:
+        c, present = key = todo.pop(0)
+        if key in done or (hi is not None and c >= hi):
+            continue
+        done.add(key)
+        dest = (min(c + 1, cap), present)
+        if dest not in loops:
+            loops[dest] = nfa.new_state()
+            todo.append(dest)
+        entry = loops[key] if c == 0 else _punct(ctx, nfa, loops[key], b",")
+        for key_dfa_, value, vptr in classes:
+            key_end = _punct(ctx, nfa, embed_dfa(nfa, entry, key_dfa_), b":")
+            nfa.add_eps(emit_schema(ctx, nfa, key_end, value, vptr, refs), loops[dest])
+    return loops
+
+
+def _extra_classes(declared: tuple, patterns: dict, extra, names, ptr: str) -> list:
+    """(key automaton, value schema, pointer) for undeclared names: one class per pattern
+    (names no other pattern matches: one value schema each), then additionalProperties
+    (names no pattern matches), each within propertyNames."""
+    classes = []
+    plist = list(patterns)
+    for i, pattern in enumerate(plist):
+        keys = _pattern_keys(declared, pattern, tuple(plist[:i] + plist[i + 1:]), ptr)
+        classes.append((keys, patterns[pattern], f"{ptr}/patternProperties/{_escape(pattern)}"))
+    if extra is not None and extra is not False:
+        keys = _pattern_keys(declared, None, tuple(plist), ptr) if plist else key_dfa(declared)
+        classes.append((keys, extra, f"{ptr}/additionalProperties"))
+    if names is not None:
+        budget = _leaf_budget()
+        classes = [(trim_and_minimize(product(k, names, "and", budget)), v, p) for k, v, p in classes]
+    return [c for c in classes if not c[0].is_empty()]
+
+
+def _pattern_keys(declared: tuple, matching: str | None, not_matching: tuple, ptr: str):
+    try:
+        return key_dfa(declared, matching, not_matching)
+    except UnsupportedSchemaError:
+        raise
+    except ConstraintError as e:
+        raise UnsupportedSchemaError.at("patternProperties", f"{ptr}/patternProperties",
+                                        f"cannot be enforced: {e}") from e
+
+
+def _matching(patterns: dict, name: str, ptr: str) -> list:
+    out = []
+    for pattern, sub in patterns.items():
+        try:
+            if pattern_matches(pattern, name):
+                out.append(sub)
+        except ConstraintError as e:
+            raise UnsupportedSchemaError.at("patternProperties", f"{ptr}/patternProperties",
+                                            f"cannot be enforced: {e}") from e
+    return out
+
+
+def _with_patterns(sub, pattern_schemas: list):
+    """A declared property's value also satisfies every pattern its name matches."""
+    parts = [p for p in [sub, *pattern_schemas] if p is not True and p != {}]
+    if any(p is False for p in parts):
+        return False
+    return parts[0] if len(parts) == 1 else {"allOf": parts} if parts else True
+
+
+def _property_names_dfa(ctx, schema: dict, ptr: str):
+    """The quoted names propertyNames allows, or None when it allows any."""
+    from .json_schema import emit_schema
+
+    names = schema.get("propertyNames", True)
+    if names is True or names == {}:
+        return None
+    if names is not False and not isinstance(names, dict):
+        raise InvalidConstraintError(f"propertyNames at {ptr}/propertyNames must be a schema")
+    sub = NFA(ctx.budget)
+    start = sub.new_state()
+    end = emit_schema(ctx, sub, start, names, f"{ptr}/propertyNames", ())
+    return trim_and_minimize(determinize(sub, start, end, ctx.budget))
+
+
+def _enumerated_names(names) -> list[str]:
+    if not isinstance(names, dict):
+        return []
+    values = names["enum"] if "enum" in names else [names["const"]] if "const" in names else []
+    return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
+
+
+def _mapping(schema: dict, keyword: str, ptr: str) -> dict:
+    value = schema.get(keyword, {})
+    if not isinstance(value, dict):
+        raise InvalidConstraintError(f"{keyword} at {ptr}/{keyword} must be an object")
+    return value
+
+
+def _dependent_required(schema: dict, ptr: str) -> dict[str, tuple[str, ...]]:
+    deps = _mapping(schema, "dependentRequired", ptr)
+    for name, needed in deps.items():
+        if not isinstance(needed, list) or not all(isinstance(n, str) for n in needed):
+            raise InvalidConstraintError(
+                f"dependentRequired at {ptr}/dependentRequired/{_escape(name)} must be a list of names")
+    return {name: tuple(n for n in needed if n != name) for name, needed in deps.items() if needed}
+
+
+def _count(schema: dict, keyword: str, ptr: str, default):
+    value = schema.get(keyword, default)
+    if value is default:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+        raise InvalidConstraintError(f"{keyword} at {ptr}/{keyword} must be a non-negative integer")
+    return int(value)
 
 
 def _key(ctx, nfa: NFA, start: int, name: str) -> int:

@@ -31,7 +31,6 @@ FORMATS = {
     "email": r"[a-zA-Z0-9_+-]+(\.[a-zA-Z0-9_+-]+)*@[a-zA-Z0-9]([a-zA-Z0-9-]{0,30}[a-zA-Z0-9])?"
              r"(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,30}[a-zA-Z0-9])?)*\.[a-zA-Z]{2,10}",
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
-    "uri": r"[a-zA-Z][a-zA-Z0-9+.-]*:(//)?[a-zA-Z0-9._~%!$&'()*+,;=:@/?#-]+",
     "ipv4": r"((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}"
             r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
     "ipv6": r"(([0-9a-f]{1,4}:){7}[0-9a-f]{1,4}|([0-9a-f]{1,4}:){1,7}:"
@@ -44,6 +43,46 @@ FORMATS = {
                 r"(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?){0,3}",
 }
 FORMATS["date-time"] = FORMATS["date"] + "T" + FORMATS["time"]
+
+
+def _uri_regexes(extra: str) -> tuple[str, str]:
+    """(URI, URI-reference) regexes after RFC 3986; ``extra`` adds characters to the
+    unreserved set (RFC 3987 IRIs). IPv6-literal hosts are left out: every accepted string
+    is valid, some rare valid shapes are not generated."""
+    pct = "%[0-9A-Fa-f]{2}"
+    pchar = f"([{extra}a-zA-Z0-9._~!$&'()*+,;=:@-]|{pct})"
+    authority = (f"(([{extra}a-zA-Z0-9._~!$&'()*+,;=:-]|{pct})*@)?"
+                 f"([{extra}a-zA-Z0-9._~!$&'()*+,;=-]|{pct})+(:[0-9]{{1,5}})?")
+    paths = f"//{authority}(/{pchar}*)*|/({pchar}+(/{pchar}*)*)?"
+    tail = f"(\\?({pchar}|[/?])*)?(#({pchar}|[/?])*)?"
+    no_colon = f"([{extra}a-zA-Z0-9._~!$&'()*+,;=@-]|{pct})+"
+    absolute = f"[a-zA-Z][a-zA-Z0-9+.-]*:({paths}|{pchar}+(/{pchar}*)*)"
+    return absolute + tail, f"({absolute}|({paths}|{no_colon}(/{pchar}*)*)?){tail}"
+
+
+_DIGITS = "[0-9]{1,9}"
+_DUR_TIME = f"T({_DIGITS}H({_DIGITS}M({_DIGITS}S)?)?|{_DIGITS}M({_DIGITS}S)?|{_DIGITS}S)"
+_JSON_POINTER = "(/([^/~]|~[01])*)*"
+_PCT = "%[0-9A-Fa-f]{2}"
+_TEMPLATE_VAR = f"([a-zA-Z0-9_]|{_PCT})(\\.?([a-zA-Z0-9_]|{_PCT}))*(:[1-9][0-9]{{0,3}}|\\*)?"
+_UCSCHAR = "\u00a0-\ud7ff\uf900-\ufdcf\ufdf0-\uffef"
+FORMATS["uri"], FORMATS["uri-reference"] = _uri_regexes("")
+FORMATS["iri"], FORMATS["iri-reference"] = _uri_regexes(_UCSCHAR)
+FORMATS |= {
+    "duration": f"P(({_DIGITS}D|{_DIGITS}M({_DIGITS}D)?|{_DIGITS}Y({_DIGITS}M({_DIGITS}D)?)?)"
+                f"({_DUR_TIME})?|{_DUR_TIME}|{_DIGITS}W)",
+    "json-pointer": _JSON_POINTER,
+    "relative-json-pointer": f"(0|[1-9][0-9]*)(#|{_JSON_POINTER})",
+    "uri-template": f"([!#$&()*+,./0-9:;=?@A-Z\\[\\]_a-z~-]|{_PCT}"
+                    f"|\\{{[+#./;?&=,!@|]?{_TEMPLATE_VAR}(,{_TEMPLATE_VAR})*\\}})*",
+    # ASCII e-mail addresses and host names are valid internationalized ones.
+    "idn-email": FORMATS["email"],
+    "idn-hostname": FORMATS["hostname"],
+}
+# Strings a format's regex would accept but must not: host labels with "--" in the 3rd and
+# 4th positions are reserved (xn-- labels must be valid Punycode, which a regex cannot check).
+FORMAT_EXCLUDED = {"hostname": r"(.*\.)?[^.]{2}--.*", "idn-hostname": r"(.*\.)?[^.]{2}--.*",
+                   "email": r".*@(.*\.)?[^.]{2}--.*", "idn-email": r".*@(.*\.)?[^.]{2}--.*"}
 
 
 def _leaf_budget() -> CompileBudget:
@@ -106,6 +145,8 @@ def _raw_body(lo: int, hi: int | None, pattern: str | None, fmt: str | None,
         if fmt not in FORMATS:
             raise UnsupportedSchemaError.at("format", "", f"value {fmt!r} is not supported")
         body = trim_and_minimize(product(body, regex_leaf(FORMATS[fmt]), "and", budget))
+        if fmt in FORMAT_EXCLUDED:
+            body = trim_and_minimize(product(body, regex_leaf(FORMAT_EXCLUDED[fmt]), "diff", budget))
     if pattern is not None:
         body = trim_and_minimize(product(body, _search_dfa(pattern, budget), "and", budget))
     return body
@@ -131,18 +172,35 @@ def _search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
 
 
 @lru_cache(maxsize=256)
-def key_dfa(excluded: tuple[str, ...]) -> ByteDFA:
-    """Quoted property names other than `excluded` (declared properties are never extras)."""
-    strings = string_dfa(0, None, None, None)
+def key_dfa(excluded: tuple[str, ...], matching: str | None = None,
+            not_matching: tuple[str, ...] = ()) -> ByteDFA:
+    """Quoted property names other than `excluded` (declared properties are never extras).
+
+    With patterns (patternProperties), names whose text `matching` searches and none of
+    `not_matching` does. Those names are spelled without escapes, so the text a pattern sees
+    is the bytes between the quotes and the pattern test is exact.
+    """
+    budget = _leaf_budget()
+    if matching is None and not not_matching:
+        strings = string_dfa(0, None, None, None)
+    else:
+        strings = string_dfa(0, None, "" if matching is None else matching, None)
+        for pattern in not_matching:
+            strings = trim_and_minimize(product(strings, string_dfa(0, None, pattern, None), "diff", budget))
     if not excluded:
         return strings
-    budget = _leaf_budget()
     nfa = NFA(budget)
     start = nfa.new_state()
     end = emit_alt(nfa, start, [lambda n, s, k=k: emit_bytes(n, s, json_string(k))
                                 for k in excluded])
     names = determinize(nfa, start, end, budget)
     return trim_and_minimize(product(strings, names, "diff", budget))
+
+
+@lru_cache(maxsize=256)
+def pattern_matches(pattern: str, text: str) -> bool:
+    """Whether JSON Schema `pattern` (a search) matches `text`, by the automaton we generate with."""
+    return _search_dfa(pattern, _leaf_budget()).matches(text.encode())
 
 
 def json_string(text: str) -> bytes:

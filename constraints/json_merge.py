@@ -9,13 +9,14 @@ from .errors import UnsupportedSchemaError
 
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 _TYPE_KEYWORDS = {
-    "object": ("properties", "required", "additionalProperties"),
+    "object": ("properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+               "minProperties", "maxProperties", "dependentRequired"),
     "array": ("items", "prefixItems", "minItems", "maxItems"),
     "string": ("minLength", "maxLength", "pattern", "format"),
     "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
 }
-_MAX_OF = {"minimum", "exclusiveMinimum", "minLength", "minItems"}
-_MIN_OF = {"maximum", "exclusiveMaximum", "maxLength", "maxItems"}
+_MAX_OF = {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"}
+_MIN_OF = {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"}
 _IGNORED = {"title", "description", "default", "examples", "$comment", "$schema", "$defs",
             "definitions", "$anchor", "deprecated", "readOnly", "writeOnly"}
 
@@ -65,7 +66,7 @@ def merge_schemas(a, b, ptr: str) -> dict | bool:
             out[key] = bv
         else:
             out[key] = _merge_key(key, out[key], bv, a, b, ptr)
-    _merge_additional(out, a, b)
+    _merge_additional(out, a, b, ptr)
     return out
 
 
@@ -85,8 +86,13 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
         return {k: _and(av.get(k), bv.get(k)) for k in list(av) + [k for k in bv if k not in av]}
     if key == "enum":
         return [v for v in av if any(_canon(v) == _canon(w) for w in bv)]
-    if key in ("items", "additionalProperties"):
+    if key in ("items", "additionalProperties", "propertyNames"):
         return {"allOf": [av, bv]}
+    if key == "patternProperties":
+        return {p: _and(av.get(p), bv.get(p)) for p in list(av) + [p for p in bv if p not in av]}
+    if key == "dependentRequired":
+        return {k: list(dict.fromkeys(list(av.get(k, [])) + list(bv.get(k, []))))
+                for k in list(av) + [k for k in bv if k not in av]}
     if key == "multipleOf":
         return _lcm(av, bv, ptr)
     if key in ("anyOf", "oneOf"):
@@ -139,13 +145,18 @@ def _merge_array_positions(out: dict, a: dict, b: dict) -> None:
     out["items"] = _and(ia, ib)
 
 
-def _merge_additional(out: dict, a: dict, b: dict) -> None:
+def _merge_additional(out: dict, a: dict, b: dict, ptr: str) -> None:
     """A part's additionalProperties also governs the other part's extra property names."""
     if "properties" in out:
         out["properties"] = dict(out["properties"])  # never mutate the caller's schema
     for this, other in ((a, b), (b, a)):
         if "additionalProperties" not in this or this["additionalProperties"] is True:
             continue
+        theirs = other.get("patternProperties")
+        if theirs is not None and theirs != this.get("patternProperties"):
+            # Which names this part's additionalProperties covers depends on its own patterns.
+            raise UnsupportedSchemaError.at("allOf", ptr, "cannot merge additionalProperties with "
+                                            "another part's patternProperties")
         own = this.get("properties", {})
         for name in other.get("properties", {}):
             if name not in own:

@@ -43,11 +43,11 @@ ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "$sche
 SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalProperties", "items",
              "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern",
              "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
-             "oneOf", "allOf", "$ref", "nullable", "uniqueItems", "multipleOf"}
-UNSUPPORTED = {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
-               "dependencies", "patternProperties", "propertyNames", "unevaluatedProperties",
-               "unevaluatedItems", "contains", "minContains", "maxContains",
-               "minProperties", "maxProperties", "$dynamicRef", "$dynamicAnchor",
+             "oneOf", "allOf", "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties",
+             "propertyNames", "minProperties", "maxProperties", "dependentRequired"}
+UNSUPPORTED = {"not", "if", "then", "else", "dependentSchemas", "dependencies",
+               "unevaluatedProperties", "unevaluatedItems", "contains", "minContains",
+               "maxContains", "$dynamicRef", "$dynamicAnchor",
                "$recursiveRef", "$recursiveAnchor"}
 ANY_DEPTH = 3  # nesting depth of values under an unconstrained schema ({} / true)
 _FLEX_WS = b" \t\n"
@@ -214,8 +214,6 @@ def _check_keywords(ctx: _Ctx, schema: dict, ptr: str) -> None:
     for key in schema:
         if key in UNSUPPORTED:
             raise UnsupportedSchemaError.at(key, f"{ptr}/{key}")
-        if key == "uniqueItems" and schema[key] and "enum" not in schema and "const" not in schema:
-            raise UnsupportedSchemaError.at(key, f"{ptr}/{key}", "(true) is not supported")
         if key == "$id" and ptr:
             raise UnsupportedSchemaError.at(key, f"{ptr}/{key}", "(nested base URI) is not supported")
 
@@ -254,20 +252,46 @@ def _call_target(ctx: _Ctx, schema):
 
 def _emit_literals(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
     """enum/const: every listed value that the whole schema accepts (jsonschema decides)."""
+    texts = literal_texts(ctx, schema, ptr)
+    return emit_alt(nfa, start, [lambda n, s, t=t: emit_bytes(n, s, t) for t in texts])
+
+
+def literal_texts(ctx: _Ctx, schema: dict, ptr: str) -> list[bytes]:
+    """The compact JSON of each enum/const value the schema accepts, one per distinct value
+    (1 and 1.0 are the same value)."""
     values = schema["enum"] if "enum" in schema else [schema["const"]]
     if "enum" in schema and "const" in schema:
         values = [v for v in values if _json_equal(v, schema["const"])]
     validator = ctx.validator.evolve(schema=schema)
-    texts = []
+    texts, seen = [], []
     for v in values:
         try:
             ok = validator.is_valid(v)
         except jsonschema.exceptions.SchemaError as e:
             raise InvalidConstraintError(f"invalid schema at {ptr or '/'}: {e}") from e
-        text = json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode()
-        if ok and text not in texts:
-            texts.append(text)
-    return emit_alt(nfa, start, [lambda n, s, t=t: emit_bytes(n, s, t) for t in texts])
+        if ok and not any(_json_equal(v, w) for w in seen):
+            seen.append(v)
+            texts.append(json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode())
+    return texts
+
+
+def finite_texts(ctx: _Ctx, schema, ptr: str) -> list[bytes] | None:
+    """Every value of a schema with a finite domain (enum, const, boolean, null) as compact
+    JSON, one per distinct value; None when the domain is not one of those."""
+    if schema is False:
+        return []
+    if not isinstance(schema, dict):
+        return None
+    schema, _ = _flatten(ctx, schema, ptr, ())
+    if not isinstance(schema, dict) or "anyOf" in schema or "oneOf" in schema:
+        return None if schema is not False else []
+    if "enum" in schema or "const" in schema:
+        return literal_texts(ctx, schema, ptr)
+    types = infer_types(schema)
+    if set(types) <= {"boolean", "null"} and set(schema) - ANNOTATIONS <= {"type", "nullable"}:
+        return [t for name, ts in (("boolean", [b"false", b"true"]), ("null", [b"null"]))
+                if name in types for t in ts]
+    return None
 
 
 def _json_equal(a, b) -> bool:

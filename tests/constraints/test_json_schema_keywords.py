@@ -1,17 +1,29 @@
 """Keywords beyond the common core, each checked against an independent oracle on many
 instances: decimal bounds and multipleOf (exact decimal arithmetic), property-name keywords
-(patternProperties, propertyNames, min/maxProperties, dependentRequired), more formats."""
+(patternProperties, propertyNames, min/maxProperties, dependentRequired), more formats; and
+random walks through the masks, so everything a grammar can generate is checked too."""
 
 from __future__ import annotations
 
 import json
 import random
-from decimal import Decimal
+from decimal import Decimal, localcontext
 
+import jsonschema
 import pytest
-from schema_suite_runner import accepted_by_masks, byte_vocab_info
+from schema_suite_runner import (
+    EOS,
+    SUITE_DIR,
+    accepted_by_masks,
+    accepted_by_tokens,
+    byte_vocab_info,
+    serializations,
+)
+from test_json_schema import PERSON
 
-from constraints import GrammarCompiler, UnsupportedSchemaError
+from constraints import GrammarCompiler, UnsupportedSchemaError, allocate_token_bitmask
+from constraints.bitmask import unpack_bitmask
+from constraints.json_leaves import FORMATS
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +89,204 @@ def test_multiple_of_too_fine_for_an_automaton_is_a_clear_error(byte_compiler):
     with pytest.raises(UnsupportedSchemaError) as err:
         byte_compiler.compile_json_schema({"type": "integer", "multipleOf": 0.123456789})
     assert err.value.keyword == "multipleOf" and err.value.pointer == "/multipleOf"
+
+
+# ---- property names ---------------------------------------------------------------------------
+
+OBJECT_SCHEMAS = [
+    {"type": "object", "patternProperties": {"^x[0-9]+$": {"type": "integer"}, "^s_": {"type": "string"}}},
+    {"type": "object", "properties": {"foo": {"type": "integer"}, "x1": {"type": "string"}},
+     "patternProperties": {"^x": {"maxLength": 1}}, "additionalProperties": {"type": "boolean"}},
+    {"type": "object", "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 3},
+     "properties": {"foo": {}, "Bar": {}}, "additionalProperties": True},
+    {"type": "object", "propertyNames": {"enum": ["a", "b", "foo"]}},
+    {"type": "object", "minProperties": 2, "maxProperties": 3},
+    {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "required": ["a"], "maxProperties": 2,
+     "additionalProperties": False},
+    {"type": "object", "properties": {"foo": {}, "bar": {}}, "dependentRequired": {"bar": ["foo"]},
+     "additionalProperties": False},
+    {"type": "object", "properties": {"a": {}, "b": {}, "c": {}},
+     "dependentRequired": {"c": ["a"], "a": ["b"]}, "minProperties": 1},
+    {"type": "object", "allOf": [{"minProperties": 1}, {"maxProperties": 1}],
+     "patternProperties": {"^v": {"type": "null"}}},
+]
+_KEYS = ["a", "b", "c", "foo", "bar", "Bar", "x1", "x22", "x", "s_1", "vv", "zz"]
+_VALUES = [0, 7, "s", "", "long", True, None]
+
+
+def _objects(seed: int, n: int) -> list[dict]:
+    rng = random.Random(seed)
+    out = [{}]
+    for _ in range(n):
+        keys = rng.sample(_KEYS, rng.randint(1, 4))
+        out.append({k: rng.choice(_VALUES) for k in keys})
+    return out
+
+
+@pytest.mark.parametrize("schema", OBJECT_SCHEMAS, ids=lambda s: json.dumps(s)[:70])
+def test_property_name_keywords_never_accept_an_invalid_object(byte_compiler, schema):
+    grammar = byte_compiler.compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    accepted = 0
+    for value in _objects(1, 1000):
+        for text in serializations(value, schema):
+            if accepted_by_masks(grammar, text):
+                assert validator.is_valid(value), (schema, text)
+                accepted += 1
+    assert accepted >= 1  # not vacuous: some of these instances are generated
+
+
+@pytest.mark.parametrize("schema,valid,invalid", [
+    (OBJECT_SCHEMAS[0], ['{"x12":3,"s_a":"t"}', '{}'], ['{"x12":"t"}', '{"s_a":1}', '{"s_":2}']),
+    (OBJECT_SCHEMAS[1], ['{"foo":1,"x1":"a","x9":"b","q":true}'], ['{"x1":"ab"}', '{"x9":"bc"}', '{"q":1}']),
+    (OBJECT_SCHEMAS[2], ['{"foo":1,"ab":2}'], ['{"Bar":1}', '{"abcd":1}', '{"AB":1}']),
+    (OBJECT_SCHEMAS[4], ['{"a":1,"b":2}', '{"a":1,"b":2,"c":3}'], ['{"a":1}', '{"a":1,"b":2,"c":3,"d":4}']),
+    (OBJECT_SCHEMAS[5], ['{"a":1}', '{"a":1,"c":3}'], ['{"a":1,"b":2,"c":3}', '{"b":1}']),
+    (OBJECT_SCHEMAS[6], ['{"foo":1,"bar":2}', '{"foo":1}', '{}'], ['{"bar":2}']),
+    (OBJECT_SCHEMAS[7], ['{"a":1,"b":2,"c":3}', '{"b":1}', '{"a":1,"b":2}'], ['{"c":1}', '{"a":1,"c":1}', '{}']),
+    (OBJECT_SCHEMAS[8], ['{"vv":null}', '{"v":null}'], ['{}', '{"v":null,"vv":null}', '{"v":1}']),
+])
+def test_property_name_keywords_accept_and_reject(byte_compiler, schema, valid, invalid):
+    grammar = byte_compiler.compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for text in valid:
+        assert validator.is_valid(json.loads(text)) and _accepts(grammar, text), text
+    for text in invalid:
+        assert not validator.is_valid(json.loads(text)) and not _accepts(grammar, text), text
+
+
+def test_conflicting_pattern_merge_is_a_clear_error(byte_compiler):
+    schema = {"allOf": [{"patternProperties": {"^a": {}}}, {"additionalProperties": False}]}
+    with pytest.raises(UnsupportedSchemaError) as err:
+        byte_compiler.compile_json_schema(schema)
+    assert err.value.keyword == "allOf"
+
+
+def test_price_table_schema_on_the_real_tokenizer(compiler, hf_tokenizer):
+    schema = {"type": "object", "required": ["prices"], "properties": {"prices": {
+        "type": "object", "minProperties": 1, "additionalProperties": False,
+        "patternProperties": {"^[A-Z]{3}$": {"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.01}}}}}
+    grammar = compiler.compile_json_schema(schema)
+    assert accepted_by_tokens(grammar, hf_tokenizer, '{"prices":{"USD":12.5,"EUR":0.99}}')
+    for text in ('{"prices":{}}', '{"prices":{"usd":1}}', '{"prices":{"USD":0}}', '{"prices":{"USD":1.005}}'):
+        m = grammar.matcher()
+        assert not (m.accept_string(text) and m.can_terminate()), text
+
+
+# ---- uniqueItems -------------------------------------------------------------------------------
+
+ARRAY_SCHEMAS = [
+    {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "uniqueItems": True},
+    {"type": "array", "items": {"enum": ["a", "b", "c", "d"]}, "uniqueItems": True, "minItems": 2, "maxItems": 3},
+    {"type": "array", "items": {"type": ["boolean", "null"]}, "uniqueItems": True, "minItems": 1},
+    {"type": "array", "items": {"enum": [1, 1.0, 2, "2"]}, "uniqueItems": True},
+]
+
+
+@pytest.mark.parametrize("schema,valid,invalid", [
+    (ARRAY_SCHEMAS[0], ["[]", '["red","blue"]', '["red","green","blue"]'], ['["red","red"]']),
+    (ARRAY_SCHEMAS[1], ['["a","b"]', '["b","c","d"]'], ['["a"]', '["a","b","c","d"]', '["a","a"]']),
+    (ARRAY_SCHEMAS[2], ["[false,true,null]", "[null]"], ["[]", "[true,true]"]),
+    (ARRAY_SCHEMAS[3], ['[1,2,"2"]'], ["[1,1.0]", "[2,2]"]),
+])
+def test_unique_items_over_a_finite_domain(byte_compiler, schema, valid, invalid):
+    grammar = byte_compiler.compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for text in valid:
+        assert validator.is_valid(json.loads(text)) and _accepts(grammar, text), text
+    for text in invalid:
+        assert not validator.is_valid(json.loads(text)) and not _accepts(grammar, text), text
+
+
+def test_unique_items_over_an_open_domain_is_a_clear_error(byte_compiler):
+    with pytest.raises(UnsupportedSchemaError) as err:
+        byte_compiler.compile_json_schema({"type": "object", "properties": {
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}})
+    assert err.value.keyword == "uniqueItems" and err.value.pointer == "/properties/tags/uniqueItems"
+
+
+# ---- formats ----------------------------------------------------------------------------------
+
+FORMAT_DIR = SUITE_DIR / "optional" / "format"
+
+
+@pytest.mark.skipif(not FORMAT_DIR.is_dir(), reason=f"{FORMAT_DIR} not present")
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_formats_against_the_suites_format_assertions(byte_compiler, fmt):
+    # Every string the suite calls invalid is refused; valid ones may be left out (the regexes
+    # describe a subset where the full rule is not regular, e.g. Punycode labels, or non-ASCII).
+    path = FORMAT_DIR / f"{fmt}.json"
+    if not path.exists():
+        pytest.skip(f"no suite file for {fmt}")
+    grammar = byte_compiler.compile_json_schema({"type": "string", "format": fmt})
+    cases = [(t["data"], t["valid"]) for group in json.loads(path.read_text())
+             for t in group["tests"] if isinstance(t["data"], str)]
+    accepted = {data: _accepts(grammar, json.dumps(data, ensure_ascii=False)) for data, _ in cases}
+    assert not [data for data, valid in cases if accepted[data] and not valid]
+    assert any(accepted[data] for data, ok in cases if ok)
+
+
+# ---- what the grammar generates ---------------------------------------------------------------
+
+_MEMBER_KEYWORDS = ("properties", "patternProperties", "additionalProperties", "propertyNames", "$defs")
+
+
+class _Pairs(dict):
+    pairs: list
+
+
+def _keep_pairs(pairs) -> _Pairs:
+    obj = _Pairs(pairs)
+    obj.pairs = pairs
+    return obj
+
+
+def _parse_checking_members(text: str, schema: dict):
+    """json.loads, but every top-level member is checked, duplicates too (a dict keeps only
+    the last): no declared name twice, and each member alone satisfies the per-name keywords."""
+    value = json.loads(text, object_pairs_hook=_keep_pairs)
+    if not isinstance(value, dict):
+        return value
+    declared = set(schema.get("properties", {})) | set(schema.get("required", []))
+    declared |= set(schema.get("propertyNames", {}).get("enum", []))
+    keys = [k for k, _ in value.pairs if k in declared]
+    assert len(keys) == len(set(keys)), f"declared name twice: {keys}"
+    members = jsonschema.Draft202012Validator({k: schema[k] for k in _MEMBER_KEYWORDS if k in schema})
+    for k, v in value.pairs:
+        assert members.is_valid({k: v}), (k, v)
+    return value
+
+
+def _random_outputs(grammar, seed: int, n: int, max_len: int = 200) -> list[str]:
+    """Random walks through the grammar's masks (uniform over allowed bytes, EOS taken with
+    probability 1/3 once allowed): what a model with random logits could write."""
+    rng = random.Random(seed)
+    bm = allocate_token_bitmask(1, grammar.vocab_size)
+    outs = []
+    for _ in range(n):
+        m, text = grammar.matcher(), bytearray()
+        while len(text) < max_len:
+            m.fill_next_token_bitmask(bm, 0)
+            allowed = unpack_bitmask(bm[0], grammar.vocab_size).nonzero()[0].tolist()
+            if EOS in allowed and (len(allowed) == 1 or rng.random() < 1 / 3):
+                outs.append(text.decode())
+                break
+            tok = rng.choice([t for t in allowed if t != EOS])
+            assert m.accept_token(tok)
+            text.append(tok)
+    return outs
+
+
+@pytest.mark.parametrize("schema", NUMBER_SCHEMAS + OBJECT_SCHEMAS + ARRAY_SCHEMAS + [PERSON], ids=lambda s: json.dumps(s)[:70])
+def test_everything_the_grammar_generates_is_valid(byte_compiler, schema):
+    grammar = byte_compiler.compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    outs = _random_outputs(grammar, seed=2, n=150, max_len=400)
+    assert len(outs) >= 30
+    for text in outs:
+        value = _parse_checking_members(text, schema)
+        if schema in NUMBER_SCHEMAS:  # exact decimal arithmetic
+            with localcontext(prec=1000):
+                assert _number_ok(schema, text), text
+        else:
+            assert validator.is_valid(value), text
