@@ -205,7 +205,8 @@ def trim_and_minimize(dfa: ByteDFA) -> ByteDFA:
     # Bytes with identical columns behave the same everywhere: refine on one of each.
     _, first_col = np.unique(sub.T, axis=0, return_index=True)
     cols = sub[:, np.sort(first_col)]
-    cls = dfa.accept[keep].astype(np.int64)
+    # Classes numbered 0..count-1 (one class when every state accepts).
+    cls = np.unique(dfa.accept[keep], return_inverse=True)[1].astype(np.int64).reshape(-1)
     count = int(cls.max()) + 1
     while True:
         succ = np.append(cls, DEAD)[cols]

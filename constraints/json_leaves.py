@@ -13,7 +13,7 @@ from .budget import CompileBudget
 from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .nfa import NFA, emit_alt, emit_bytes, emit_code_point_ranges, emit_repeat
-from .regex import emit_regex, parse_regex, regex_to_dfa
+from .regex import apply_lookaheads, emit_regex, parse_regex, regex_to_dfa, split_leading_lookaheads
 
 # Unescaped string characters: anything but '"', '\\' and C0 controls.
 _PLAIN = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)]
@@ -154,6 +154,10 @@ def _raw_body(lo: int, hi: int | None, pattern: str | None, fmt: str | None,
 
 def _search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     """JSON Schema `pattern` is a search, not a full match: wrap unanchored ends with .*"""
+    looks: list = []
+    if pattern.startswith("^"):  # lookaheads right after ^ test the whole string from its start
+        looks, rest = split_leading_lookaheads(pattern[1:])
+        pattern = "^" + rest
     if "|" in pattern and (pattern.startswith("^") or pattern.endswith("$")):
         if not (pattern.startswith("^(") and pattern.endswith(")$")):
             raise InvalidConstraintError(f"anchors inside alternation: {pattern!r}")
@@ -168,7 +172,7 @@ def _search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     s = emit_regex(nfa, s, tree)
     if not anchored_end:
         s = emit_repeat(nfa, s, lambda n, x: emit_code_point_ranges(n, x, any_chars), 0, None)
-    return trim_and_minimize(determinize(nfa, start, s, budget))
+    return apply_lookaheads(trim_and_minimize(determinize(nfa, start, s, budget)), looks, budget)
 
 
 @lru_cache(maxsize=256)

@@ -13,7 +13,7 @@ import interegular.patterns as ip
 
 from .budget import CompileBudget
 from .errors import InvalidConstraintError
-from .fsm import ByteDFA, determinize, trim_and_minimize
+from .fsm import ByteDFA, determinize, product, trim_and_minimize
 from .nfa import NFA, emit_alt, emit_code_point_ranges, emit_nothing, emit_repeat, emit_seq
 from .utf8 import complement_ranges, ranges_of_chars
 
@@ -75,8 +75,66 @@ def _char_group_ranges(node, flags: ip.REFlags) -> list[tuple[int, int]]:
 
 
 def regex_to_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
-    """Full-match byte DFA for a regex."""
+    """Full-match byte DFA for a regex. Lookaheads at the very start, ``(?!A)B`` or
+    ``(?=A)B`` (as Pydantic writes Decimal patterns), become a difference or an intersection
+    with the strings that begin with a match of A."""
+    looks, rest = split_leading_lookaheads(pattern[1:] if pattern.startswith("^") else pattern)
     nfa = NFA(budget)
     start = nfa.new_state()
-    end = emit_regex(nfa, start, parse_regex(pattern))
-    return trim_and_minimize(determinize(nfa, start, end, budget))
+    end = emit_regex(nfa, start, parse_regex(rest))
+    return apply_lookaheads(trim_and_minimize(determinize(nfa, start, end, budget)), looks, budget)
+
+
+def split_leading_lookaheads(body: str) -> tuple[list[tuple[bool, str]], str]:
+    """``(?=A)(?!B)C`` -> ([(True, "A"), (False, "B")], "C"): (positive, pattern) pairs."""
+    looks = []
+    while body.startswith(("(?=", "(?!")):
+        end = _group_end(body)
+        looks.append((body[2] == "=", body[3 : end - 1]))
+        body = body[end:]
+    return looks, body
+
+
+def _group_end(text: str) -> int:
+    """Index just past the group that opens at text[0], skipping escapes and classes."""
+    depth, i, in_class = 0, 0, False
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise InvalidConstraintError(f"unbalanced parenthesis in regex {text!r}")
+
+
+def apply_lookaheads(dfa: ByteDFA, looks: list[tuple[bool, str]], budget: CompileBudget) -> ByteDFA:
+    """Keep the strings of ``dfa`` that begin with a match of each positive lookahead and
+    with none of each negative one (a lookahead ending in ``$`` must match the whole string)."""
+    for positive, inner in looks:
+        dfa = trim_and_minimize(product(dfa, prefix_dfa(inner, budget), "and" if positive else "diff", budget))
+    return dfa
+
+
+def prefix_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
+    """Strings that begin with a match of ``pattern`` (all of the string if it ends in ``$``)."""
+    body = pattern[1:] if pattern.startswith("^") else pattern
+    anchored_end = body.endswith("$") and not _escaped_at(body, len(body) - 1)
+    if anchored_end:
+        body = body[:-1]
+    looks, body = split_leading_lookaheads(body)
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    end = emit_regex(nfa, start, parse_regex(body))
+    if not anchored_end:
+        end = emit_repeat(nfa, end, lambda n, x: emit_code_point_ranges(n, x, [(0, 0x10FFFF)]), 0, None)
+    return apply_lookaheads(trim_and_minimize(determinize(nfa, start, end, budget)), looks, budget)

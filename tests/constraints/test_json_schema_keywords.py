@@ -26,6 +26,15 @@ from constraints.bitmask import unpack_bitmask
 from constraints.json_leaves import FORMATS
 
 
+def _exact_multiple_of(validator, step, instance, schema):
+    # jsonschema divides floats (0.35 / 0.05 = 6.999...); JSON numbers are decimals.
+    if validator.is_type(instance, "number") and Decimal(repr(instance)) % Decimal(repr(step)) != 0:
+        yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {step!r}")
+
+
+_Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"multipleOf": _exact_multiple_of})
+
+
 @pytest.fixture(scope="module")
 def byte_compiler() -> GrammarCompiler:
     return GrammarCompiler(byte_vocab_info(), max_states=20_000, compile_timeout_s=10.0)
@@ -126,7 +135,7 @@ def _objects(seed: int, n: int) -> list[dict]:
 @pytest.mark.parametrize("schema", OBJECT_SCHEMAS, ids=lambda s: json.dumps(s)[:70])
 def test_property_name_keywords_never_accept_an_invalid_object(byte_compiler, schema):
     grammar = byte_compiler.compile_json_schema(schema)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _Validator(schema)
     accepted = 0
     for value in _objects(1, 1000):
         for text in serializations(value, schema):
@@ -148,7 +157,7 @@ def test_property_name_keywords_never_accept_an_invalid_object(byte_compiler, sc
 ])
 def test_property_name_keywords_accept_and_reject(byte_compiler, schema, valid, invalid):
     grammar = byte_compiler.compile_json_schema(schema)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _Validator(schema)
     for text in valid:
         assert validator.is_valid(json.loads(text)) and _accepts(grammar, text), text
     for text in invalid:
@@ -191,7 +200,7 @@ ARRAY_SCHEMAS = [
 ])
 def test_unique_items_over_a_finite_domain(byte_compiler, schema, valid, invalid):
     grammar = byte_compiler.compile_json_schema(schema)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _Validator(schema)
     for text in valid:
         assert validator.is_valid(json.loads(text)) and _accepts(grammar, text), text
     for text in invalid:
@@ -203,6 +212,19 @@ def test_unique_items_over_an_open_domain_is_a_clear_error(byte_compiler):
         byte_compiler.compile_json_schema({"type": "object", "properties": {
             "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}})
     assert err.value.keyword == "uniqueItems" and err.value.pointer == "/properties/tags/uniqueItems"
+
+
+# ---- leading lookaheads in patterns (Pydantic's Decimal) ---------------------------------------
+
+DECIMAL = {"anyOf": [{"type": "number"}, {"type": "string", "pattern": r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"}]}
+
+
+def test_decimal_pattern_with_a_lookahead(byte_compiler):
+    grammar = byte_compiler.compile_json_schema(DECIMAL)
+    for text in ['"12.50"', '"-0.5"', '".5"', '"+7"', "3.25"]:
+        assert _accepts(grammar, text), text
+    for text in ['""', '"-"', '"+."', '"1.2.3"', '"1e5"']:
+        assert not _accepts(grammar, text), text
 
 
 # ---- formats ----------------------------------------------------------------------------------
@@ -251,7 +273,7 @@ def _parse_checking_members(text: str, schema: dict):
     declared |= set(schema.get("propertyNames", {}).get("enum", []))
     keys = [k for k, _ in value.pairs if k in declared]
     assert len(keys) == len(set(keys)), f"declared name twice: {keys}"
-    members = jsonschema.Draft202012Validator({k: schema[k] for k in _MEMBER_KEYWORDS if k in schema})
+    members = _Validator({k: schema[k] for k in _MEMBER_KEYWORDS if k in schema})
     for k, v in value.pairs:
         assert members.is_valid({k: v}), (k, v)
     return value
@@ -277,10 +299,10 @@ def _random_outputs(grammar, seed: int, n: int, max_len: int = 200) -> list[str]
     return outs
 
 
-@pytest.mark.parametrize("schema", NUMBER_SCHEMAS + OBJECT_SCHEMAS + ARRAY_SCHEMAS + [PERSON], ids=lambda s: json.dumps(s)[:70])
+@pytest.mark.parametrize("schema", NUMBER_SCHEMAS + OBJECT_SCHEMAS + ARRAY_SCHEMAS + [PERSON, DECIMAL], ids=lambda s: json.dumps(s)[:70])
 def test_everything_the_grammar_generates_is_valid(byte_compiler, schema):
     grammar = byte_compiler.compile_json_schema(schema)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _Validator(schema)
     outs = _random_outputs(grammar, seed=2, n=150, max_len=400)
     assert len(outs) >= 30
     for text in outs:
@@ -290,3 +312,50 @@ def test_everything_the_grammar_generates_is_valid(byte_compiler, schema):
                 assert _number_ok(schema, text), text
         else:
             assert validator.is_valid(value), text
+
+
+# ---- a Pydantic model -------------------------------------------------------------------------
+
+def _order_model():
+    from datetime import date, timedelta
+    from decimal import Decimal as Dec
+    from typing import Literal
+
+    from pydantic import BaseModel, Field
+
+    class Line(BaseModel):
+        sku: str = Field(pattern=r"^[A-Z]{3}-[0-9]{4}$")
+        price: Dec
+        qty: int = Field(ge=1, le=99)
+
+    class Order(BaseModel):
+        id: int
+        lines: list[Line] = Field(min_length=1, max_length=3)
+        tags: set[Literal["gift", "rush", "fragile"]]  # uniqueItems over an enum
+        ship_within: timedelta  # format duration
+        due: date | None = None
+        notes: dict[Literal["driver", "customer"], str] = {}  # propertyNames enum
+        discount: float = Field(ge=0, le=0.5, multiple_of=0.05)  # decimal multipleOf
+
+    return Order, Line
+
+
+def test_a_pydantic_model_schema_compiles_and_its_dump_is_accepted(compiler, hf_tokenizer):
+    from datetime import date, timedelta
+
+    order, line = _order_model()
+    schema = order.model_json_schema()
+    value = order(id=7, lines=[line(sku="ABC-1234", price=Decimal("12.50"), qty=2)], tags={"rush"},
+                  ship_within=timedelta(days=1, hours=2), due=date(2024, 5, 1),
+                  notes={"driver": "ring twice"}, discount=0.15)
+    assert accepted_by_tokens(compiler.compile_json_schema(schema), hf_tokenizer, value.model_dump_json())
+
+
+def test_a_pydantic_model_schema_generates_only_valid_orders(byte_compiler):
+    order, _ = _order_model()
+    schema = order.model_json_schema()
+    validator = _Validator(schema)
+    outs = _random_outputs(byte_compiler.compile_json_schema(schema), seed=3, n=60, max_len=3000)
+    assert len(outs) >= 30
+    for text in outs:
+        assert validator.is_valid(_parse_checking_members(text, schema)), text

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import random
+import re
 import time
 
+import numpy as np
 import pytest
 
 from constraints import CompileTimeoutError, GrammarTooComplexError, InvalidConstraintError
 from constraints.budget import CompileBudget
+from constraints.fsm import DEAD, ByteDFA, trim_and_minimize
 from constraints.regex import regex_to_dfa
 
 CASES = [
@@ -47,9 +51,27 @@ def test_invalid_utf8_never_accepted():
     assert not dfa.matches(b"\xc0\xaf")  # overlong
 
 
-def test_lookaround_is_a_clear_error():
+@pytest.mark.parametrize("pattern", [r"a(?=b)b", r"(?<=a)b", r"x(?!y)."])
+def test_lookaround_past_the_start_is_a_clear_error(pattern):
     with pytest.raises(InvalidConstraintError):
-        regex_to_dfa(r"(?=a)b", CompileBudget())
+        regex_to_dfa(pattern, CompileBudget())
+
+
+@pytest.mark.parametrize("pattern", [
+    r"(?!^[-+.]*$)[+-]?0*\d*\.?\d*",  # Pydantic's Decimal pattern
+    r"(?=.*[0-9])(?=.*[a-z])[a-z0-9.]{2,6}",  # password-style rules
+    r"(?!ab)[ab.]*",
+    r"(?=a|b.)(?!(bb|aa)$)[ab]{0,4}",
+])
+def test_leading_lookaheads_match_python_re(pattern):
+    # Lookaheads at the start narrow the language: an intersection (?=) or difference (?!).
+    dfa = regex_to_dfa(pattern, CompileBudget())
+    want = re.compile(pattern)
+    alphabet = "ab01.+-z9"
+    rng = random.Random(0)
+    texts = {"", "."} | {"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 7))) for _ in range(3000)}
+    wrong = [t for t in texts if dfa.matches(t.encode()) != (want.fullmatch(t) is not None)]
+    assert not wrong, wrong[:5]
 
 
 def test_pathological_regex_fails_fast():
@@ -64,3 +86,14 @@ def test_pathological_regex_fails_fast():
 def test_state_cap_is_enforced():
     with pytest.raises(GrammarTooComplexError):
         regex_to_dfa(r"[ab]*a[ab]{14}", CompileBudget(max_states=500, timeout_s=10.0))
+
+
+def test_minimizing_an_all_accepting_automaton_keeps_its_language():
+    # Every state accepts, yet two states differ ('b' is allowed only before the first 'a'):
+    # the refinement must start from one class, not from "accepting" and an empty "rejecting".
+    trans = np.full((2, 256), DEAD, dtype=np.int32)
+    trans[0, ord("a")], trans[0, ord("b")], trans[1, ord("a")] = 1, 0, 1
+    dfa = trim_and_minimize(ByteDFA(trans, np.array([True, True])))
+    assert dfa.num_states == 2
+    for text, ok in [(b"", True), (b"bba", True), (b"aaa", True), (b"ab", False)]:
+        assert dfa.matches(text) == ok, text
