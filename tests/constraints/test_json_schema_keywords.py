@@ -44,6 +44,15 @@ def _accepts(grammar, text: str) -> bool:
     return accepted_by_masks(grammar, text.encode())
 
 
+def _assert_cases(grammar, schema: dict, valid: list[str], invalid: list[str]) -> None:
+    """Valid texts (by the validator) are accepted, invalid ones refused."""
+    validator = _Validator(schema)
+    for text in valid:
+        assert validator.is_valid(json.loads(text)) and _accepts(grammar, text), text
+    for text in invalid:
+        assert not validator.is_valid(json.loads(text)) and not _accepts(grammar, text), text
+
+
 # ---- numbers ---------------------------------------------------------------------------------
 
 def _number_ok(schema: dict, text: str) -> bool:
@@ -156,12 +165,7 @@ def test_property_name_keywords_never_accept_an_invalid_object(byte_compiler, sc
     (OBJECT_SCHEMAS[8], ['{"vv":null}', '{"v":null}'], ['{}', '{"v":null,"vv":null}', '{"v":1}']),
 ])
 def test_property_name_keywords_accept_and_reject(byte_compiler, schema, valid, invalid):
-    grammar = byte_compiler.compile_json_schema(schema)
-    validator = _Validator(schema)
-    for text in valid:
-        assert validator.is_valid(json.loads(text)) and _accepts(grammar, text), text
-    for text in invalid:
-        assert not validator.is_valid(json.loads(text)) and not _accepts(grammar, text), text
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
 
 
 def test_conflicting_pattern_merge_is_a_clear_error(byte_compiler):
@@ -199,12 +203,7 @@ ARRAY_SCHEMAS = [
     (ARRAY_SCHEMAS[3], ['[1,2,"2"]'], ["[1,1.0]", "[2,2]"]),
 ])
 def test_unique_items_over_a_finite_domain(byte_compiler, schema, valid, invalid):
-    grammar = byte_compiler.compile_json_schema(schema)
-    validator = _Validator(schema)
-    for text in valid:
-        assert validator.is_valid(json.loads(text)) and _accepts(grammar, text), text
-    for text in invalid:
-        assert not validator.is_valid(json.loads(text)) and not _accepts(grammar, text), text
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
 
 
 def test_unique_items_over_an_open_domain_is_a_clear_error(byte_compiler):
