@@ -48,23 +48,19 @@ class Sampler:
 
     def continuous(self, reqs: list[Req], device: torch.device) -> ContinuousSampler:
         """A sampler for back-to-back decode steps of ``reqs`` (all ``can_sample_on_device``)."""
-        return ContinuousSampler(reqs, device, self.vocab_size)
+        return ContinuousSampler(reqs, device, self.vocab_size, self.eos_token_ids)
 
     @staticmethod
     def can_sample_on_device(req: Req) -> bool:
-        """Nothing in this request's sampling needs the host between steps: no grammar, and
-        EOS no longer banned by min_new_tokens."""
-        return req.grammar is None and len(req.output_ids) >= req.sampling.min_new_tokens
+        """Nothing in this request's sampling needs the host between steps: no grammar."""
+        return req.grammar is None
 
     def _mask_early_stop(self, logits: torch.Tensor, reqs: list[Req]) -> None:
         """Before min_new_tokens, neither EOS nor a stop token may be sampled."""
         for i, r in enumerate(reqs):
-            if len(r.output_ids) < r.sampling.min_new_tokens:
-                banned = list(r.sampling.stop_token_ids)
-                if not r.sampling.ignore_eos:
-                    banned += list(self.eos_token_ids)
-                if banned:
-                    logits[i, banned] = float("-inf")
+            banned = _early_stop_ids(r, self.eos_token_ids)
+            if banned:
+                logits[i, banned] = float("-inf")
 
     def _logprobs(self, raw: torch.Tensor, next_ids: torch.Tensor, reqs: list[Req], out: SampleOutput) -> None:
         chosen, top = _token_logprobs(raw, next_ids, max(r.top_logprobs_num for r in reqs))
@@ -80,24 +76,28 @@ class ContinuousSampler:
     of one step at a time. Logprobs (of the logits before any edit, as one step at a time
     reports them) stay on the device until ``logprobs`` reads them after the run."""
 
-    def __init__(self, reqs: list[Req], device: torch.device, vocab_size: int):
+    def __init__(self, reqs: list[Req], device: torch.device, vocab_size: int,
+                 eos_token_ids: tuple[int, ...] = ()):
         self.reqs = reqs
         self.params = RowParams.of(reqs, device)
         self.bias = _logit_bias(reqs, device)
         self.penalties = (Penalties(reqs, vocab_size, device)
                           if any(r.sampling.uses_penalties for r in reqs) else None)
+        self.early = _EarlyStop.of(reqs, eos_token_ids, device)
         self.want_logprobs = any(r.return_logprob for r in reqs)
         self.top_k = max(r.top_logprobs_num for r in reqs)
         self._chosen: list[torch.Tensor] = []  # per step [B]
         self._top: list[tuple[torch.Tensor, torch.Tensor]] = []  # per step ([B, k], [B, k])
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        edits = self.bias is not None or self.penalties is not None
+        edits = self.bias is not None or self.penalties is not None or self.early is not None
         raw = logits.clone() if self.want_logprobs and edits else logits
         if self.bias is not None:  # logits: this step's own buffer, free to edit
             logits.index_put_(self.bias[:2], self.bias[2], accumulate=True)
         if self.penalties is not None:
             self.penalties.apply(logits)
+        if self.early is not None:
+            self.early.apply(logits)
         ids = self.params.sample(logits)
         self.params.steps.add_(1)
         if self.penalties is not None:
@@ -119,6 +119,38 @@ class ContinuousSampler:
         vals = torch.stack([v for v, _ in self._top], 1).tolist()  # [B, steps, k]
         ids = torch.stack([i for _, i in self._top], 1).tolist()
         return chosen, [_top_rows(vs, ts, [r] * len(vs)) for r, vs, ts in zip(self.reqs, vals, ids)]
+
+
+def _early_stop_ids(req: Req, eos_token_ids: tuple[int, ...]) -> list[int]:
+    """The tokens ``req`` may not sample yet: stop tokens and EOS before min_new_tokens."""
+    if len(req.output_ids) >= req.sampling.min_new_tokens:
+        return []
+    return list(req.sampling.stop_token_ids) + ([] if req.sampling.ignore_eos else list(eos_token_ids))
+
+
+@dataclass(slots=True)
+class _EarlyStop:
+    """min_new_tokens inside a continuous run: the banned (row, token) pairs and, per pair,
+    how many more steps the ban lasts; counted down on the device after every step."""
+
+    rows: torch.Tensor  # [P]
+    tokens: torch.Tensor  # [P]
+    left: torch.Tensor  # [P] steps still banned
+
+    @classmethod
+    def of(cls, reqs: list[Req], eos_token_ids: tuple[int, ...], device: torch.device) -> _EarlyStop | None:
+        triples = [(i, t, r.sampling.min_new_tokens - len(r.output_ids))
+                   for i, r in enumerate(reqs) for t in _early_stop_ids(r, eos_token_ids)]
+        if not triples:
+            return None
+        rows, tokens, left = torch.tensor(triples, dtype=torch.int64).T
+        return cls(rows.to(device), tokens.to(device), left.to(device))
+
+    def apply(self, logits: torch.Tensor) -> None:
+        """Ban this step's pairs, then count the step."""
+        kept = logits[self.rows, self.tokens]
+        logits.index_put_((self.rows, self.tokens), torch.where(self.left > 0, float("-inf"), kept))
+        self.left.sub_(1)
 
 
 class Penalties:

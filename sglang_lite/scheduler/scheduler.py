@@ -107,8 +107,9 @@ class Scheduler:
     def _continuous_steps(self) -> int:
         """How many decode steps the running requests can take back to back, with no host
         work between steps: > 1 only when nothing waits to be admitted, every running
-        request is a plain decode that ``Sampler.can_sample_on_device``, and the pool has
-        the pages for every step (else the one-step path decides, retracting if needed)."""
+        request is a plain decode that ``Sampler.can_sample_on_device`` (no grammar), and
+        the pool has the pages for every step (else the one-step path decides, retracting
+        if needed)."""
         steps = self.num_continuous_decode_steps
         if steps <= 1 or self.waiting or self.chunked is not None or not self.running:
             return 1

@@ -1,8 +1,8 @@
 """Continuous decoding (``num_continuous_decode_steps``) on the real model: runs of decode
 steps without a host sync between them give exactly the outputs of one step at a time:
-greedy and seeded sampling, EOS, stop tokens, stop strings, streaming; requests that need
-the host every step (grammars, min_new_tokens) fall back to one step; penalties, logprobs
-and logit_bias are computed on the device inside the runs."""
+greedy and seeded sampling, EOS, stop tokens, stop strings, streaming; requests with a
+grammar need the host every step and fall back to one step; penalties, min_new_tokens,
+logprobs and logit_bias are computed on the device inside the runs."""
 
 from __future__ import annotations
 
@@ -76,20 +76,41 @@ def test_streamed_runs_add_up_and_hold_back_stop_strings(engine, runs_engine):
         "Emoji story:", {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True})["output_ids"]
 
 
-@pytest.mark.parametrize("extra", [
-    {"min_new_tokens": 20},
-    {"json_schema": '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'},
-], ids=["min_new_tokens", "grammar"])
-def test_requests_needing_the_host_each_step_run_one_step_at_a_time(engine, runs_engine, extra):
-    params = {"temperature": 0, "max_new_tokens": 24, **extra}
+def test_grammar_requests_run_one_step_at_a_time(engine, runs_engine):
+    params = {"temperature": 0, "max_new_tokens": 24,
+              "json_schema": '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'}
     runs_engine.runs.clear()
     got = runs_engine.generate(PROMPTS[0], params)
-    expected = engine.generate(PROMPTS[0], params)
-    assert _strip(got) == _strip(expected)
-    if "min_new_tokens" in extra:  # once past min_new_tokens, runs resume
-        assert set(runs_engine.runs[:20]) == {1} and max(runs_engine.runs) > 1
-    else:
-        assert set(runs_engine.runs) == {1}
+    assert _strip(got) == _strip(engine.generate(PROMPTS[0], params))
+    assert set(runs_engine.runs) == {1}
+
+
+def test_min_new_tokens_applies_on_the_device_in_runs(engine, runs_engine):
+    # The stop token comes within 4 tokens; min_new_tokens bans it (and EOS) for 10 steps,
+    # which end in the middle of the second run.
+    base = engine.generate(PROMPTS[1], {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True})
+    stop = base["output_ids"][3]
+    newline = engine.tokenize("\n")[-1]  # the haiku prompt starts with one: " Here's a sample:\n"
+    params = [{"temperature": 0, "max_new_tokens": 24, "stop_token_ids": [stop], "min_new_tokens": 10},
+              {"temperature": 0.8, "seed": 5, "max_new_tokens": 24, "min_new_tokens": 16},
+              {"temperature": 0, "max_new_tokens": 24, "stop_token_ids": [stop]},
+              {"temperature": 0, "max_new_tokens": 24, "stop_token_ids": [newline], "min_new_tokens": 3}]
+    kw = dict(return_logprob=True)
+    prompts = [PROMPTS[1]] * 3 + [PROMPTS[4]]
+    runs_engine.runs.clear()
+    got = runs_engine.generate(prompts, params, **kw)
+    expected = engine.generate(prompts, params, **kw)
+    assert [_strip(o) for o in got] == [_strip(o) for o in expected]
+    assert STEPS in runs_engine.runs
+    assert got[2]["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+    first = base["output_ids"].index(stop)
+    assert len(got[2]["output_ids"]) == first + 1 and len(got[0]["output_ids"]) > 10  # the ban held
+    assert stop not in got[0]["output_ids"][:10]
+    # The newline ban lifts after 3 tokens, inside the first run: the next newline stops it there.
+    assert got[3]["meta_info"]["finish_reason"]["matched"] == newline and 3 < len(got[3]["output_ids"]) <= 7
+    for g, e in zip(got, expected):  # logprobs: of the logits before the ban, in both paths
+        lps = [[lp for lp, _, _ in o["meta_info"]["output_token_logprobs"]] for o in (g, e)]
+        assert lps[0] == pytest.approx(lps[1], abs=1e-4)  # batch shapes differ: fp32 rounding
 
 
 def test_penalties_apply_on_the_device_in_runs(engine, runs_engine):
