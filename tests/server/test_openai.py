@@ -197,6 +197,28 @@ def test_response_format_json_object_and_regex(client, model_name):
     assert r.choices[0].text[:8].count("-") == 1 and len(r.choices[0].text) == 8
 
 
+def test_parse_into_a_pydantic_model(client, model_name):
+    # The openai client's parse(): a Pydantic model turned into a strict JSON schema (a set of
+    # Literals is uniqueItems over an enum, timedelta a duration, a float step a multipleOf).
+    from datetime import timedelta
+    from typing import Literal
+
+    from pydantic import BaseModel, Field
+
+    class Ticket(BaseModel):
+        priority: Literal["low", "medium", "high"]
+        tags: set[Literal["billing", "bug", "login"]]
+        eta: timedelta
+        estimate_hours: float = Field(ge=0.5, le=40, multiple_of=0.5)
+
+    r = client.chat.completions.parse(
+        model=model_name, temperature=0, max_tokens=120, response_format=Ticket,
+        messages=[{"role": "user", "content": "File a ticket: login page is down."}])
+    ticket = r.choices[0].message.parsed
+    assert isinstance(ticket, Ticket), r.choices[0].message.content
+    assert (ticket.estimate_hours * 2).is_integer() and 0.5 <= ticket.estimate_hours <= 40
+
+
 # ---- native routes --------------------------------------------------------------------------
 def test_native_generate(http, engine):
     body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 4, "temperature": 0},
