@@ -7,6 +7,10 @@ import math
 
 from .errors import UnsupportedSchemaError
 
+# Internal keywords `not` leaves behind: JSON texts of removed values; numbers only with a fraction.
+EXCLUDED = "x-sglang-lite-excluded"
+FRACTIONAL = "x-sglang-lite-fractional"
+
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 _TYPE_KEYWORDS = {
     "object": ("properties", "required", "additionalProperties", "patternProperties", "propertyNames",
@@ -95,6 +99,8 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
                 for k in list(av) + [k for k in bv if k not in av]}
     if key == "multipleOf":
         return _lcm(av, bv, ptr)
+    if key == EXCLUDED:
+        return tuple(dict.fromkeys((*av, *bv)))
     if key in ("anyOf", "oneOf"):
         raise UnsupportedSchemaError.at("allOf", ptr, f"with '{key}' in several parts is not supported")
     if key == "allOf":

@@ -23,7 +23,8 @@ from .budget import CompileBudget
 from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, embed_dfa, trim_and_minimize
 from .json_leaves import key_dfa, regex_leaf, string_dfa
-from .json_merge import TYPES, infer_types, merge_schemas, provably_disjoint
+from .json_merge import FRACTIONAL, TYPES, infer_types, merge_schemas, provably_disjoint
+from .json_not import excluded, narrow_not, spellings_dfa
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
 from .numbers import (
     INTEGER,
@@ -44,8 +45,8 @@ SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalPrope
              "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern",
              "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
              "oneOf", "allOf", "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties",
-             "propertyNames", "minProperties", "maxProperties", "dependentRequired"}
-UNSUPPORTED = {"not", "if", "then", "else", "dependentSchemas", "dependencies",
+             "propertyNames", "minProperties", "maxProperties", "dependentRequired", "not"}
+UNSUPPORTED = {"if", "then", "else", "dependentSchemas", "dependencies",
                "unevaluatedProperties", "unevaluatedItems", "contains", "minContains",
                "maxContains", "$dynamicRef", "$dynamicAnchor",
                "$recursiveRef", "$recursiveAnchor"}
@@ -118,6 +119,15 @@ def emit_schema(ctx: _Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) 
     if isinstance(schema, _Call):
         return _emit_call(ctx, nfa, start, schema, ptr)
     _check_keywords(ctx, schema, ptr)
+    if "not" in schema:
+        try:
+            schema = narrow_not(ctx, schema, ptr, _flatten, ANNOTATIONS)
+        except UnsupportedSchemaError:
+            if not ctx.lenient:
+                raise
+            schema = {k: v for k, v in schema.items() if k != "not"}
+        if schema is False:
+            return emit_nothing(nfa, start)
     for key in ("anyOf", "oneOf"):
         if key in schema:
             return _emit_branches(ctx, nfa, start, schema, key, ptr, refs)
@@ -303,10 +313,10 @@ def _json_equal(a, b) -> bool:
 def _emit_typed(nfa: NFA, start: int, ctx: _Ctx, schema: dict, t: str, ptr: str,
                 refs: tuple) -> int:
     if t == "null":
-        return emit_bytes(nfa, start, b"null")
+        return emit_nothing(nfa, start) if excluded(schema, type(None)) else emit_bytes(nfa, start, b"null")
     if t == "boolean":
-        return emit_alt(nfa, start, [lambda n, s: emit_bytes(n, s, b"true"),
-                                     lambda n, s: emit_bytes(n, s, b"false")])
+        return emit_alt(nfa, start, [lambda n, s, t=t: emit_bytes(n, s, t) for t in (b"true", b"false")
+                                     if json.loads(t) not in excluded(schema, bool)])
     if t in ("integer", "number"):
         return _emit_number(ctx, nfa, start, schema, t, ptr)
     if t == "string":
@@ -327,12 +337,25 @@ def _emit_number(ctx: _Ctx, nfa: NFA, start: int, schema: dict, t: str, ptr: str
                          else integer_range_regex(*integer_bounds(*bounds)))
     else:
         dfa = regex_leaf(NUMBER)
+        if schema.get(FRACTIONAL):  # `not` of integers: a nonzero digit after the point
+            dfa = _bounded(dfa, regex_leaf(r"-?[0-9]+\.[0-9]*[1-9][0-9]*"), ctx.budget)
         for k, b in zip(names, bounds):
             if b is not None:
                 dfa = _bounded(dfa, _bound_dfa(k, as_decimal(b)), ctx.budget)
     if "multipleOf" in schema:
         dfa = _bounded(dfa, _multiple_of_dfa(ctx, schema["multipleOf"], ptr), ctx.budget)
-    return embed_dfa(nfa, start, dfa)
+    return embed_dfa(nfa, start, _minus_excluded(dfa, schema, int, ctx.budget))
+
+
+def _minus_excluded(dfa, schema: dict, kind: type, budget: CompileBudget):
+    """``dfa`` without the spellings of the values of ``kind`` that `not` removed."""
+    from .fsm import product
+
+    values = excluded(schema, kind)
+    if not values:
+        return dfa
+    texts = [json.dumps(v, ensure_ascii=False).encode() for v in values]
+    return trim_and_minimize(product(dfa, spellings_dfa(texts, budget), "diff", budget))
 
 
 _MAX_MULTIPLE_STATES = 20_000
@@ -382,7 +405,7 @@ def _emit_string(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int
             dfa = string_dfa(int(lo), None if hi is None else int(hi), None, fmt)
         else:
             raise UnsupportedSchemaError.at("pattern", f"{ptr}/pattern", f"cannot be enforced: {e}") from e
-    return embed_dfa(nfa, start, dfa)
+    return embed_dfa(nfa, start, _minus_excluded(dfa, schema, str, ctx.budget))
 
 
 def _ws(ctx: _Ctx, nfa: NFA, start: int) -> int:

@@ -1,6 +1,7 @@
 """Keywords beyond the common core, each checked against an independent oracle on many
 instances: decimal bounds and multipleOf (exact decimal arithmetic), property-name keywords
-(patternProperties, propertyNames, min/maxProperties, dependentRequired), more formats; and
+(patternProperties, propertyNames, min/maxProperties, dependentRequired), uniqueItems, not,
+more formats; and
 random walks through the masks, so everything a grammar can generate is checked too."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from constraints.json_leaves import FORMATS
 
 def _exact_multiple_of(validator, step, instance, schema):
     # jsonschema divides floats (0.35 / 0.05 = 6.999...); JSON numbers are decimals.
-    if validator.is_type(instance, "number") and Decimal(repr(instance)) % Decimal(repr(step)) != 0:
+    if validator.is_type(instance, "number") and Decimal(str(instance)) % Decimal(repr(step)) != 0:
         yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {step!r}")
 
 
@@ -213,6 +214,45 @@ def test_unique_items_over_an_open_domain_is_a_clear_error(byte_compiler):
     assert err.value.keyword == "uniqueItems" and err.value.pointer == "/properties/tags/uniqueItems"
 
 
+# ---- not --------------------------------------------------------------------------------------
+
+NOT_SCHEMAS = [
+    {"not": {"type": ["integer", "boolean"]}},
+    {"type": "string", "maxLength": 5, "not": {"enum": ["admin", "root", "a\nb"]}},
+    {"type": "integer", "minimum": -2, "maximum": 2, "not": {"const": 0}},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}}, "not": {"required": ["b"]}},
+    {"enum": ["x", "y", 3], "not": {"const": "y"}},
+    {"type": ["boolean", "null"], "not": {"enum": [True, None]}},
+    {"type": "number", "minimum": 0, "maximum": 3, "not": {"type": "integer"}},
+    {"type": "string", "not": {"not": {"pattern": "^[ab]+$"}}},
+]
+
+
+@pytest.mark.parametrize("schema,valid,invalid", [
+    (NOT_SCHEMAS[0], ['"s"', "null", "1.5", '{"a":[1]}'], ["1", "true", "-0"]),
+    (NOT_SCHEMAS[1], ['"adm"', '"a\\\\nb"', '""'], ['"admin"', '"root"', '"a\\nb"', '"a\\u000ab"', '"a\\u000Ab"']),
+    (NOT_SCHEMAS[2], ["-2", "1", "2"], ["0", "-0", "3"]),
+    (NOT_SCHEMAS[3], ['{"a":1}', "{}"], ['{"a":1,"b":2}', '{"b":null}']),
+    (NOT_SCHEMAS[4], ['"x"', "3"], ['"y"']),
+    (NOT_SCHEMAS[5], ["false"], ["true", "null"]),
+    (NOT_SCHEMAS[6], ["0.5", "2.25"], ["1", "2.0", "0"]),
+    (NOT_SCHEMAS[7], ['"abba"'], ['"abc"', '""']),
+])
+def test_not_of_types_values_and_a_required_name(byte_compiler, schema, valid, invalid):
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "number", "not": {"const": 1}},  # 1, 1.0, 1e0 ... cannot all be excluded
+    {"not": {"type": "string", "maxLength": 3}},
+    {"type": "object", "not": {"required": ["a", "b"]}},
+])
+def test_not_beyond_exact_complements_is_a_clear_error(byte_compiler, schema):
+    with pytest.raises(UnsupportedSchemaError) as err:
+        byte_compiler.compile_json_schema(schema)
+    assert err.value.keyword == "not" and err.value.pointer == "/not"
+
+
 # ---- leading lookaheads in patterns (Pydantic's Decimal) ---------------------------------------
 
 DECIMAL = {"anyOf": [{"type": "number"}, {"type": "string", "pattern": r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"}]}
@@ -252,6 +292,15 @@ def test_formats_against_the_suites_format_assertions(byte_compiler, fmt):
 _MEMBER_KEYWORDS = ("properties", "patternProperties", "additionalProperties", "propertyNames", "$defs")
 
 
+def _exact_float(text: str):
+    """A JSON number with a fraction or exponent, exactly (a float rounds 1e33 + 0.38 to an
+    integer); exponents past Decimal's range become floats (inf)."""
+    try:
+        return Decimal(text)
+    except ArithmeticError:
+        return float(text)
+
+
 class _Pairs(dict):
     pairs: list
 
@@ -265,7 +314,7 @@ def _keep_pairs(pairs) -> _Pairs:
 def _parse_checking_members(text: str, schema: dict):
     """json.loads, but every top-level member is checked, duplicates too (a dict keeps only
     the last): no declared name twice, and each member alone satisfies the per-name keywords."""
-    value = json.loads(text, object_pairs_hook=_keep_pairs)
+    value = json.loads(text, object_pairs_hook=_keep_pairs, parse_float=_exact_float)
     if not isinstance(value, dict):
         return value
     declared = set(schema.get("properties", {})) | set(schema.get("required", []))
@@ -298,7 +347,8 @@ def _random_outputs(grammar, seed: int, n: int, max_len: int = 200) -> list[str]
     return outs
 
 
-@pytest.mark.parametrize("schema", NUMBER_SCHEMAS + OBJECT_SCHEMAS + ARRAY_SCHEMAS + [PERSON, DECIMAL], ids=lambda s: json.dumps(s)[:70])
+@pytest.mark.parametrize("schema", NUMBER_SCHEMAS + OBJECT_SCHEMAS + ARRAY_SCHEMAS + NOT_SCHEMAS + [PERSON, DECIMAL],
+                         ids=lambda s: json.dumps(s)[:70])
 def test_everything_the_grammar_generates_is_valid(byte_compiler, schema):
     grammar = byte_compiler.compile_json_schema(schema)
     validator = _Validator(schema)

@@ -1,0 +1,122 @@
+"""`not`, where its complement is exact: `not` of types, of enum/const values (strings,
+booleans, null; integers where only integers are generated), and of one required name. Any
+other `not` is an UnsupportedSchemaError: subtracting an over-constrained automaton would
+let through values the negated schema matches but we do not spell.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .errors import InvalidConstraintError, UnsupportedSchemaError
+from .fsm import ByteDFA, determinize, trim_and_minimize
+from .json_merge import EXCLUDED, FRACTIONAL, declared_types, infer_types
+from .nfa import NFA, emit_alt, emit_bytes
+
+_SHORT = {8: b"\\b", 9: b"\\t", 10: b"\\n", 12: b"\\f", 13: b"\\r"}
+
+
+def narrow_not(ctx, schema: dict, ptr: str, flatten, annotations: set) -> dict | bool:
+    """``schema`` without its `not`, narrowed to exclude what `not` forbids."""
+    neg = schema["not"]
+    rest = {k: v for k, v in schema.items() if k != "not"}
+    where = f"{ptr}/not"
+    if "enum" in rest or "const" in rest:
+        return schema  # each listed value is validated against the whole schema, `not` included
+    if neg is False:
+        return rest
+    if isinstance(neg, dict):
+        neg, _ = flatten(ctx, neg, where, ())
+    if neg is True or isinstance(neg, dict) and set(neg) <= annotations:
+        return False
+    if neg is False:
+        return rest
+    if not isinstance(neg, dict):
+        raise UnsupportedSchemaError.at("not", where, "of a recursive $ref is not supported")
+    keys = set(neg) - annotations
+    if keys == {"not"}:  # not(not X) is X
+        from .json_merge import merge_schemas
+
+        return merge_schemas(rest, neg["not"], where)
+    if keys == {"type"}:
+        return _without_types(rest, declared_types(neg), where)
+    if keys and keys <= {"enum", "const"}:
+        return _without_values(rest, neg, where)
+    if keys == {"required"} and isinstance(neg["required"], list) and len(neg["required"]) == 1:
+        props = dict(rest.get("properties", {}))
+        props[neg["required"][0]] = False
+        out = {**rest, "properties": props}
+        if "additionalProperties" not in rest and "patternProperties" not in rest and "properties" not in rest:
+            out["additionalProperties"] = True  # declaring the name must not drop other names
+        return out
+    raise UnsupportedSchemaError.at("not", where, "is enforced only for type, enum/const and a single "
+                                    f"required name, not {sorted(keys)}")
+
+
+def _without_types(rest: dict, removed: set[str], where: str) -> dict | bool:
+    types = [t for t in infer_types(rest) if t not in removed]
+    out = {**rest, "type": types}
+    if "integer" in removed and "number" in types:
+        out[FRACTIONAL] = True  # numbers, but not integers: a nonzero digit after the point
+    return out if types else False
+
+
+def _without_values(rest: dict, neg: dict, where: str) -> dict:
+    values = neg["enum"] if "enum" in neg else [neg["const"]]
+    if not isinstance(values, list):
+        raise InvalidConstraintError(f"enum at {where}/enum must be a list")
+    if "enum" in neg and "const" in neg:
+        values = [v for v in values if json.dumps(v) == json.dumps(neg["const"])]
+    types = infer_types(rest)
+    texts = list(rest.get(EXCLUDED, ()))
+    for v in values:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if "number" in types:
+                raise UnsupportedSchemaError.at("not", where, f"of the number {v!r} while numbers are "
+                                                "generated (it has endless spellings: 1, 1.0, 1e0)")
+            if float(v).is_integer():
+                texts.append(json.dumps(int(v)))
+        elif isinstance(v, (dict, list)):
+            if {"object", "array"} & set(types):
+                raise UnsupportedSchemaError.at("not", where, "of an object or array value is not supported")
+        else:  # strings, booleans, null: spelled out below
+            texts.append(json.dumps(v, ensure_ascii=False))
+    return {**rest, EXCLUDED: tuple(texts)}
+
+
+def excluded(schema: dict, kind: type) -> list:
+    """The values of ``kind`` (str, int, bool, type(None)) that `not` removed from ``schema``."""
+    values = [json.loads(t) for t in schema.get(EXCLUDED, ())]
+    return [v for v in values if type(v) is kind]
+
+
+def spellings_dfa(texts: list[bytes], budget) -> ByteDFA:
+    """Every spelling we generate of each of these values (a quoted string: each control
+    character with a short escape or either \\u00XX case), as one DFA to subtract."""
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    end = emit_alt(nfa, start, [lambda n, s, t=t: _emit_spellings(n, s, t) for t in texts])
+    return trim_and_minimize(determinize(nfa, start, end, budget))
+
+
+def _emit_spellings(nfa: NFA, start: int, text: bytes) -> int:
+    value = json.loads(text)
+    if not isinstance(value, str):  # integers (0 is also "-0"), booleans, null
+        spellings = [text, b"-0"] if value == 0 and not isinstance(value, bool) else [text]
+        return emit_alt(nfa, start, [lambda n, x, sp=sp: emit_bytes(n, x, sp) for sp in spellings])
+    s = emit_bytes(nfa, start, b'"')
+    for ch in value:
+        s = emit_alt(nfa, s, [lambda n, x, sp=sp: emit_bytes(n, x, sp) for sp in _char_spellings(ch)])
+    return emit_bytes(nfa, s, b'"')
+
+
+def _char_spellings(ch: str) -> list[bytes]:
+    code = ord(ch)
+    if ch == '"':
+        return [b'\\"']
+    if ch == "\\":
+        return [b"\\\\"]
+    if code >= 0x20:
+        return [ch.encode()]
+    hexes = {f"\\u{code:04x}", f"\\u{code:04X}"}
+    return ([_SHORT[code]] if code in _SHORT else []) + [h.encode() for h in sorted(hexes)]
