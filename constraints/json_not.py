@@ -1,7 +1,9 @@
 """`not`, where its complement is exact: `not` of types, of enum/const values (strings,
-booleans, null; integers where only integers are generated), and of one required name. Any
-other `not` is an UnsupportedSchemaError: subtracting an over-constrained automaton would
-let through values the negated schema matches but we do not spell.
+booleans, null; integers where only integers are generated), of one required name, of one
+property's schema; and `if`/`then`/`else` as the two disjoint branches (if and then) or
+(not if and else). Any other `not` is an UnsupportedSchemaError: subtracting an
+over-constrained automaton would let through values the negated schema matches but we do
+not spell.
 """
 
 from __future__ import annotations
@@ -42,6 +44,22 @@ def narrow_not(ctx, schema: dict, ptr: str, flatten, annotations: set) -> dict |
         return _without_types(rest, declared_types(neg), where)
     if keys and keys <= {"enum", "const"}:
         return _without_values(rest, neg, where)
+    one = isinstance(neg.get("properties"), dict) and len(neg["properties"]) == 1
+    if one and (keys == {"properties"} or keys == {"properties", "required"}
+                and neg["required"] == list(neg["properties"])):
+        # not {properties: {p: S}}: an object with p present and failing S; with required
+        # [p] too: an object whose p, if present, fails S.
+        ((name, sub),) = neg["properties"].items()
+        if "object" not in infer_types(rest):
+            return False
+        props = dict(rest.get("properties", {}))
+        props[name] = {"allOf": [props.get(name, True), {"not": sub}]}
+        out = {**rest, "type": ["object"], "properties": props}
+        if keys == {"properties"}:
+            out["required"] = list(dict.fromkeys([*rest.get("required", []), name]))
+        if "additionalProperties" not in rest and "patternProperties" not in rest and "properties" not in rest:
+            out["additionalProperties"] = True  # declaring the name must not drop other names
+        return out
     if keys == {"required"} and isinstance(neg["required"], list) and len(neg["required"]) == 1:
         props = dict(rest.get("properties", {}))
         props[neg["required"][0]] = False
@@ -49,8 +67,8 @@ def narrow_not(ctx, schema: dict, ptr: str, flatten, annotations: set) -> dict |
         if "additionalProperties" not in rest and "patternProperties" not in rest and "properties" not in rest:
             out["additionalProperties"] = True  # declaring the name must not drop other names
         return out
-    raise UnsupportedSchemaError.at("not", where, "is enforced only for type, enum/const and a single "
-                                    f"required name, not {sorted(keys)}")
+    raise UnsupportedSchemaError.at("not", where, "is enforced only for type, enum/const, one required "
+                                    f"name and one property, not {sorted(keys)}")
 
 
 def _without_types(rest: dict, removed: set[str], where: str) -> dict | bool:
@@ -120,3 +138,17 @@ def _char_spellings(ch: str) -> list[bytes]:
         return [ch.encode()]
     hexes = {f"\\u{code:04x}", f"\\u{code:04X}"}
     return ([_SHORT[code]] if code in _SHORT else []) + [h.encode() for h in sorted(hexes)]
+
+
+def branch_if(schema: dict, ptr: str) -> dict | bool:
+    """``if``/``then``/``else`` as anyOf[(if and then), (not if and else)]; then or else
+    without if, or if without both, have no effect."""
+    rest = {k: v for k, v in schema.items() if k not in ("if", "then", "else")}
+    if "if" not in schema or "then" not in schema and "else" not in schema:
+        return rest
+    cond, then, other = schema["if"], schema.get("then", True), schema.get("else", True)
+    if cond is True or cond is False:
+        return {**rest, "allOf": [*rest.get("allOf", []), then if cond else other]}
+    if "anyOf" in rest or "oneOf" in rest:
+        raise UnsupportedSchemaError.at("if", f"{ptr}/if", "next to anyOf/oneOf is not supported")
+    return {**rest, "anyOf": [{"allOf": [cond, then]}, {"allOf": [{"not": cond}, other]}]}

@@ -24,7 +24,7 @@ from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaEr
 from .fsm import ByteDFA, determinize, embed_dfa, trim_and_minimize
 from .json_leaves import key_dfa, regex_leaf, string_dfa
 from .json_merge import FRACTIONAL, TYPES, infer_types, merge_schemas, provably_disjoint
-from .json_not import excluded, narrow_not, spellings_dfa
+from .json_not import branch_if, excluded, narrow_not, spellings_dfa
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
 from .numbers import (
     INTEGER,
@@ -45,8 +45,9 @@ SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalPrope
              "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern",
              "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
              "oneOf", "allOf", "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties",
-             "propertyNames", "minProperties", "maxProperties", "dependentRequired", "not"}
-UNSUPPORTED = {"if", "then", "else", "dependentSchemas", "dependencies",
+             "propertyNames", "minProperties", "maxProperties", "dependentRequired", "not", "if",
+             "then", "else"}
+UNSUPPORTED = {"dependentSchemas", "dependencies",
                "unevaluatedProperties", "unevaluatedItems", "contains", "minContains",
                "maxContains", "$dynamicRef", "$dynamicAnchor",
                "$recursiveRef", "$recursiveAnchor"}
@@ -119,6 +120,13 @@ def emit_schema(ctx: _Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) 
     if isinstance(schema, _Call):
         return _emit_call(ctx, nfa, start, schema, ptr)
     _check_keywords(ctx, schema, ptr)
+    if {"if", "then", "else"} & schema.keys():
+        schema = branch_if(schema, ptr)
+        if schema is False:
+            return emit_nothing(nfa, start)
+        schema, refs = _flatten(ctx, schema, ptr, refs)
+        if schema is False:
+            return emit_nothing(nfa, start)
     if "not" in schema:
         try:
             schema = narrow_not(ctx, schema, ptr, _flatten, ANNOTATIONS)

@@ -253,6 +253,40 @@ def test_not_beyond_exact_complements_is_a_clear_error(byte_compiler, schema):
     assert err.value.keyword == "not" and err.value.pointer == "/not"
 
 
+# ---- if / then / else -------------------------------------------------------------------------
+
+IF_SCHEMAS = [
+    {"type": "object", "properties": {"country": {"enum": ["US", "FR"]}, "zip": {"type": "string"}},
+     "required": ["country", "zip"],
+     "if": {"properties": {"country": {"const": "US"}}},
+     "then": {"properties": {"zip": {"pattern": "^[0-9]{5}$"}}},
+     "else": {"properties": {"zip": {"pattern": "^[0-9]{2} ?[0-9]{3}$"}}}},
+    {"type": "object", "properties": {"kind": {"type": "string"}, "size": {"type": "integer"}},
+     "if": {"properties": {"kind": {"const": "big"}}, "required": ["kind"]},
+     "then": {"properties": {"size": {"minimum": 100}}, "required": ["size"]},
+     "else": {"properties": {"size": {"maximum": 9}}}},
+    {"type": ["boolean", "string"], "if": {"type": "boolean"}, "then": {"const": True},
+     "else": {"maxLength": 2}},
+]
+
+
+@pytest.mark.parametrize("schema,valid,invalid", [
+    (IF_SCHEMAS[0], ['{"country":"US","zip":"12345"}', '{"country":"FR","zip":"75 001"}'],
+     ['{"country":"US","zip":"75 001"}', '{"country":"FR","zip":"ab"}']),
+    (IF_SCHEMAS[1], ['{"kind":"big","size":150}', '{"kind":"x","size":5}', '{"size":3}', "{}"],
+     ['{"kind":"big"}', '{"kind":"big","size":5}', '{"kind":"x","size":50}']),
+    (IF_SCHEMAS[2], ["true", '"ab"'], ["false", '"abc"']),
+])
+def test_if_then_else(byte_compiler, schema, valid, invalid):
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
+
+
+def test_if_whose_negation_is_not_exact_is_a_clear_error(byte_compiler):
+    with pytest.raises(UnsupportedSchemaError) as err:
+        byte_compiler.compile_json_schema({"type": "number", "if": {"minimum": 3}, "then": {"maximum": 5}})
+    assert err.value.keyword == "not"
+
+
 # ---- leading lookaheads in patterns (Pydantic's Decimal) ---------------------------------------
 
 DECIMAL = {"anyOf": [{"type": "number"}, {"type": "string", "pattern": r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"}]}
@@ -347,8 +381,8 @@ def _random_outputs(grammar, seed: int, n: int, max_len: int = 200) -> list[str]
     return outs
 
 
-@pytest.mark.parametrize("schema", NUMBER_SCHEMAS + OBJECT_SCHEMAS + ARRAY_SCHEMAS + NOT_SCHEMAS + [PERSON, DECIMAL],
-                         ids=lambda s: json.dumps(s)[:70])
+@pytest.mark.parametrize("schema", NUMBER_SCHEMAS + OBJECT_SCHEMAS + ARRAY_SCHEMAS + NOT_SCHEMAS + IF_SCHEMAS
+                         + [PERSON, DECIMAL], ids=lambda s: json.dumps(s)[:70])
 def test_everything_the_grammar_generates_is_valid(byte_compiler, schema):
     grammar = byte_compiler.compile_json_schema(schema)
     validator = _Validator(schema)
@@ -408,3 +442,4 @@ def test_a_pydantic_model_schema_generates_only_valid_orders(byte_compiler):
     assert len(outs) >= 30
     for text in outs:
         assert validator.is_valid(_parse_checking_members(text, schema)), text
+
