@@ -7,6 +7,9 @@ Schemas are composed by embedding these (see DESIGN.md: one giant regex per sche
 from __future__ import annotations
 
 import re
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 
 from .budget import CompileBudget
@@ -85,8 +88,28 @@ FORMAT_EXCLUDED = {"hostname": r"(.*\.)?[^.]{2}--.*", "idn-hostname": r"(.*\.)?[
                    "email": r".*@(.*\.)?[^.]{2}--.*", "idn-email": r".*@(.*\.)?[^.]{2}--.*"}
 
 
-def _leaf_budget() -> CompileBudget:
-    return CompileBudget(max_states=50_000, timeout_s=30.0)
+# The deadline of the compilation that is building leaves now: a leaf is cached for every
+# later schema, so it has caps of its own, but it never outlives the request that asked.
+_DEADLINE: ContextVar[float | None] = ContextVar("constraint_compile_deadline", default=None)
+
+
+@contextmanager
+def leaves_within(budget: CompileBudget):
+    """Leaves built inside this block stop at ``budget``'s deadline too."""
+    token = _DEADLINE.set(budget.deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _leaf_budget(max_states: int = 50_000) -> CompileBudget:
+    budget = CompileBudget(max_states=max_states, timeout_s=30.0)
+    deadline = _DEADLINE.get()
+    if deadline is not None and deadline < budget.deadline:
+        budget.timeout_s = max(deadline - time.monotonic(), 0.0)
+        budget.deadline = deadline
+    return budget
 
 
 def emit_json_char(nfa: NFA, start: int) -> int:
@@ -114,7 +137,7 @@ def regex_leaf(pattern: str) -> ByteDFA:
 def string_dfa(min_len: int, max_len: int | None, pattern: str | None, fmt: str | None,
                budget_states: int = 50_000) -> ByteDFA:
     """A quoted JSON string honoring length (in characters), pattern (search) and format."""
-    budget = CompileBudget(max_states=budget_states, timeout_s=30.0)
+    budget = _leaf_budget(budget_states)
     if pattern is None and fmt is None:
         body = _counted_chars(min_len, max_len, budget)
     else:

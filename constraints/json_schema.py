@@ -22,7 +22,7 @@ from .automaton import DFAAutomaton
 from .budget import CompileBudget
 from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, embed_dfa, trim_and_minimize
-from .json_leaves import key_dfa, regex_leaf, string_dfa
+from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
 from .json_merge import FRACTIONAL, TYPES, infer_types, merge_schemas, provably_disjoint
 from .json_not import branch_if, excluded, narrow_not, spellings_dfa
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
@@ -85,9 +85,10 @@ def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, le
     ctx.validator = jsonschema.Draft202012Validator(root if isinstance(root, (dict, bool)) else {})
     nfa = NFA(budget)
     start = nfa.new_state()
-    end = emit_schema(ctx, nfa, start, root, "", ("#",))
-    if ctx.rules:
-        return _recursive_automaton(ctx, info, (nfa, start, end))
+    with leaves_within(budget):
+        end = emit_schema(ctx, nfa, start, root, "", ("#",))
+        if ctx.rules:
+            return _recursive_automaton(ctx, info, (nfa, start, end))
     return DFAAutomaton(info, trim_and_minimize(determinize(nfa, start, end, budget)))
 
 

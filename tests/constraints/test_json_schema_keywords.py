@@ -22,7 +22,12 @@ from schema_suite_runner import (
 )
 from test_json_schema import PERSON
 
-from constraints import GrammarCompiler, UnsupportedSchemaError, allocate_token_bitmask
+from constraints import (
+    ConstraintError,
+    GrammarCompiler,
+    UnsupportedSchemaError,
+    allocate_token_bitmask,
+)
 from constraints.bitmask import unpack_bitmask
 from constraints.json_leaves import FORMATS
 
@@ -443,3 +448,27 @@ def test_a_pydantic_model_schema_generates_only_valid_orders(byte_compiler):
     for text in outs:
         assert validator.is_valid(_parse_checking_members(text, schema)), text
 
+
+
+def test_leaves_built_for_a_schema_stop_at_its_deadline():
+    # Pattern leaves are cached across schemas with caps of their own, but a leaf built for
+    # a request never runs past that request's compile deadline.
+    import time
+    import uuid
+
+    from constraints.budget import CompileBudget
+    from constraints.json_leaves import _leaf_budget, leaves_within
+
+    request = CompileBudget(timeout_s=0.5)
+    with leaves_within(request):
+        assert _leaf_budget().deadline == request.deadline
+    assert _leaf_budget().deadline > request.deadline + 20  # outside a compilation: its own 30 s
+
+    compiler = GrammarCompiler(byte_vocab_info(), max_states=20_000, compile_timeout_s=0.05)
+    fresh = uuid.uuid4().hex  # a pattern no earlier test has cached
+    schema = {"type": "object", "patternProperties": {f"^{fresh}[a-z]{{1,40}}@[0-9]{{2,30}}$": {}},
+              "properties": {"s": {"type": "string", "pattern": f"^{fresh}([a-f]{{2,9}}-){{1,9}}$"}}}
+    start = time.monotonic()
+    with pytest.raises(ConstraintError, match="exceeded"):
+        compiler.compile_json_schema(schema)
+    assert time.monotonic() - start < 5
