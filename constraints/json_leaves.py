@@ -13,10 +13,10 @@ from contextvars import ContextVar
 from functools import lru_cache
 
 from .budget import CompileBudget
-from .errors import InvalidConstraintError, UnsupportedSchemaError
+from .errors import UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .nfa import NFA, emit_alt, emit_bytes, emit_code_point_ranges, emit_repeat
-from .regex import apply_lookaheads, emit_regex, parse_regex, regex_to_dfa, split_leading_lookaheads
+from .regex import regex_to_dfa, search_dfa
 
 # Unescaped string characters: anything but '"', '\\' and C0 controls.
 _PLAIN = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)]
@@ -171,31 +171,8 @@ def _raw_body(lo: int, hi: int | None, pattern: str | None, fmt: str | None,
         if fmt in FORMAT_EXCLUDED:
             body = trim_and_minimize(product(body, regex_leaf(FORMAT_EXCLUDED[fmt]), "diff", budget))
     if pattern is not None:
-        body = trim_and_minimize(product(body, _search_dfa(pattern, budget), "and", budget))
+        body = trim_and_minimize(product(body, search_dfa(pattern, budget), "and", budget))
     return body
-
-
-def _search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
-    """JSON Schema `pattern` is a search, not a full match: wrap unanchored ends with .*"""
-    looks: list = []
-    if pattern.startswith("^"):  # lookaheads right after ^ test the whole string from its start
-        looks, rest = split_leading_lookaheads(pattern[1:])
-        pattern = "^" + rest
-    if "|" in pattern and (pattern.startswith("^") or pattern.endswith("$")):
-        if not (pattern.startswith("^(") and pattern.endswith(")$")):
-            raise InvalidConstraintError(f"anchors inside alternation: {pattern!r}")
-    anchored_start = pattern.startswith("^")
-    anchored_end = pattern.endswith("$") and not pattern.endswith("\\$")
-    tree = parse_regex(pattern)
-    nfa = NFA(budget)
-    start = nfa.new_state()
-    any_chars = [(0, 0x10FFFF)]
-    s = start if anchored_start else emit_repeat(
-        nfa, start, lambda n, x: emit_code_point_ranges(n, x, any_chars), 0, None)
-    s = emit_regex(nfa, s, tree)
-    if not anchored_end:
-        s = emit_repeat(nfa, s, lambda n, x: emit_code_point_ranges(n, x, any_chars), 0, None)
-    return apply_lookaheads(trim_and_minimize(determinize(nfa, start, s, budget)), looks, budget)
 
 
 @lru_cache(maxsize=256)
@@ -227,7 +204,7 @@ def key_dfa(excluded: tuple[str, ...], matching: str | None = None,
 @lru_cache(maxsize=256)
 def pattern_matches(pattern: str, text: str) -> bool:
     """Whether JSON Schema `pattern` (a search) matches `text`, by the automaton we generate with."""
-    return _search_dfa(pattern, _leaf_budget()).matches(text.encode())
+    return search_dfa(pattern, _leaf_budget()).matches(text.encode())
 
 
 def json_string(text: str) -> bytes:

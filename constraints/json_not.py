@@ -12,7 +12,7 @@ import json
 
 from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, trim_and_minimize
-from .json_merge import EXCLUDED, FRACTIONAL, declared_types, infer_types
+from .json_merge import EXCLUDED, FRACTIONAL, declared_types, infer_types, merge_schemas
 from .nfa import NFA, emit_alt, emit_bytes
 
 _SHORT = {8: b"\\b", 9: b"\\t", 10: b"\\n", 12: b"\\f", 13: b"\\r"}
@@ -37,8 +37,6 @@ def narrow_not(ctx, schema: dict, ptr: str, flatten, annotations: set) -> dict |
         raise UnsupportedSchemaError.at("not", where, "of a recursive $ref is not supported")
     keys = set(neg) - annotations
     if keys == {"not"}:  # not(not X) is X
-        from .json_merge import merge_schemas
-
         return merge_schemas(rest, neg["not"], where)
     if keys == {"type"}:
         return _without_types(rest, declared_types(neg), where)
@@ -52,23 +50,24 @@ def narrow_not(ctx, schema: dict, ptr: str, flatten, annotations: set) -> dict |
         ((name, sub),) = neg["properties"].items()
         if "object" not in infer_types(rest):
             return False
-        props = dict(rest.get("properties", {}))
-        props[name] = {"allOf": [props.get(name, True), {"not": sub}]}
-        out = {**rest, "type": ["object"], "properties": props}
+        out = _with_property(rest, name, {"allOf": [rest.get("properties", {}).get(name, True), {"not": sub}]})
+        out["type"] = ["object"]
         if keys == {"properties"}:
             out["required"] = list(dict.fromkeys([*rest.get("required", []), name]))
-        if "additionalProperties" not in rest and "patternProperties" not in rest and "properties" not in rest:
-            out["additionalProperties"] = True  # declaring the name must not drop other names
         return out
     if keys == {"required"} and isinstance(neg["required"], list) and len(neg["required"]) == 1:
-        props = dict(rest.get("properties", {}))
-        props[neg["required"][0]] = False
-        out = {**rest, "properties": props}
-        if "additionalProperties" not in rest and "patternProperties" not in rest and "properties" not in rest:
-            out["additionalProperties"] = True  # declaring the name must not drop other names
-        return out
+        return _with_property(rest, neg["required"][0], False)
     raise UnsupportedSchemaError.at("not", where, "is enforced only for type, enum/const, one required "
                                     f"name and one property, not {sorted(keys)}")
+
+
+def _with_property(rest: dict, name: str, sub) -> dict:
+    """``rest`` with property ``name`` declared as ``sub``; an object that allowed any names
+    still does (declaring one must not drop the others)."""
+    out = {**rest, "properties": {**rest.get("properties", {}), name: sub}}
+    if not {"additionalProperties", "patternProperties", "properties"} & rest.keys():
+        out["additionalProperties"] = True
+    return out
 
 
 def _without_types(rest: dict, removed: set[str], where: str) -> dict | bool:

@@ -21,7 +21,7 @@ import jsonschema
 from .automaton import DFAAutomaton
 from .budget import CompileBudget
 from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
-from .fsm import ByteDFA, determinize, embed_dfa, trim_and_minimize
+from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
 from .json_merge import FRACTIONAL, TYPES, infer_types, merge_schemas, provably_disjoint
 from .json_not import branch_if, excluded, narrow_not, spellings_dfa
@@ -358,8 +358,6 @@ def _emit_number(ctx: _Ctx, nfa: NFA, start: int, schema: dict, t: str, ptr: str
 
 def _minus_excluded(dfa, schema: dict, kind: type, budget: CompileBudget):
     """``dfa`` without the spellings of the values of ``kind`` that `not` removed."""
-    from .fsm import product
-
     values = excluded(schema, kind)
     if not values:
         return dfa
@@ -390,8 +388,6 @@ def _bound_dfa(keyword: str, bound):
 
 
 def _bounded(dfa, other, budget: CompileBudget):
-    from .fsm import product
-
     return trim_and_minimize(product(dfa, other, "and", budget))
 
 

@@ -97,6 +97,19 @@ def split_leading_lookaheads(body: str) -> tuple[list[tuple[bool, str]], str]:
 
 def _group_end(text: str) -> int:
     """Index just past the group that opens at text[0], skipping escapes and classes."""
+    for i, c, depth in _scan(text):
+        if c == ")" and depth == 0:
+            return i + 1
+    raise InvalidConstraintError(f"unbalanced parenthesis in regex {text!r}")
+
+
+def _top_level_bar(text: str) -> bool:
+    """Whether an alternation ``|`` stands outside every group and class."""
+    return any(c == "|" and depth == 0 for _, c, depth in _scan(text))
+
+
+def _scan(text: str):
+    """(index, char, group depth after it) of the characters outside escapes and classes."""
     depth, i, in_class = 0, 0, False
     while i < len(text):
         c = text[i]
@@ -107,14 +120,10 @@ def _group_end(text: str) -> int:
             in_class = c != "]"
         elif c == "[":
             in_class = True
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i + 1
+        else:
+            depth += (c == "(") - (c == ")")
+            yield i, c, depth
         i += 1
-    raise InvalidConstraintError(f"unbalanced parenthesis in regex {text!r}")
 
 
 def apply_lookaheads(dfa: ByteDFA, looks: list[tuple[bool, str]], budget: CompileBudget) -> ByteDFA:
@@ -128,13 +137,31 @@ def apply_lookaheads(dfa: ByteDFA, looks: list[tuple[bool, str]], budget: Compil
 def prefix_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     """Strings that begin with a match of ``pattern`` (all of the string if it ends in ``$``)."""
     body = pattern[1:] if pattern.startswith("^") else pattern
-    anchored_end = body.endswith("$") and not _escaped_at(body, len(body) - 1)
-    if anchored_end:
-        body = body[:-1]
     looks, body = split_leading_lookaheads(body)
+    end = "$" if body.endswith("$") and not _escaped_at(body, len(body) - 1) else ""
+    body = body[: len(body) - len(end)]
+    return apply_lookaheads(search_dfa(f"^({body}){end}", budget), looks, budget)
+
+
+def search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
+    """Strings in which ``pattern`` finds a match (JSON Schema's `pattern` is a search, not a
+    full match): an unanchored start or end is padded with any text; lookaheads right after
+    ``^`` test the string from its start."""
+    looks: list = []
+    if pattern.startswith("^"):
+        looks, rest = split_leading_lookaheads(pattern[1:])
+        pattern = "^" + rest
+    if (pattern.startswith("^") or pattern.endswith("$")) and _top_level_bar(pattern):
+        raise InvalidConstraintError(f"anchors inside alternation: {pattern!r}")
+    anchored_start = pattern.startswith("^")
+    anchored_end = pattern.endswith("$") and not _escaped_at(pattern, len(pattern) - 1)
+    tree = parse_regex(pattern)
     nfa = NFA(budget)
     start = nfa.new_state()
-    end = emit_regex(nfa, start, parse_regex(body))
-    if not anchored_end:
-        end = emit_repeat(nfa, end, lambda n, x: emit_code_point_ranges(n, x, [(0, 0x10FFFF)]), 0, None)
+
+    def any_text(n: NFA, x: int) -> int:
+        return emit_repeat(n, x, lambda n2, y: emit_code_point_ranges(n2, y, [(0, 0x10FFFF)]), 0, None)
+
+    s = emit_regex(nfa, start if anchored_start else any_text(nfa, start), tree)
+    end = s if anchored_end else any_text(nfa, s)
     return apply_lookaheads(trim_and_minimize(determinize(nfa, start, end, budget)), looks, budget)

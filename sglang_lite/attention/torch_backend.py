@@ -56,7 +56,7 @@ class TorchAttentionBackend(AttentionBackend):
         self.kv_pool.store(layer_id, batch.out_cache_loc, k, v)
         k_buf = self.kv_pool.k_buffers[layer_id]
         v_buf = self.kv_pool.v_buffers[layer_id]
-        if not self._extend and self._decode is not None:  # all decode: rows are in order, no gather / scatter of q and out
+        if not self._extend and self._decode is not None:  # all decode: rows in order, no gather
             return _decode_attention(q, k_buf, v_buf, self._decode, sm_scale)
         out = torch.empty_like(q)
         if self._decode is not None:
