@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
-from .fsm import determinize, embed_dfa, product, trim_and_minimize
+from .fsm import determinize, product, trim_and_minimize
 from .json_leaves import _leaf_budget, json_string, key_dfa, pattern_matches
 from .nfa import NFA, emit_alt, emit_bytes, emit_nothing, emit_repeat
 
@@ -172,7 +172,7 @@ def _join(nfa: NFA, tracks: dict, key: tuple, state: int) -> None:
 def _emit_extras(ctx, nfa: NFA, tracks: dict, classes: list, cap: int, hi: int | None, refs: tuple) -> dict:
     """Extra members after the declared ones: from each track, one more member moves to the
     next count (the capped count loops on itself)."""
-    from .json_schema import _punct, emit_schema
+    from .json_schema import _punct, emit_leaf, emit_schema
 
     loops = {}
     for key, s in tracks.items():
@@ -191,7 +191,7 @@ def _emit_extras(ctx, nfa: NFA, tracks: dict, classes: list, cap: int, hi: int |
             todo.append(dest)
         entry = loops[key] if c == 0 else _punct(ctx, nfa, loops[key], b",")
         for key_dfa_, value, vptr in classes:
-            key_end = _punct(ctx, nfa, embed_dfa(nfa, entry, key_dfa_), b":")
+            key_end = _punct(ctx, nfa, emit_leaf(ctx, nfa, entry, key_dfa_), b":")
             nfa.add_eps(emit_schema(ctx, nfa, key_end, value, vptr, refs), loops[dest])
     return loops
 
@@ -255,7 +255,11 @@ def _property_names_dfa(ctx, schema: dict, ptr: str):
         raise InvalidConstraintError(f"propertyNames at {ptr}/propertyNames must be a schema")
     sub = NFA(ctx.budget)
     start = sub.new_state()
-    end = emit_schema(ctx, sub, start, names, f"{ptr}/propertyNames", ())
+    ctx.inline_leaves, outer = True, ctx.inline_leaves
+    try:
+        end = emit_schema(ctx, sub, start, names, f"{ptr}/propertyNames", ())
+    finally:
+        ctx.inline_leaves = outer
     return trim_and_minimize(determinize(sub, start, end, ctx.budget))
 
 

@@ -63,7 +63,18 @@ class _Ctx:
     flexible: bool
     budget: CompileBudget
     validator: object = field(default=None)
-    rules: dict[str, str] = field(default_factory=dict)  # recursive $ref -> its pointer
+    # Pushdown rules in call order: a recursive $ref (str) or a shared leaf (ByteDFA) -> the
+    # pointer it was first met at; rule k is called by symbol CALL_BASE + k.
+    rules: dict[str | ByteDFA, str] = field(default_factory=dict)
+
+    def rule_index(self, key: str | ByteDFA, ptr: str) -> int:
+        if key not in self.rules:
+            self.rules[key] = ptr
+            self._rule_ids[key] = len(self._rule_ids)
+        return self._rule_ids[key]
+
+    _rule_ids: dict[str | ByteDFA, int] = field(default_factory=dict)
+    inline_leaves: bool = False  # emitting a fragment that becomes a plain DFA: no calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,17 +104,22 @@ def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, le
 
 
 def _recursive_automaton(ctx: _Ctx, info: TokenizerInfo, main: tuple) -> PushdownAutomaton:
-    """One rule per recursive $ref, each emitted like any schema (calls where it recurses)."""
-    fragments = [main]
+    """One rule per recursive $ref, each emitted like any schema (calls where it recurses),
+    and one per shared leaf, whose DFA is the rule as it is."""
+    fragments: list = [main]
     done = 0
-    while done < len(ctx.rules):  # compiling a rule may discover further recursive refs
-        ref = list(ctx.rules)[done]
-        nfa = NFA(ctx.budget)
-        start = nfa.new_state()
-        target = _resolve_ref(ctx, ref, ctx.rules[ref])
-        fragments.append((nfa, start, emit_schema(ctx, nfa, start, target, ref[1:], (ref,))))
+    while done < len(ctx.rules):  # compiling a rule may discover further rules
+        key = list(ctx.rules)[done]
+        if isinstance(key, ByteDFA):
+            fragments.append(key)
+        else:
+            nfa = NFA(ctx.budget)
+            start = nfa.new_state()
+            target = _resolve_ref(ctx, key, ctx.rules[key])
+            fragments.append((nfa, start, emit_schema(ctx, nfa, start, target, key[1:], (key,))))
         done += 1
-    return build_pushdown(info, fragments, [ref[1:] for ref in ctx.rules], ctx.budget)
+    pointers = [ptr if isinstance(key, ByteDFA) else key[1:] for key, ptr in ctx.rules.items()]
+    return build_pushdown(info, fragments, pointers, ctx.budget)
 
 
 def emit_schema(ctx: _Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -> int:
@@ -148,8 +164,20 @@ def emit_schema(ctx: _Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) 
 
 
 def _emit_call(ctx: _Ctx, nfa: NFA, start: int, call: _Call, ptr: str) -> int:
-    ctx.rules.setdefault(call.ref, ptr)
-    return emit_call(nfa, start, list(ctx.rules).index(call.ref))
+    return emit_call(nfa, start, ctx.rule_index(call.ref, ptr))
+
+
+LEAF_CALL_MIN_STATES = 4
+
+
+def emit_leaf(ctx: _Ctx, nfa: NFA, start: int, dfa: ByteDFA, ptr: str = "") -> int:
+    """A terminal (string body, number, format, key): called as a rule of its own, so its DFA
+    is shared by every schema that uses it (its token walks too) and never copied into the
+    structure's automaton, whose size then adds to the leaves' instead of multiplying.
+    Tiny leaves are inlined: a call costs more than it saves."""
+    if ctx.inline_leaves or dfa.num_states < LEAF_CALL_MIN_STATES or dfa.accept[0]:
+        return embed_dfa(nfa, start, dfa)
+    return emit_call(nfa, start, ctx.rule_index(dfa, ptr))
 
 
 def _flatten(ctx: _Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool | _Call, tuple]:
@@ -353,7 +381,7 @@ def _emit_number(ctx: _Ctx, nfa: NFA, start: int, schema: dict, t: str, ptr: str
                 dfa = _bounded(dfa, _bound_dfa(k, as_decimal(b)), ctx.budget)
     if "multipleOf" in schema:
         dfa = _bounded(dfa, _multiple_of_dfa(ctx, schema["multipleOf"], ptr), ctx.budget)
-    return embed_dfa(nfa, start, _minus_excluded(dfa, schema, int, ctx.budget))
+    return emit_leaf(ctx, nfa, start, _minus_excluded(dfa, schema, int, ctx.budget), ptr)
 
 
 def _minus_excluded(dfa, schema: dict, kind: type, budget: CompileBudget):
@@ -410,7 +438,7 @@ def _emit_string(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int
             dfa = string_dfa(int(lo), None if hi is None else int(hi), None, fmt)
         else:
             raise UnsupportedSchemaError.at("pattern", f"{ptr}/pattern", f"cannot be enforced: {e}") from e
-    return embed_dfa(nfa, start, _minus_excluded(dfa, schema, str, ctx.budget))
+    return emit_leaf(ctx, nfa, start, _minus_excluded(dfa, schema, str, ctx.budget), ptr)
 
 
 def _ws(ctx: _Ctx, nfa: NFA, start: int) -> int:
@@ -425,7 +453,7 @@ def _punct(ctx: _Ctx, nfa: NFA, start: int, char: bytes) -> int:
 
 
 def _emit_any(ctx: _Ctx, nfa: NFA, start: int) -> int:
-    return embed_dfa(nfa, start, any_value_dfa(ANY_DEPTH, ctx.flexible))
+    return emit_leaf(ctx, nfa, start, any_value_dfa(ANY_DEPTH, ctx.flexible))
 
 
 @lru_cache(maxsize=8)

@@ -11,13 +11,17 @@ to the callee or to the caller, keeps several alive).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import torch
 
 from .automaton import TokenAutomaton
+from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
 from .errors import UnsupportedSchemaError
 from .fsm import DEAD, ByteDFA, determinize, trim_and_minimize
-from .nfa import CALL_BASE, NFA
+from .nfa import CALL_BASE
 from .vocab import TokenizerInfo
 
 Config = tuple[tuple[int, ...], int]  # (return states, bottom first; current global state)
@@ -30,6 +34,7 @@ class PushdownAutomaton(TokenAutomaton):
 
     def __init__(self, info: TokenizerInfo, dfas: list[ByteDFA]):
         super().__init__(info)
+        self.rules = tuple(dfas)
         sizes = [d.num_states for d in dfas]
         offsets = np.concatenate(([0], np.cumsum(sizes)))
         self._trans = np.concatenate([np.where(d.trans[:, :256] >= 0, d.trans[:, :256] + off, DEAD)
@@ -39,6 +44,9 @@ class PushdownAutomaton(TokenAutomaton):
         self._returns = accept & ~self._final
         self._calls: list[tuple[tuple[int, int], ...]] = []
         for d, off in zip(dfas, offsets):
+            if not _has_calls(d):
+                self._calls.extend([()] * d.num_states)
+                continue
             for q in range(d.num_states):
                 row = d.trans[q, CALL_BASE:]
                 self._calls.append(tuple((int(offsets[1 + k]), int(off + row[k]))
@@ -49,7 +57,12 @@ class PushdownAutomaton(TokenAutomaton):
         self._forced: dict[State, bytes] = {}
         # g -> [(stack suffix the walk read, token ids)]: a deeper stack with the same suffix
         # has the same tokens, so masks do not go cold with every level of nesting.
-        self._config_ids: dict[int, list[tuple[tuple[int, ...], np.ndarray]]] = {}
+        self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray]]] = {}
+        self._offsets = offsets
+        self._leaf_of = np.full(len(accept), -1, dtype=np.int64)  # global state -> leaf rule
+        for k, d in enumerate(dfas):
+            if k and not _has_calls(d):
+                self._leaf_of[offsets[k]:offsets[k + 1]] = k
 
     @property
     def initial(self) -> State:
@@ -110,18 +123,56 @@ class PushdownAutomaton(TokenAutomaton):
         return any(self._final[g] for _, g in self._closure(state))
 
     def allowed_token_ids(self, state: State) -> np.ndarray:
-        found = [self._config_token_ids(c) for c in state]
-        return found[0] if len(found) == 1 else np.unique(np.concatenate(found))
+        bits = unpack_bitmask(self._token_row(state), self.info.vocab_size)
+        bits[list(self.info.eos_token_ids)] = False
+        return np.nonzero(bits)[0]
 
-    def _config_token_ids(self, config: Config) -> np.ndarray:
+    def mask_row(self, state: State) -> torch.Tensor:
+        row = self._rows.get(state)
+        if row is None:
+            packed = self._token_row(state)
+            self._continues[state] = bool(packed.any())
+            if self.is_accepting(state) and self.info.eos_token_ids:
+                packed = packed | pack_token_ids(np.array(self.info.eos_token_ids), self.info.vocab_size)
+            row = self._rows[state] = torch.from_numpy(packed)
+        return row
+
+    def _token_row(self, state: State) -> np.ndarray:
+        rows = [self._config_row(c)[0] for c in state]
+        return rows[0] if len(rows) == 1 else np.bitwise_or.reduce(rows)
+
+    def _config_row(self, config: Config) -> tuple[np.ndarray, int]:
+        """Packed row of the tokens allowed from one configuration, and the stack depth its
+        computation read down to; cached per state by the stack suffix it read."""
         stack, g = config
-        known = self._config_ids.setdefault(g, [])
-        for suffix, ids in known:
+        known = self._config_rows.setdefault(g, [])
+        for suffix, row in known:
             if len(stack) >= len(suffix) and stack[len(stack) - len(suffix):] == suffix:
-                return ids
-        ids, lowest = _walk(self, self._config_closure(config))
-        known.append((stack[lowest:], ids))
-        return ids
+                return row, len(stack) - len(suffix)
+        if self._leaf_of[g] >= 0:
+            row, lowest = self._leaf_config_row(config, int(self._leaf_of[g]))
+        else:
+            ids, lowest = _walk(self, self._config_closure(config))
+            row = pack_token_ids(ids, self.info.vocab_size)
+        known.append((stack[lowest:], row))
+        return row, lowest
+
+    def _leaf_config_row(self, config: Config, k: int) -> tuple[np.ndarray, int]:
+        """Inside a shared leaf: the tokens that stay inside come from the leaf's own walk
+        (computed once per tokenizer); only those that leave it are walked on in the caller."""
+        stack, g = config
+        walk = leaf_walk(self.info, self.rules[k], int(g - self._offsets[k]))
+        row, lowest = walk.inside, len(stack)
+        back = (stack[:-1], stack[-1])
+        if len(walk.exit_pos):
+            ids, low = _walk(self, self._config_closure(back), walk.exit_pos, walk.exit_col)
+            if len(ids):
+                row = row | pack_token_ids(ids, self.info.vocab_size)
+            lowest = min(lowest, low)
+        if self._returns[g]:
+            after, low = self._config_row(back)
+            row, lowest = row | after, min(lowest, low)
+        return row, lowest
 
     def forced_bytes(self, state: State) -> bytes:
         if state not in self._forced:
@@ -138,12 +189,16 @@ class PushdownAutomaton(TokenAutomaton):
         return self._forced[state]
 
 
-def _walk(pda: PushdownAutomaton, configs: set[Config]) -> tuple[np.ndarray, int]:
+def _walk(pda: PushdownAutomaton, configs: set[Config], positions: np.ndarray | None = None,
+          cols: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """Vectorized vocabulary walk over (token, state, stack) entries, forking at calls/returns.
 
     Each byte column is one gather over the live entries; entries sitting on a state with a
-    call or a return are first copied once per configuration their closure reaches.
-    Returns the token ids and the shortest stack seen (frames below it were never read).
+    call or a return are first copied once per configuration their closure reaches. Without
+    ``positions`` every token whose first byte some configuration allows is walked from byte
+    0; with them, layout position ``positions[i]`` joins at byte ``cols[i]`` (the rest of a
+    token that left a leaf there). Returns the token ids and the shortest stack seen (frames
+    below it were never read).
     """
     layout = pda.info.layout
     stacks: dict[tuple[int, ...], int] = {}
@@ -155,23 +210,45 @@ def _walk(pda: PushdownAutomaton, configs: set[Config]) -> tuple[np.ndarray, int
             stack_of.append(stack)
         return stacks[stack]
 
-    n = len(layout.token_ids)
     cfgs = sorted(configs, key=lambda c: (len(c[0]), c))
-    pos = np.tile(np.arange(n), len(cfgs))
-    g = np.repeat(np.array([c[1] for c in cfgs], dtype=np.int64), n)
-    s = np.repeat(np.array([sid(c[0]) for c in cfgs], dtype=np.int64), n)
+    if positions is None:
+        firsts = [layout.starting_with(np.nonzero(pda._trans[c[1]] >= 0)[0]) for c in cfgs]
+        col_of = None
+    else:
+        order = np.argsort(cols, kind="stable")
+        firsts = [positions[order]] * len(cfgs)
+        col_of = np.tile(cols[order], len(cfgs))
+    pending_p = np.concatenate(firsts) if firsts else np.zeros(0, dtype=np.int64)
+    pending_g = np.repeat(np.array([c[1] for c in cfgs], dtype=np.int64), [len(f) for f in firsts])
+    pending_s = np.repeat(np.array([sid(c[0]) for c in cfgs], dtype=np.int64),
+                          [len(f) for f in firsts])
+    if col_of is not None:  # join in column order
+        by_col = np.argsort(col_of, kind="stable")
+        pending_p, pending_g, pending_s, col_of = (pending_p[by_col], pending_g[by_col],
+                                                   pending_s[by_col], col_of[by_col])
+    empty = np.zeros(0, dtype=np.int64)
+    pos, g, s = empty, empty, empty
     flat = pda._trans.reshape(-1)
     found: list[np.ndarray] = []
+    joined = 0
     for j in range(layout.columns.shape[0] + 1):
-        if j:
+        if j and len(pos):
             pos, g, s = _fork(pda, pos, g, s, stack_of, sid)
+        upto = len(pending_p) if col_of is None else int(np.searchsorted(col_of, j, side="right"))
+        if upto > joined:
+            pos = np.concatenate([pos, pending_p[joined:upto]])
+            g = np.concatenate([g, pending_g[joined:upto]])
+            s = np.concatenate([s, pending_s[joined:upto]])
+            joined = upto
         done = layout.lengths[pos] <= j
         if done.any():
             found.append(pos[done])
             keep = ~done
             pos, g, s = pos[keep], g[keep], s[keep]
-        if not len(pos) or j == layout.columns.shape[0]:
+        if (not len(pos) and joined == len(pending_p)) or j == layout.columns.shape[0]:
             break
+        if not len(pos):
+            continue
         g = flat[g * 256 + layout.columns[j, pos]]
         live = g >= 0
         pos, g, s = pos[live], g[live], s[live]
@@ -179,10 +256,58 @@ def _walk(pda: PushdownAutomaton, configs: set[Config]) -> tuple[np.ndarray, int
             key = (pos * pda.num_states + g) * len(stack_of) + s
             _, first = np.unique(key, return_index=True)
             pos, g, s = pos[first], g[first], s[first]
-    lowest = min(len(st) for st in stack_of)
+    lowest = min((len(st) for st in stack_of), default=0)
     if not found:
-        return np.zeros(0, dtype=np.int64), lowest
+        return empty, lowest
     return layout.token_ids[np.unique(np.concatenate(found))], lowest
+
+
+@dataclass(frozen=True, slots=True)
+class LeafWalk:
+    """One leaf state's walk of the whole vocabulary, valid in every grammar using the leaf."""
+
+    inside: np.ndarray  # packed row: tokens whose bytes all stay inside the leaf
+    exit_pos: np.ndarray  # layout positions of tokens that may leave it with bytes left...
+    exit_col: np.ndarray  # ...and the byte each would continue from in the caller
+
+
+_LEAF_WALKS_MAX = 8192
+
+
+def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int) -> LeafWalk:
+    cache = info.leaf_walks
+    key = (dfa, q)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    layout = info.layout
+    pos = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
+    cur = np.full(len(pos), q, dtype=np.int64)
+    flat = dfa.trans[:, :256].reshape(-1).astype(np.int64)
+    inside, exit_pos, exit_col = [], [], []
+    for j in range(layout.columns.shape[0] + 1):
+        done = layout.lengths[pos] <= j
+        if done.any():
+            inside.append(pos[done])
+            pos, cur = pos[~done], cur[~done]
+        if not len(pos) or j == layout.columns.shape[0]:
+            break
+        if j:
+            out = dfa.accept[cur]
+            if out.any():
+                exit_pos.append(pos[out])
+                exit_col.append(np.full(int(out.sum()), j, dtype=np.int64))
+        cur = flat[cur * 256 + layout.columns[j, pos]]
+        live = cur >= 0
+        pos, cur = pos[live], cur[live]
+    empty = np.zeros(0, dtype=np.int64)
+    ids = layout.token_ids[np.concatenate(inside)] if inside else empty
+    walk = LeafWalk(pack_token_ids(ids, info.vocab_size), np.concatenate(exit_pos or [empty]),
+                    np.concatenate(exit_col or [empty]))
+    if len(cache) >= _LEAF_WALKS_MAX:
+        cache.pop(next(iter(cache)))
+    cache[key] = walk
+    return walk
 
 
 def _fork(pda: PushdownAutomaton, pos, g, s, stack_of, sid):
@@ -203,24 +328,33 @@ def _fork(pda: PushdownAutomaton, pos, g, s, stack_of, sid):
     return np.concatenate(parts_p), np.concatenate(parts_g), np.concatenate(parts_s)
 
 
-def build_pushdown(info: TokenizerInfo, fragments: list[tuple[NFA, int, int]],
-                   pointers: list[str], budget: CompileBudget) -> PushdownAutomaton:
-    """fragments[0] = main (nfa, start, end), fragments[1 + k] = rule k, found at pointers[k]."""
+def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
+                   budget: CompileBudget) -> PushdownAutomaton:
+    """fragments[0] = main (nfa, start, end), fragments[1 + k] = rule k, found at pointers[k]:
+    an NFA fragment like the main one, or a leaf's ByteDFA (trimmed, no calls) used as it is."""
     width = CALL_BASE + len(fragments) - 1
-    dfas = [determinize(nfa, s, e, budget, width=width) for nfa, s, e in fragments]
+    dfas = [f if isinstance(f, ByteDFA) else determinize(*f, budget, width=width)
+            for f in fragments]
     _check_not_left_recursive(dfas, pointers)
     dfas = _drop_empty_calls(dfas)
     return PushdownAutomaton(info, dfas)
 
 
+def _has_calls(dfa: ByteDFA) -> bool:
+    return dfa.trans.shape[1] > CALL_BASE
+
+
 def _drop_empty_calls(dfas: list[ByteDFA]) -> list[ByteDFA]:
-    """Least fixpoint of 'rule k matches some string'; calls of empty rules become dead edges."""
+    """Least fixpoint of 'rule k matches some string'; calls of empty rules become dead edges.
+    Leaves (no calls) are kept as they are: they are shared between automata."""
+    leaf_live = {k for k, d in enumerate(dfas[1:]) if not _has_calls(d) and not d.is_empty()}
     live: set[int] = set()
     while True:
-        masked = [_mask_calls(d, live) for d in dfas]
-        now = {k for k in range(len(dfas) - 1) if not masked[1 + k].is_empty()}
+        masked = [_mask_calls(d, live) if _has_calls(d) else d for d in dfas]
+        now = leaf_live | {k for k in range(len(dfas) - 1)
+                           if _has_calls(masked[1 + k]) and not masked[1 + k].is_empty()}
         if now == live:
-            return [trim_and_minimize(d) for d in masked]
+            return [trim_and_minimize(d) if _has_calls(d) else d for d in masked]
         live = now
 
 
@@ -235,7 +369,7 @@ def _mask_calls(dfa: ByteDFA, live: set[int]) -> ByteDFA:
 def _check_not_left_recursive(dfas: list[ByteDFA], pointers: list[str]) -> None:
     """A rule that can call itself before reading a byte would push forever."""
     first = {k: np.nonzero(dfas[1 + k].trans[0, CALL_BASE:] >= 0)[0].tolist()
-             for k in range(len(dfas) - 1)}
+             for k in range(len(dfas) - 1) if _has_calls(dfas[1 + k])}
     for k, dfa in enumerate(dfas[1:]):
         if dfa.accept[0]:
             raise UnsupportedSchemaError.at("$ref", pointers[k], "matches the empty string")
@@ -244,6 +378,8 @@ def _check_not_left_recursive(dfas: list[ByteDFA], pointers: list[str]) -> None:
     def visit(k: int) -> None:
         state[k] = 1
         for c in first[k]:
+            if c not in state:  # a leaf: calls nothing
+                continue
             if state[c] == 1:
                 raise UnsupportedSchemaError.at(
                     "$ref", pointers[c], "is left-recursive (it reaches itself before any input)")

@@ -39,6 +39,14 @@ class VocabLayout:
     token_ids: np.ndarray  # [N] int64, ascending byte length
     lengths: np.ndarray  # [N] int64
     columns: np.ndarray  # [max_len, N] uint8; columns[j, i] = byte j of token i (0 padded)
+    by_first_byte: np.ndarray  # [N] positions grouped by first byte (ascending within a group)
+    first_byte_starts: np.ndarray  # [257] group b is by_first_byte[starts[b]:starts[b + 1]]
+
+    def starting_with(self, first_bytes: np.ndarray) -> np.ndarray:
+        """Positions (ascending) of the tokens whose first byte is one of ``first_bytes``."""
+        starts = self.first_byte_starts
+        parts = [self.by_first_byte[starts[b]:starts[b + 1]] for b in first_bytes.tolist()]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
 @dataclass(slots=True)
@@ -47,6 +55,9 @@ class TokenizerInfo:
     eos_token_ids: tuple[int, ...]
     special_token_ids: frozenset[int] = frozenset()
     _layout: VocabLayout | None = field(default=None, init=False, repr=False)
+    # Token walks through shared leaf automata, reused by every grammar of this tokenizer
+    # (see pushdown.LeafWalks); keyed by the leaf's ByteDFA object and state.
+    leaf_walks: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
@@ -105,4 +116,7 @@ def _build_layout(token_bytes: list[bytes]) -> VocabLayout:
     for k, i in enumerate(ids):
         b = token_bytes[i]
         columns[: len(b), k] = np.frombuffer(b, dtype=np.uint8)
-    return VocabLayout(np.array(ids, dtype=np.int64), lengths, columns)
+    first = columns[0].astype(np.int64) if max_len else np.zeros(0, dtype=np.int64)
+    order = np.argsort(first, kind="stable")
+    starts = np.searchsorted(first[order], np.arange(257))
+    return VocabLayout(np.array(ids, dtype=np.int64), lengths, columns, order, starts)

@@ -10,7 +10,6 @@ import pytest
 from schema_suite_runner import accepted_by_masks, accepted_by_tokens, byte_vocab_info
 
 from constraints import GrammarCompiler, UnsupportedSchemaError
-from constraints.automaton import DFAAutomaton
 from constraints.pushdown import PushdownAutomaton
 
 TREE = {
@@ -186,9 +185,22 @@ def test_jump_forward_inside_recursion(compiler):
     assert m.find_jump_forward_string() == "}}"
 
 
-def test_non_recursive_schemas_keep_the_dfa_path(compiler):
-    schema = {"$defs": {"p": {"type": "integer"}}, "type": "array", "items": {"$ref": "#/$defs/p"}}
-    assert isinstance(compiler.compile_json_schema(schema).automaton, DFAAutomaton)
+def test_leaves_are_shared_rules_whose_sizes_add(byte_compiler):
+    """A string leaf is one DFA called by every schema that uses it, never copied into the
+    structure: 40 date-time properties cost the structure a call each, not a date-time each."""
+    stamp = {"type": "string", "format": "date-time"}
+    a = byte_compiler.compile_json_schema({"type": "object", "properties": {"at": stamp}})
+    b = byte_compiler.compile_json_schema({"type": "array", "items": stamp})
+    shared = [x for x in a.automaton.rules[1:] if any(x is y for y in b.automaton.rules[1:])]
+    assert shared and max(d.num_states for d in shared) > 50
+    wide = byte_compiler.compile_json_schema(
+        {"type": "object", "properties": {f"p{i}": stamp for i in range(40)}})
+    structure = wide.automaton.rules[0].num_states
+    assert structure < 40 * shared[0].num_states / 4
+    good = json.dumps({"p0": "2024-01-02T03:04:05Z", "p1": "1999-12-31T23:59:59+01:00"},
+                      separators=(",", ":"))
+    assert accepted_by_masks(wide, good.encode())
+    assert not accepted_by_masks(wide, b'{"p0":"2024-13-02T03:04:05Z"}')
 
 
 @pytest.mark.parametrize("schema,keyword", [
