@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from functools import lru_cache
 
 from .budget import CompileBudget
-from .errors import UnsupportedSchemaError
+from .errors import GrammarTooComplexError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .nfa import NFA, emit_alt, emit_bytes, emit_code_point_ranges, emit_repeat
 from .regex import regex_to_dfa, search_dfa
@@ -160,10 +160,7 @@ def _raw_body(lo: int, hi: int | None, pattern: str | None, fmt: str | None,
     """Pattern/format strings use unescaped characters only, so the regex sees real text."""
     ascii_only = pattern is not None and re.search(r"\\[DWS]", pattern) is not None
     chars = _PLAIN_ASCII if ascii_only else _PLAIN
-    nfa = NFA(budget)
-    start = nfa.new_state()
-    end = emit_repeat(nfa, start, lambda n, s: emit_code_point_ranges(n, s, chars), lo, hi)
-    body = trim_and_minimize(determinize(nfa, start, end, budget))
+    body = _plain_run(chars, 0, None, budget)
     if fmt is not None:
         if fmt not in FORMATS:
             raise UnsupportedSchemaError.at("format", "", f"value {fmt!r} is not supported")
@@ -172,7 +169,35 @@ def _raw_body(lo: int, hi: int | None, pattern: str | None, fmt: str | None,
             body = trim_and_minimize(product(body, regex_leaf(FORMAT_EXCLUDED[fmt]), "diff", budget))
     if pattern is not None:
         body = trim_and_minimize(product(body, search_dfa(pattern, budget), "and", budget))
-    return body
+    if lo == 0 and hi is None:
+        return body
+    return _within_length(body, chars, lo, hi, budget)
+
+
+def _plain_run(chars, lo: int, hi: int | None, budget: CompileBudget) -> ByteDFA:
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    end = emit_repeat(nfa, start, lambda n, s: emit_code_point_ranges(n, s, chars), lo, hi)
+    return trim_and_minimize(determinize(nfa, start, end, budget))
+
+
+def _within_length(lang: ByteDFA, chars, lo: int, hi: int | None,
+                   budget: CompileBudget) -> ByteDFA:
+    """``lang`` cut to lo..hi characters. A pattern's automaton times a long maxLength can
+    outgrow the budget (a 100-state pattern with maxLength 255); then the longest maximum
+    that fits is used instead: a valid subset, every string still within lo..hi."""
+    try:
+        return trim_and_minimize(product(lang, _plain_run(chars, lo, hi, budget), "and", budget))
+    except GrammarTooComplexError:
+        if hi is None:
+            raise
+        cut = min(hi - 1, budget.max_states // (4 * lang.num_states + 4))
+        if cut < max(lo, 1):
+            raise
+        short = trim_and_minimize(product(lang, _plain_run(chars, lo, cut, budget), "and", budget))
+        if short.is_empty():
+            raise
+        return short
 
 
 @lru_cache(maxsize=256)

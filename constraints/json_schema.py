@@ -35,7 +35,7 @@ from .numbers import (
     lower_bound_regex,
     multiple_of_table,
 )
-from .pushdown import PushdownAutomaton, build_pushdown
+from .pushdown import CountedLeaf, PushdownAutomaton, build_pushdown
 from .vocab import TokenizerInfo
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "$schema", "$id",
@@ -110,7 +110,7 @@ def _recursive_automaton(ctx: _Ctx, info: TokenizerInfo, main: tuple) -> Pushdow
     done = 0
     while done < len(ctx.rules):  # compiling a rule may discover further rules
         key = list(ctx.rules)[done]
-        if isinstance(key, ByteDFA):
+        if isinstance(key, (ByteDFA, CountedLeaf)):
             fragments.append(key)
         else:
             nfa = NFA(ctx.budget)
@@ -118,7 +118,7 @@ def _recursive_automaton(ctx: _Ctx, info: TokenizerInfo, main: tuple) -> Pushdow
             target = _resolve_ref(ctx, key, ctx.rules[key])
             fragments.append((nfa, start, emit_schema(ctx, nfa, start, target, key[1:], (key,))))
         done += 1
-    pointers = [ptr if isinstance(key, ByteDFA) else key[1:] for key, ptr in ctx.rules.items()]
+    pointers = [key[1:] if isinstance(key, str) else ptr for key, ptr in ctx.rules.items()]
     return build_pushdown(info, fragments, pointers, ctx.budget)
 
 
@@ -428,6 +428,14 @@ def _emit_string(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int
         from .json_leaves import FORMATS
 
         fmt = fmt if fmt in FORMATS else None
+    lo, hi = int(lo), None if hi is None else int(hi)
+    if hi is not None and hi < lo:
+        return emit_nothing(nfa, start)
+    if (pattern is None and fmt is None and (lo or hi is not None) and not ctx.inline_leaves
+            and not excluded(schema, str)):
+        # A length-bounded plain string: one shared leaf and a count, not a DFA per length.
+        leaf = CountedLeaf.of_plain_string(string_dfa(0, None, None, None), lo, hi)
+        return emit_call(nfa, start, ctx.rule_index(leaf, ptr))
     try:
         dfa = string_dfa(int(lo), None if hi is None else int(hi), pattern, fmt,
                          ctx.budget.max_states)
@@ -435,9 +443,10 @@ def _emit_string(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int
         raise UnsupportedSchemaError.at(e.keyword, f"{ptr}/{e.keyword}", "value is not supported") from e
     except ConstraintError as e:
         if ctx.lenient:
-            dfa = string_dfa(int(lo), None if hi is None else int(hi), None, fmt)
+            dfa = string_dfa(lo, hi, None, fmt)
         else:
-            raise UnsupportedSchemaError.at("pattern", f"{ptr}/pattern", f"cannot be enforced: {e}") from e
+            keyword = "pattern" if pattern is not None else "format" if fmt is not None else "maxLength"
+            raise UnsupportedSchemaError.at(keyword, f"{ptr}/{keyword}", f"cannot be enforced: {e}") from e
     return emit_leaf(ctx, nfa, start, _minus_excluded(dfa, schema, str, ctx.budget), ptr)
 
 

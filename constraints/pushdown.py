@@ -32,8 +32,10 @@ MAX_CONFIGS = 64  # parses of one prefix kept alive (see _step)
 class PushdownAutomaton(TokenAutomaton):
     """dfas[0] is the main pattern, dfas[1 + k] rule k; all trimmed, none accepts ''."""
 
-    def __init__(self, info: TokenizerInfo, dfas: list[ByteDFA]):
+    def __init__(self, info: TokenizerInfo, rules: list):
         super().__init__(info)
+        counted = [r if isinstance(r, CountedLeaf) else None for r in rules]
+        dfas = [r.dfa if isinstance(r, CountedLeaf) else r for r in rules]
         self.rules = tuple(dfas)
         sizes = [d.num_states for d in dfas]
         offsets = np.concatenate(([0], np.cumsum(sizes)))
@@ -49,7 +51,8 @@ class PushdownAutomaton(TokenAutomaton):
                 continue
             for q in range(d.num_states):
                 row = d.trans[q, CALL_BASE:]
-                self._calls.append(tuple((int(offsets[1 + k]), int(off + row[k]))
+                self._calls.append(tuple((int(offsets[1 + k]), int(off + row[k]),
+                                          counted[1 + k] is not None)
                                          for k in np.nonzero(row >= 0)[0]))
         self._branch = self._returns | np.array([bool(c) for c in self._calls])
         self._closures: dict[State, frozenset[Config]] = {}
@@ -59,10 +62,27 @@ class PushdownAutomaton(TokenAutomaton):
         # has the same tokens, so masks do not go cold with every level of nesting.
         self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray]]] = {}
         self._offsets = offsets
+        # Counted leaves (a string body with minLength/maxLength) keep their character count
+        # in a stack frame -(count + 1) above the return state: the leaf stays one small
+        # shared DFA instead of one copy of it per count.
+        self._counted = counted
+        self._inc = np.zeros((len(accept), 256), dtype=bool)  # (state, byte) starts a char
+        self._count_lo = np.zeros(len(accept), dtype=np.int64)
+        self._count_cap = np.zeros(len(accept), dtype=np.int64)  # hi, or lo when unbounded
+        for k, c in enumerate(counted):
+            if c is not None:
+                sl = slice(offsets[k], offsets[k + 1])
+                self._inc[sl] = c.starts_char
+                self._count_lo[sl] = c.lo
+                self._count_cap[sl] = c.lo if c.hi is None else c.hi
+        self._is_counted = np.array([c is not None for c in counted], dtype=bool)
+        self._counted_any = bool(self._is_counted.any())
         self._leaf_of = np.full(len(accept), -1, dtype=np.int64)  # global state -> leaf rule
         for k, d in enumerate(dfas):
             if k and not _has_calls(d):
                 self._leaf_of[offsets[k]:offsets[k + 1]] = k
+        # Accepting states of counted leaves: entered only with at least the minimum count.
+        self._closes_counted = accept & (self._leaf_of >= 0) & self._is_counted[np.maximum(self._leaf_of, 0)]
 
     @property
     def initial(self) -> State:
@@ -79,9 +99,14 @@ class PushdownAutomaton(TokenAutomaton):
         todo = [config]
         while todo:
             stack, g = todo.pop()
-            nxt = [(stack + (ret,), start) for start, ret in self._calls[g]]
+            nxt = [(stack + ((ret, -1) if counted else (ret,)), start)
+                   for start, ret, counted in self._calls[g]]
             if self._returns[g]:
-                nxt.append((stack[:-1], stack[-1]))
+                if self._in_counted(g):
+                    if -stack[-1] - 1 >= self._count_lo[g]:
+                        nxt.append((stack[:-2], stack[-2]))
+                else:
+                    nxt.append((stack[:-1], stack[-1]))
             for c in nxt:
                 if c not in seen:
                     seen.add(c)
@@ -103,6 +128,12 @@ class PushdownAutomaton(TokenAutomaton):
         for stack, g in self._closure(state):
             t = int(self._trans[g, byte])
             if t >= 0:
+                if self._inc[g, byte]:
+                    stack = self._counted_up(stack, g)
+                    if stack is None:
+                        continue
+                if self._closes_counted[t] and -stack[-1] - 1 < self._count_lo[t]:
+                    continue
                 nxt.add((stack, t))
         if len(nxt) > MAX_CONFIGS:
             # Pathological ambiguity: keep the shallowest parses. Every kept one is live, so
@@ -110,6 +141,21 @@ class PushdownAutomaton(TokenAutomaton):
             nxt = sorted(nxt, key=lambda c: (len(c[0]), c))[:MAX_CONFIGS]
         out = self._steps[key] = frozenset(nxt) or None
         return out
+
+    def _in_counted(self, g: int) -> bool:
+        k = self._leaf_of[g]
+        return k >= 0 and bool(self._is_counted[k])
+
+    def _counted_up(self, stack: tuple[int, ...], g: int) -> tuple[int, ...] | None:
+        """The stack after one more character in the counted leaf at ``g``; None past its
+        maximum (an unbounded one stops counting at its minimum)."""
+        count = -stack[-1] - 1 + 1
+        cap = int(self._count_cap[g])
+        if count > cap:
+            if self._counted[self._leaf_of[g]].hi is not None:
+                return None
+            count = cap
+        return stack[:-1] + (-(count + 1),)
 
     # -- TokenAutomaton ---------------------------------------------------------------------
     def advance(self, state: State, data: bytes) -> State | None:
@@ -145,34 +191,63 @@ class PushdownAutomaton(TokenAutomaton):
         """Packed row of the tokens allowed from one configuration, and the stack depth its
         computation read down to; cached per state by the stack suffix it read."""
         stack, g = config
-        known = self._config_rows.setdefault(g, [])
+        key, below = g, stack
+        if self._in_counted(g):  # the count matters only as far as one token can reach
+            key, below = (g, *self._count_buckets(stack, g)), stack[:-1]
+        known = self._config_rows.setdefault(key, [])
         for suffix, row in known:
-            if len(stack) >= len(suffix) and stack[len(stack) - len(suffix):] == suffix:
-                return row, len(stack) - len(suffix)
-        if self._leaf_of[g] >= 0:
-            row, lowest = self._leaf_config_row(config, int(self._leaf_of[g]))
+            if len(below) >= len(suffix) and below[len(below) - len(suffix):] == suffix:
+                return row, len(below) - len(suffix)
+        k = int(self._leaf_of[g])
+        if k >= 0:
+            row, lowest = self._leaf_config_row(config, k)
         else:
             ids, lowest = _walk(self, self._config_closure(config))
             row = pack_token_ids(ids, self.info.vocab_size)
-        known.append((stack[lowest:], row))
-        return row, lowest
+        known.append((below[min(lowest, len(below)):], row))
+        return row, min(lowest, len(below))
+
+    def _count_buckets(self, stack: tuple[int, ...], g: int) -> tuple[int, int]:
+        """(characters still needed, characters still allowed), clamped to one token's reach."""
+        reach = self.info.layout.columns.shape[0] + 1
+        count = -stack[-1] - 1
+        need = min(max(int(self._count_lo[g]) - count, 0), reach)
+        hi = self._counted[self._leaf_of[g]].hi
+        room = reach if hi is None else min(hi - count, reach)
+        return need, room
 
     def _leaf_config_row(self, config: Config, k: int) -> tuple[np.ndarray, int]:
         """Inside a shared leaf: the tokens that stay inside come from the leaf's own walk
         (computed once per tokenizer); only those that leave it are walked on in the caller."""
         stack, g = config
-        walk = leaf_walk(self.info, self.rules[k], int(g - self._offsets[k]))
-        row, lowest = walk.inside, len(stack)
-        back = (stack[:-1], stack[-1])
-        if len(walk.exit_pos):
-            ids, low = _walk(self, self._config_closure(back), walk.exit_pos, walk.exit_col)
+        counted = self._counted[k]
+        walk = leaf_walk(self.info, self.rules[k], int(g - self._offsets[k]),
+                         None if counted is None else counted.starts_char)
+        if counted is None:
+            row, exit_pos, exit_col, back = walk.inside, walk.exit_pos, walk.exit_col, stack[:-1]
+            may_return = bool(self._returns[g])
+        else:
+            need, room = self._count_buckets(stack, g)
+            if room >= walk.max_inside_count and need == 0:
+                row = walk.inside
+            else:
+                fits = (walk.inside_count <= room) & (~walk.inside_closes | (walk.inside_count >= need))
+                row = pack_token_ids(self.info.layout.token_ids[walk.inside_pos[fits]],
+                                     self.info.vocab_size)
+            ok = (walk.exit_count >= need) & (walk.exit_count <= room)
+            exit_pos, exit_col, back = walk.exit_pos[ok], walk.exit_col[ok], stack[:-2]
+            may_return = bool(self._returns[g]) and need == 0
+        lowest = len(stack)
+        ret = (back, stack[len(back)])
+        if len(exit_pos):
+            ids, low = _walk(self, self._config_closure(ret), exit_pos, exit_col)
             if len(ids):
                 row = row | pack_token_ids(ids, self.info.vocab_size)
             lowest = min(lowest, low)
-        if self._returns[g]:
-            after, low = self._config_row(back)
+        if may_return:
+            after, low = self._config_row(ret)
             row, lowest = row | after, min(lowest, low)
-        return row, lowest
+        return row, min(lowest, len(back))
 
     def forced_bytes(self, state: State) -> bytes:
         if state not in self._forced:
@@ -249,7 +324,11 @@ def _walk(pda: PushdownAutomaton, configs: set[Config], positions: np.ndarray | 
             break
         if not len(pos):
             continue
-        g = flat[g * 256 + layout.columns[j, pos]]
+        at = g * 256 + layout.columns[j, pos]
+        g = flat[at]
+        if pda._counted_any:
+            g, s = _count_chars(pda, pda._inc.reshape(-1)[at] & (g >= 0), g, s, stack_of, sid)
+            g = np.where(_too_short(pda, g, s, stack_of), DEAD, g)
         live = g >= 0
         pos, g, s = pos[live], g[live], s[live]
         if len(cfgs) > 1 or len(stack_of) > 1:
@@ -262,6 +341,69 @@ def _walk(pda: PushdownAutomaton, configs: set[Config], positions: np.ndarray | 
     return layout.token_ids[np.unique(np.concatenate(found))], lowest
 
 
+def _count_chars(pda: PushdownAutomaton, started: np.ndarray, g, s, stack_of, sid):
+    """Entries that started a character in a counted leaf move to the stack with the count
+    one higher (their global state ``g`` is already the one after the byte); past the
+    leaf's maximum they die."""
+    idx = np.nonzero(started)[0]
+    if not len(idx):
+        return g, s
+    g, s = g.copy(), s.copy()
+    keys = s[idx] * pda.num_states + g[idx]
+    uniq, inv = np.unique(keys, return_inverse=True)
+    new_s = np.empty(len(uniq), dtype=np.int64)
+    for u, key in enumerate(uniq.tolist()):
+        ss, gg = divmod(key, pda.num_states)
+        up = pda._counted_up(stack_of[ss], gg)
+        new_s[u] = -1 if up is None else sid(up)
+    moved = new_s[inv]
+    s[idx] = np.maximum(moved, 0)
+    g[idx[moved < 0]] = DEAD
+    return g, s
+
+
+def _too_short(pda: PushdownAutomaton, g, s, stack_of) -> np.ndarray:
+    """Entries that just closed a counted leaf with fewer characters than its minimum."""
+    closing = pda._closes_counted[np.maximum(g, 0)] & (g >= 0)
+    idx = np.nonzero(closing)[0]
+    short = np.zeros(len(g), dtype=bool)
+    for i in idx.tolist():
+        short[i] = -stack_of[s[i]][-1] - 1 < pda._count_lo[g[i]]
+    return short
+
+
+@dataclass(frozen=True, slots=True)
+class CountedLeaf:
+    """A string leaf with minLength/maxLength kept as a count at run time: ``dfa`` is the
+    unbounded quoted string, ``starts_char[q, b]`` says byte b in state q begins a character."""
+
+    dfa: ByteDFA
+    lo: int
+    hi: int | None
+    starts_char: np.ndarray = None  # [states, 256] bool
+
+    @classmethod
+    def of_plain_string(cls, dfa: ByteDFA, lo: int, hi: int | None) -> CountedLeaf:
+        return cls(dfa, lo, hi, _char_starts(dfa))
+
+    def __hash__(self) -> int:
+        return hash((id(self.dfa), self.lo, self.hi))
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, CountedLeaf) and other.dfa is self.dfa
+                and (other.lo, other.hi) == (self.lo, self.hi))
+
+
+def _char_starts(dfa: ByteDFA) -> np.ndarray:
+    """In a quoted plain string ``"chars*"``, a character starts wherever the closing quote
+    could come instead (between characters), on any byte but the quote."""
+    quote = dfa.trans[:, ord('"')]
+    between = (quote >= 0) & dfa.accept[np.maximum(quote, 0)]
+    starts = between[:, None] & (dfa.trans[:, :256] >= 0)
+    starts[:, ord('"')] = False
+    return starts
+
+
 @dataclass(frozen=True, slots=True)
 class LeafWalk:
     """One leaf state's walk of the whole vocabulary, valid in every grammar using the leaf."""
@@ -269,27 +411,37 @@ class LeafWalk:
     inside: np.ndarray  # packed row: tokens whose bytes all stay inside the leaf
     exit_pos: np.ndarray  # layout positions of tokens that may leave it with bytes left...
     exit_col: np.ndarray  # ...and the byte each would continue from in the caller
+    inside_pos: np.ndarray  # layout positions of the tokens that stay inside...
+    inside_count: np.ndarray  # ...and the characters each starts (counted leaves)...
+    inside_closes: np.ndarray  # ...and whether it ends the leaf (then the minimum applies)
+    exit_count: np.ndarray  # characters started before each exit
+    max_inside_count: int
 
 
 _LEAF_WALKS_MAX = 8192
 
 
-def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int) -> LeafWalk:
+def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
+              starts_char: np.ndarray | None = None) -> LeafWalk:
     cache = info.leaf_walks
-    key = (dfa, q)
+    key = (dfa, q, starts_char is not None)
     hit = cache.get(key)
     if hit is not None:
         return hit
     layout = info.layout
     pos = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
     cur = np.full(len(pos), q, dtype=np.int64)
+    count = np.zeros(len(pos), dtype=np.int64)
     flat = dfa.trans[:, :256].reshape(-1).astype(np.int64)
-    inside, exit_pos, exit_col = [], [], []
+    starts = None if starts_char is None else starts_char.reshape(-1)
+    inside, inside_n, inside_end, exit_pos, exit_col, exit_n = [], [], [], [], [], []
     for j in range(layout.columns.shape[0] + 1):
         done = layout.lengths[pos] <= j
         if done.any():
             inside.append(pos[done])
-            pos, cur = pos[~done], cur[~done]
+            inside_n.append(count[done])
+            inside_end.append(dfa.accept[cur[done]])
+            pos, cur, count = pos[~done], cur[~done], count[~done]
         if not len(pos) or j == layout.columns.shape[0]:
             break
         if j:
@@ -297,13 +449,21 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int) -> LeafWalk:
             if out.any():
                 exit_pos.append(pos[out])
                 exit_col.append(np.full(int(out.sum()), j, dtype=np.int64))
-        cur = flat[cur * 256 + layout.columns[j, pos]]
+                exit_n.append(count[out])
+        at = cur * 256 + layout.columns[j, pos]
+        if starts is not None:
+            count = count + starts[at]
+        cur = flat[at]
         live = cur >= 0
-        pos, cur = pos[live], cur[live]
+        pos, cur, count = pos[live], cur[live], count[live]
     empty = np.zeros(0, dtype=np.int64)
-    ids = layout.token_ids[np.concatenate(inside)] if inside else empty
-    walk = LeafWalk(pack_token_ids(ids, info.vocab_size), np.concatenate(exit_pos or [empty]),
-                    np.concatenate(exit_col or [empty]))
+    inside_pos = np.concatenate(inside or [empty])
+    inside_count = np.concatenate(inside_n or [empty])
+    inside_closes = np.concatenate(inside_end or [np.zeros(0, dtype=bool)])
+    walk = LeafWalk(pack_token_ids(layout.token_ids[inside_pos], info.vocab_size),
+                    np.concatenate(exit_pos or [empty]), np.concatenate(exit_col or [empty]),
+                    inside_pos, inside_count, inside_closes, np.concatenate(exit_n or [empty]),
+                    int(inside_count.max()) if len(inside_count) else 0)
     if len(cache) >= _LEAF_WALKS_MAX:
         cache.pop(next(iter(cache)))
     cache[key] = walk
@@ -333,11 +493,12 @@ def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
     """fragments[0] = main (nfa, start, end), fragments[1 + k] = rule k, found at pointers[k]:
     an NFA fragment like the main one, or a leaf's ByteDFA (trimmed, no calls) used as it is."""
     width = CALL_BASE + len(fragments) - 1
-    dfas = [f if isinstance(f, ByteDFA) else determinize(*f, budget, width=width)
-            for f in fragments]
+    dfas = [f.dfa if isinstance(f, CountedLeaf) else f if isinstance(f, ByteDFA)
+            else determinize(*f, budget, width=width) for f in fragments]
     _check_not_left_recursive(dfas, pointers)
     dfas = _drop_empty_calls(dfas)
-    return PushdownAutomaton(info, dfas)
+    return PushdownAutomaton(info, [f if isinstance(f, CountedLeaf) else d
+                                    for f, d in zip(fragments, dfas)])
 
 
 def _has_calls(dfa: ByteDFA) -> bool:

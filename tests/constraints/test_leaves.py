@@ -1,0 +1,62 @@
+"""Leaves as shared rules: length-bounded strings keep a count instead of a DFA per length,
+and token walks through a leaf are reused by every grammar of the tokenizer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from schema_suite_runner import accepted_by_masks, accepted_by_tokens, byte_vocab_info
+
+from constraints import GrammarCompiler
+from constraints.pushdown import PushdownAutomaton
+
+
+@pytest.fixture(scope="module")
+def byte_compiler() -> GrammarCompiler:
+    return GrammarCompiler(byte_vocab_info(), cache_size=0)
+
+
+def _text(value) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@pytest.mark.parametrize("lo,hi", [(0, 4096), (22, 4096), (3, 3), (5, None), (1, 20)])
+def test_length_bounds_are_exact_at_both_edges(byte_compiler, lo, hi):
+    schema = {"type": "object", "properties": {"s": {"type": "string", "minLength": lo,
+              **({} if hi is None else {"maxLength": hi})}}, "required": ["s"]}
+    grammar = byte_compiler.compile_json_schema(schema)
+    assert max(d.num_states for d in grammar.automaton.rules) < 100  # no state per length
+    top = hi if hi is not None else lo + 40
+    for n in sorted({lo, top, max(lo - 1, 0), top + 1, (lo + top) // 2}):
+        ok = lo <= n and (hi is None or n <= hi)
+        # escapes and multi-byte characters count as one character each
+        for body in ("a" * n, ("é\n" * n)[:n]):
+            assert accepted_by_masks(grammar, _text({"s": body})) == ok, (n, body[:8])
+
+
+def test_counted_strings_with_a_real_tokenizer(tokenizer_info, hf_tokenizer):
+    compiler = GrammarCompiler(tokenizer_info, cache_size=0)
+    grammar = compiler.compile_json_schema(
+        {"type": "object", "properties": {"code": {"type": "string", "minLength": 6, "maxLength": 9}},
+         "required": ["code"]})
+    for n in range(4, 12):
+        text = json.dumps({"code": "internationalization"[:n]}, separators=(",", ":"))
+        assert accepted_by_tokens(grammar, hf_tokenizer, text) == (6 <= n <= 9), n
+
+
+def test_a_new_schema_reuses_leaf_walks(tokenizer_info):
+    """The second schema's string-body masks come from walks the first one computed."""
+    compiler = GrammarCompiler(tokenizer_info, cache_size=0)
+    text = '{"a":"hello world, this is text"}'
+    for name in ("first", "second"):
+        grammar = compiler.compile_json_schema(
+            {"type": "object", "properties": {"a": {"type": "string"}, name: {"type": "integer"}},
+             "required": ["a"]})
+        assert isinstance(grammar.automaton, PushdownAutomaton)
+        before = len(tokenizer_info.leaf_walks)
+        m = grammar.matcher()
+        assert m.accept_string(text[:6])
+        grammar.automaton.mask_row(m._state)
+        if name == "second":
+            assert len(tokenizer_info.leaf_walks) == before  # nothing new inside the string
