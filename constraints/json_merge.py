@@ -23,6 +23,15 @@ _MAX_OF = {"minimum", "exclusiveMinimum", "minLength", "minItems", "minPropertie
 _MIN_OF = {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"}
 _IGNORED = {"title", "description", "default", "examples", "$comment", "$schema", "$defs",
             "definitions", "$anchor", "deprecated", "readOnly", "writeOnly"}
+# Keywords that assert something. Any other key (an annotation such as $id or a draft-4 `id`
+# left in a 2020-12 document, an `x-` extension, an unknown keyword) never blocks a merge.
+_ASSERTIONS = {"type", "enum", "const", "properties", "required", "additionalProperties", "items",
+               "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
+               "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
+               "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties", "propertyNames",
+               "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "not", "if",
+               "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
+               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL}
 
 
 def declared_types(schema: dict) -> set[str]:
@@ -105,6 +114,10 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
         raise UnsupportedSchemaError.at("allOf", ptr, f"with '{key}' in several parts is not supported")
     if key == "allOf":
         return list(av) + list(bv)
+    if key == "uniqueItems" and isinstance(av, bool) and isinstance(bv, bool):
+        return av or bv
+    if key not in _ASSERTIONS:
+        return av  # an annotation: either value will do
     raise UnsupportedSchemaError.at("allOf", ptr, f"cannot merge differing '{key}'")
 
 

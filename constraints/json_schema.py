@@ -22,7 +22,9 @@ from .automaton import DFAAutomaton
 from .budget import CompileBudget
 from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
+from .json_drafts import normalize_drafts
 from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
+from .json_lowering import lower_keywords
 from .json_merge import FRACTIONAL, TYPES, infer_types, merge_schemas, provably_disjoint
 from .json_not import branch_if, excluded, narrow_not, spellings_dfa
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
@@ -81,6 +83,7 @@ def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, le
         root = json.loads(spec)
     except json.JSONDecodeError as e:
         raise InvalidConstraintError(f"json_schema is not valid JSON: {e}") from e
+    root = lower_keywords(normalize_drafts(root))
     ctx = _Ctx(root, lenient, whitespace == "flexible", budget)
     ctx.validator = jsonschema.Draft202012Validator(root if isinstance(root, (dict, bool)) else {})
     nfa = NFA(budget)
@@ -233,8 +236,6 @@ def _check_keywords(ctx: _Ctx, schema: dict, ptr: str) -> None:
     for key in schema:
         if key in UNSUPPORTED:
             raise UnsupportedSchemaError.at(key, f"{ptr}/{key}")
-        if key == "$id" and ptr:
-            raise UnsupportedSchemaError.at(key, f"{ptr}/{key}", "(nested base URI) is not supported")
 
 
 def _emit_branches(ctx: _Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr: str,
