@@ -127,7 +127,7 @@ class _Document:
         self.schemas[id(node)] = path
         ident = self._identifier(node, path)
         if ident is not None:
-            uri, fragment = urldefrag(urljoin(base, ident))
+            uri, fragment = urldefrag(_join(base, ident))
             if uri and uri != base and not ident.startswith("#"):
                 base = uri
                 self.resources.setdefault(uri, path)
@@ -157,7 +157,7 @@ class _Document:
 
     def _resolve(self, path: tuple, base: str, ref: str) -> str:
         where = _pointer(path + ("$ref",))
-        uri, fragment = urldefrag(urljoin(base, ref))
+        uri, fragment = urldefrag(_join(base, ref))
         if uri not in self.resources:
             raise UnsupportedSchemaError.at("$ref", where, f"value {ref!r} does not resolve inside "
                                             "the document (remote references are never fetched)")
@@ -277,6 +277,11 @@ def _prefix_items(schema: dict) -> None:
         schema["prefixItems"] = schema.pop("items")
         if extra is not None:
             schema["items"] = extra
+
+
+def _join(base: str, ref: str) -> str:
+    """``ref`` against ``base``; a bare fragment keeps any base (urljoin drops a urn: one)."""
+    return urldefrag(base)[0] + ref if ref.startswith("#") else urljoin(base, ref)
 
 
 def resolve_pointer(root, ref: str):

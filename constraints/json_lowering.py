@@ -67,7 +67,6 @@ class _Lowering:
 
     def _lower_unevaluated_properties(self, node: dict, ptr: str) -> None:
         rest = node.pop("unevaluatedProperties")
-        where = f"{ptr}/unevaluatedProperties"
         if rest is True or rest == {}:
             return
         if not any(k in node for k in _IN_PLACE):
@@ -82,12 +81,11 @@ class _Lowering:
             allowed += [{"pattern": p} for p in sorted(patterns)]
             only = False if not allowed else allowed[0] if len(allowed) == 1 else {"anyOf": allowed}
             node.setdefault("allOf", []).append({"propertyNames": only})
-        elif patterns:
-            raise UnsupportedSchemaError.at("unevaluatedProperties", where, "(a schema) next to "
-                                            "applicators with patternProperties is not supported")
         else:
-            node.setdefault("allOf", []).append(
-                {"properties": {n: {} for n in sorted(names)}, "additionalProperties": rest})
+            part = {"properties": {n: {} for n in sorted(names)}, "additionalProperties": rest}
+            if patterns:
+                part["patternProperties"] = {p: {} for p in sorted(patterns)}
+            node.setdefault("allOf", []).append(part)
 
     def evaluated_names(self, node, seen: set):
         """(names, patterns) every valid instance has evaluated, or None for all names."""
@@ -214,12 +212,14 @@ def _lower_dependent_schemas(node: dict, ptr: str) -> None:
     for name, sub in deps.items():
         grown = []
         for absent, present, extra in cases:
-            if name not in present and name not in absent:
+            if name in absent:
+                grown.append((absent, present, extra))
+                continue
+            if name not in present:
                 grown.append((absent | {name}, present, extra))
-            if name not in absent:
-                case = _with_dependency(absent, present | {name}, extra, sub)
-                if case is not None:
-                    grown.append(case)
+            case = _with_dependency(absent, present | {name}, extra, sub)
+            if case is not None:
+                grown.append(case)
         cases = list(dict.fromkeys(grown))
         if len(cases) > _MAX_CASES:
             raise UnsupportedSchemaError.at("dependentSchemas", where, f"expands to more than {_MAX_CASES} cases")

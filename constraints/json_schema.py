@@ -25,7 +25,7 @@ from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .json_drafts import normalize_drafts
 from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
 from .json_lowering import lower_keywords
-from .json_merge import FRACTIONAL, TYPES, infer_types, merge_schemas, provably_disjoint
+from .json_merge import FRACTIONAL, TYPES, exclusive_branches, infer_types, merge_schemas
 from .json_not import branch_if, excluded, narrow_not, spellings_dfa
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
 from .numbers import (
@@ -253,7 +253,7 @@ def _emit_branches(ctx: _Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr:
         shapes = [_call_target(ctx, b) for b in branches]
         for i in range(len(branches)):
             for j in range(i + 1, len(branches)):
-                if not provably_disjoint(shapes[i], shapes[j]):
+                if not exclusive_branches(shapes[i], shapes[j]):
                     raise UnsupportedSchemaError.at(
                         "oneOf", f"{ptr}/oneOf", f"branches {i} and {j} may overlap; only "
                         "provably disjoint oneOf (types, consts, enums, discriminators) is enforced")
