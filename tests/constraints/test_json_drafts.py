@@ -125,6 +125,8 @@ LOWERED = [
         {"properties": {"a": {"type": "integer"}}}, {"properties": {"a": {"type": "integer"}, "b": {}}}],
       "unevaluatedProperties": {"type": "boolean"}},
      ['{"a":1,"x-1":2}', '{"c":true}'], ['{"c":1}']),
+    # not of a required name: non-objects satisfy required, so fail the not
+    ({"type": ["object", "string"], "minLength": 1, "not": {"required": ["a"]}}, ['{"b":1}'], ['"x"', '{"a":1}']),
     ({"type": "array", "allOf": [{"prefixItems": [{"type": "integer"}, {"type": "integer"}]}],
       "unevaluatedItems": False}, ["[1,2]", "[1]"], ["[1,2,3]"]),
     # oneOf told apart by an enumerated discriminator (json-patch) or by required names the
