@@ -23,6 +23,15 @@ _MAX_OF = {"minimum", "exclusiveMinimum", "minLength", "minItems", "minPropertie
 _MIN_OF = {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"}
 _IGNORED = {"title", "description", "default", "examples", "$comment", "$schema", "$defs",
             "definitions", "$anchor", "deprecated", "readOnly", "writeOnly"}
+# Keywords that assert something. Any other key (an annotation such as $id or a draft-4 `id`
+# left in a 2020-12 document, an `x-` extension, an unknown keyword) never blocks a merge.
+_ASSERTIONS = {"type", "enum", "const", "properties", "required", "additionalProperties", "items",
+               "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
+               "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
+               "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties", "propertyNames",
+               "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "not", "if",
+               "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
+               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL}
 
 
 def declared_types(schema: dict) -> set[str]:
@@ -62,9 +71,9 @@ def merge_schemas(a, b, ptr: str) -> dict | bool:
     if "const" in a and "const" in b and _canon(a["const"]) != _canon(b["const"]):
         return False
     out = dict(a)
-    _merge_array_positions(out, a, b)
+    positional = _merge_array_positions(out, a, b)
     for key, bv in b.items():
-        if key in _IGNORED or key in ("items", "prefixItems") and key in a:
+        if key in _IGNORED or key in ("items", "prefixItems") and (positional or key in a):
             continue
         if key not in out:
             out[key] = bv
@@ -105,6 +114,10 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
         raise UnsupportedSchemaError.at("allOf", ptr, f"with '{key}' in several parts is not supported")
     if key == "allOf":
         return list(av) + list(bv)
+    if key == "uniqueItems" and isinstance(av, bool) and isinstance(bv, bool):
+        return av or bv
+    if key not in _ASSERTIONS:
+        return av  # an annotation: either value will do
     raise UnsupportedSchemaError.at("allOf", ptr, f"cannot merge differing '{key}'")
 
 
@@ -134,10 +147,11 @@ def _and(x, y):
     return {"allOf": [x, y]}
 
 
-def _merge_array_positions(out: dict, a: dict, b: dict) -> None:
-    """`items` covers only positions past its own schema's prefixItems: merge per position."""
+def _merge_array_positions(out: dict, a: dict, b: dict) -> bool:
+    """`items` covers only positions past its own schema's prefixItems: merge per position
+    (True when both parts had array positions to merge)."""
     if not ({"items", "prefixItems"} & a.keys() and {"items", "prefixItems"} & b.keys()):
-        return
+        return False
     pa, pb = a.get("prefixItems", []), b.get("prefixItems", [])
     ia, ib = a.get("items", True), b.get("items", True)
     prefix = []
@@ -149,6 +163,7 @@ def _merge_array_positions(out: dict, a: dict, b: dict) -> None:
     if prefix:
         out["prefixItems"] = prefix
     out["items"] = _and(ia, ib)
+    return True
 
 
 def _merge_additional(out: dict, a: dict, b: dict, ptr: str) -> None:
@@ -159,7 +174,7 @@ def _merge_additional(out: dict, a: dict, b: dict, ptr: str) -> None:
         if "additionalProperties" not in this or this["additionalProperties"] is True:
             continue
         theirs = other.get("patternProperties")
-        if theirs is not None and theirs != this.get("patternProperties"):
+        if theirs is not None and set(theirs) != set(this.get("patternProperties", {})):
             # Which names this part's additionalProperties covers depends on its own patterns.
             raise UnsupportedSchemaError.at("allOf", ptr, "cannot merge additionalProperties with "
                                             "another part's patternProperties")
@@ -212,6 +227,10 @@ def _possible_types(s) -> set[str]:
 
 def provably_disjoint(a, b) -> bool:
     """True only when no JSON value can satisfy both (so oneOf == anyOf for them)."""
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, dict) and isinstance(x.get("allOf"), list):  # each part narrows x
+            own = {k: v for k, v in x.items() if k != "allOf"}
+            return any(provably_disjoint(part, y) for part in [own, *x["allOf"]])
     ta, tb = _possible_types(a), _possible_types(b)
     if not (ta & tb):
         return True
@@ -220,7 +239,81 @@ def provably_disjoint(a, b) -> bool:
     va, vb = _values(a), _values(b)
     if va is not None and vb is not None:
         return not ({_canon(v) for v in va} & {_canon(v) for v in vb})
-    return ta & tb == {"object"} and _discriminated(a, b)
+    return ta & tb == {"object"} and (_discriminated(a, b) or _objects_fail(a, b) or _objects_fail(b, a))
+
+
+def exclusive_branches(a, b) -> bool:
+    """True only when no value generated from either oneOf branch satisfies the other, so
+    generating their anyOf is exact. What one branch generates (its inferred types, or its
+    listed values) is tested against the other's whole language, never against what we
+    would generate from it."""
+    return provably_disjoint(a, b) or _generated_fail(a, b) and _generated_fail(b, a)
+
+
+def _generated_fail(a, b) -> bool:
+    """Every value generated from ``a`` fails ``b``."""
+    if a is False or b is False:
+        return True
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    common = _generated_types(a) & _possible_types(b)
+    if not common:
+        return True
+    va, vb = _values(a), _values(b)
+    if va is not None:
+        return vb is not None and not ({_canon(v) for v in va} & {_canon(v) for v in vb})
+    return common == {"object"} and _objects_fail(a, b)
+
+
+def _generated_types(s: dict) -> set[str]:
+    """The types the compiler generates for a flattened schema (its language's types where
+    branching keywords could add others)."""
+    values = _values(s)
+    if values is not None:
+        return _possible_types(s)
+    if {"anyOf", "oneOf", "if", "then", "else", "allOf", "$ref", "not"} & s.keys():
+        return _possible_types(s)
+    types = set(infer_types(s))
+    return types | {"integer"} if "number" in types else types
+
+
+def _objects_fail(a: dict, b: dict) -> bool:
+    """Every object ``a`` accepts fails ``b``: a name ``a`` requires has values there that
+    ``b`` rejects (a disjoint const/enum/type, or the name forbidden), or a name ``b``
+    requires is forbidden by ``a``."""
+    a_props = a.get("properties", {}) if isinstance(a.get("properties"), dict) else {}
+    for name in _required(a):
+        theirs = _property_schema(b, name)
+        if theirs is not None and provably_disjoint(a_props.get(name, True), theirs):
+            return True
+    return any(_property_schema(a, name) is False for name in _required(b))
+
+
+def _required(s: dict) -> list[str]:
+    names = s.get("required", [])
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+def _property_schema(s: dict, name: str):
+    """The schema ``s`` applies to property ``name`` as far as it is known without regex
+    matching (False: the name is forbidden), or None."""
+    names = s.get("propertyNames")
+    if isinstance(names, dict) and _values(names) is not None and name not in _values(names):
+        return False
+    props = s.get("properties", {})
+    if isinstance(props, dict) and name in props:
+        return _false_if_false(props[name])
+    if s.get("patternProperties"):
+        return None
+    extra = _false_if_false(s.get("additionalProperties", True))
+    return extra if extra is False or isinstance(extra, dict) else None
+
+
+def _false_if_false(s):
+    """``s``, or False where it is written as a conjunction with false."""
+    if isinstance(s, dict) and isinstance(s.get("allOf"), list) and any(p is False for p in s["allOf"]):
+        return False
+    return s
 
 
 def _values(s: dict):

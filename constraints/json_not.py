@@ -56,7 +56,10 @@ def narrow_not(ctx, schema: dict, ptr: str, flatten, annotations: set) -> dict |
             out["required"] = list(dict.fromkeys([*rest.get("required", []), name]))
         return out
     if keys == {"required"} and isinstance(neg["required"], list) and len(neg["required"]) == 1:
-        return _with_property(rest, neg["required"][0], False)
+        # Any non-object satisfies `required`, so fails its `not`: objects only.
+        if "object" not in infer_types(rest):
+            return False
+        return {**_with_property(rest, neg["required"][0], False), "type": ["object"]}
     raise UnsupportedSchemaError.at("not", where, "is enforced only for type, enum/const, one required "
                                     f"name and one property, not {sorted(keys)}")
 

@@ -22,8 +22,10 @@ from .automaton import DFAAutomaton
 from .budget import CompileBudget
 from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
+from .json_drafts import normalize_drafts
 from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
-from .json_merge import FRACTIONAL, TYPES, infer_types, merge_schemas, provably_disjoint
+from .json_lowering import lower_keywords
+from .json_merge import FRACTIONAL, TYPES, exclusive_branches, infer_types, merge_schemas
 from .json_not import branch_if, excluded, narrow_not, spellings_dfa
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
 from .numbers import (
@@ -92,6 +94,7 @@ def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, le
         root = json.loads(spec)
     except json.JSONDecodeError as e:
         raise InvalidConstraintError(f"json_schema is not valid JSON: {e}") from e
+    root = lower_keywords(normalize_drafts(root))
     ctx = _Ctx(root, lenient, whitespace == "flexible", budget)
     ctx.validator = jsonschema.Draft202012Validator(root if isinstance(root, (dict, bool)) else {})
     nfa = NFA(budget)
@@ -261,8 +264,6 @@ def _check_keywords(ctx: _Ctx, schema: dict, ptr: str) -> None:
     for key in schema:
         if key in UNSUPPORTED:
             raise UnsupportedSchemaError.at(key, f"{ptr}/{key}")
-        if key == "$id" and ptr:
-            raise UnsupportedSchemaError.at(key, f"{ptr}/{key}", "(nested base URI) is not supported")
 
 
 def _emit_branches(ctx: _Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr: str,
@@ -280,7 +281,7 @@ def _emit_branches(ctx: _Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr:
         shapes = [_call_target(ctx, b) for b in branches]
         for i in range(len(branches)):
             for j in range(i + 1, len(branches)):
-                if not provably_disjoint(shapes[i], shapes[j]):
+                if not exclusive_branches(shapes[i], shapes[j]):
                     raise UnsupportedSchemaError.at(
                         "oneOf", f"{ptr}/oneOf", f"branches {i} and {j} may overlap; only "
                         "provably disjoint oneOf (types, consts, enums, discriminators) is enforced")

@@ -81,12 +81,12 @@ def test_compact_output_forces_jump_forward_keys(compiler):
 
 @pytest.mark.parametrize("schema,keyword,pointer", [
     ({"type": "object", "properties": {"a": {"not": {"minimum": 3}}}}, "not", "/properties/a/not"),
-    ({"type": "array", "contains": {"type": "integer"}}, "contains", "/contains"),
+    ({"type": "array", "items": {"$dynamicRef": "#node"}}, "$dynamicRef", "/items/$dynamicRef"),
     ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf", "/oneOf"),
     ({"$ref": "#/$defs/n",
       "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n", "minItems": 1}}}},
      "$ref", "/items/$ref"),
-    ({"type": "string", "format": "credit-card"}, "format", "/format"),
+    ({"type": "string", "format": "regex"}, "format", "/format"),  # known, not enforced
 ])
 def test_unsupported_keywords_name_keyword_and_pointer(compiler, schema, keyword, pointer):
     with pytest.raises(UnsupportedSchemaError) as err:
@@ -96,7 +96,7 @@ def test_unsupported_keywords_name_keyword_and_pointer(compiler, schema, keyword
 
 
 def test_lenient_ignores_unsupported_keywords(compiler):
-    schema = {"type": "array", "items": {"type": "integer"}, "contains": {"const": 5}}
+    schema = {"type": "array", "items": {"type": "integer"}, "not": {"minItems": 3}}
     with pytest.raises(UnsupportedSchemaError):
         compiler.compile_json_schema(schema)
     m = compiler.compile_json_schema(schema, lenient=True).matcher()

@@ -208,10 +208,10 @@ def test_leaves_are_shared_rules_whose_sizes_add(byte_compiler):
     ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "$ref"),
     ({"type": "object", "properties": {"n": {"allOf": [{"$ref": "#"}, {"required": ["x"]}]}}},
      "$ref"),  # a recursive $ref merged with other keywords cannot be one call
-    ({"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}, "contains": {}}},
-      "$ref": "#/$defs/n"}, "contains"),
-    ({"type": "array", "items": {"anyOf": [{"$ref": "#"}, {"type": "object", "dependentSchemas": {"a": {}}}]}},
-     "dependentSchemas"),
+    ({"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}, "uniqueItems": True}},
+      "$ref": "#/$defs/n"}, "uniqueItems"),
+    ({"type": "array", "items": {"anyOf": [{"$ref": "#"}, {"type": "object", "$dynamicRef": "#x"}]}},
+     "$dynamicRef"),
 ])
 def test_unenforceable_recursive_schemas_raise_typed_errors(byte_compiler, schema, keyword):
     with pytest.raises(UnsupportedSchemaError) as err:
