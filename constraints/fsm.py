@@ -203,8 +203,10 @@ def trim_and_minimize(dfa: ByteDFA) -> ByteDFA:
     remap[keep] = np.arange(len(keep))
     sub = remap[trans[keep]]  # DEAD (-1) indexes the trailing DEAD entry
     # Bytes with identical columns behave the same everywhere: refine on one of each.
-    _, first_col = np.unique(sub.T, axis=0, return_index=True)
-    cols = sub[:, np.sort(first_col)]
+    # Columns dead in every state (most call symbols of a rule) are one class: skip them.
+    live_cols = np.nonzero((sub >= 0).any(axis=0))[0]
+    _, first_col = np.unique(sub[:, live_cols].T, axis=0, return_index=True)
+    cols = sub[:, live_cols[np.sort(first_col)]]
     # Classes numbered 0..count-1 (one class when every state accepts).
     cls = np.unique(dfa.accept[keep], return_inverse=True)[1].astype(np.int64).reshape(-1)
     count = int(cls.max()) + 1

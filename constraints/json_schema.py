@@ -79,6 +79,16 @@ class _Ctx:
     inline_leaves: bool = False  # emitting a fragment that becomes a plain DFA: no calls
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _SubRule:
+    """A nested object emitted as a rule of its own, so the structure's automaton grows by
+    the sum of its objects' automata, not by every way of nesting them in one DFA."""
+
+    schema: dict
+    ptr: str
+    refs: tuple
+
+
 @dataclass(frozen=True, slots=True)
 class _Call:
     """A $ref met again inside its own expansion: matched by calling the ref's rule."""
@@ -110,17 +120,22 @@ def _recursive_automaton(ctx: _Ctx, info: TokenizerInfo, main: tuple) -> Pushdow
     """One rule per recursive $ref, each emitted like any schema (calls where it recurses),
     and one per shared leaf, whose DFA is the rule as it is."""
     fragments: list = [main]
-    done = 0
-    while done < len(ctx.rules):  # compiling a rule may discover further rules
-        key = list(ctx.rules)[done]
+    keys: list = []
+    while len(fragments) <= len(ctx.rules):  # compiling a rule may discover further rules
+        if len(keys) < len(ctx.rules):
+            keys = list(ctx.rules)
+        key = keys[len(fragments) - 1]
         if isinstance(key, (ByteDFA, CountedLeaf)):
             fragments.append(key)
+            continue
+        nfa = NFA(ctx.budget)
+        start = nfa.new_state()
+        if isinstance(key, _SubRule):
+            end = _emit_object(ctx, nfa, start, key.schema, key.ptr, key.refs)
         else:
-            nfa = NFA(ctx.budget)
-            start = nfa.new_state()
             target = _resolve_ref(ctx, key, ctx.rules[key])
-            fragments.append((nfa, start, emit_schema(ctx, nfa, start, target, key[1:], (key,))))
-        done += 1
+            end = emit_schema(ctx, nfa, start, target, key[1:], (key,))
+        fragments.append((nfa, start, end))
     pointers = [key[1:] if isinstance(key, str) else ptr for key, ptr in ctx.rules.items()]
     return build_pushdown(info, fragments, pointers, ctx.budget)
 
@@ -361,6 +376,8 @@ def _emit_typed(nfa: NFA, start: int, ctx: _Ctx, schema: dict, t: str, ptr: str,
         return _emit_string(ctx, nfa, start, schema, ptr)
     if t == "array":
         return _emit_array(ctx, nfa, start, schema, ptr, refs)
+    if ptr and not ctx.inline_leaves:
+        return emit_call(nfa, start, ctx.rule_index(_SubRule(schema, ptr, refs), ptr))
     return _emit_object(ctx, nfa, start, schema, ptr, refs)
 
 

@@ -49,11 +49,11 @@ class PushdownAutomaton(TokenAutomaton):
             if not _has_calls(d):
                 self._calls.extend([()] * d.num_states)
                 continue
-            for q in range(d.num_states):
-                row = d.trans[q, CALL_BASE:]
-                self._calls.append(tuple((int(offsets[1 + k]), int(off + row[k]),
-                                          counted[1 + k] is not None)
-                                         for k in np.nonzero(row >= 0)[0]))
+            calls: list[list] = [[] for _ in range(d.num_states)]
+            for q, k in zip(*np.nonzero(d.trans[:, CALL_BASE:] >= 0)):
+                calls[q].append((int(offsets[1 + k]), int(off + d.trans[q, CALL_BASE + k]),
+                                 counted[1 + k] is not None))
+            self._calls.extend(tuple(c) for c in calls)
         self._branch = self._returns | np.array([bool(c) for c in self._calls])
         self._closures: dict[State, frozenset[Config]] = {}
         self._steps: dict[tuple[State, int], State | None] = {}
@@ -507,16 +507,19 @@ def _has_calls(dfa: ByteDFA) -> bool:
 
 def _drop_empty_calls(dfas: list[ByteDFA]) -> list[ByteDFA]:
     """Least fixpoint of 'rule k matches some string'; calls of empty rules become dead edges.
-    Leaves (no calls) are kept as they are: they are shared between automata."""
-    leaf_live = {k for k, d in enumerate(dfas[1:]) if not _has_calls(d) and not d.is_empty()}
-    live: set[int] = set()
-    while True:
-        masked = [_mask_calls(d, live) if _has_calls(d) else d for d in dfas]
-        now = leaf_live | {k for k in range(len(dfas) - 1)
-                           if _has_calls(masked[1 + k]) and not masked[1 + k].is_empty()}
-        if now == live:
-            return [trim_and_minimize(d) if _has_calls(d) else d for d in masked]
-        live = now
+    Leaves (no calls) are kept as they are: they are shared between automata. Rules are
+    visited callees first (they are found after their callers), so a fixpoint without
+    recursion takes one sweep and a confirming one."""
+    live = {k for k, d in enumerate(dfas[1:]) if not _has_calls(d) and not d.is_empty()}
+    pending = [k for k, d in enumerate(dfas[1:]) if _has_calls(d)]
+    changed = True
+    while changed:
+        changed = False
+        for k in reversed(pending):
+            if k not in live and not _mask_calls(dfas[1 + k], live).is_empty():
+                live.add(k)
+                changed = True
+    return [trim_and_minimize(_mask_calls(d, live)) if _has_calls(d) else d for d in dfas]
 
 
 def _mask_calls(dfa: ByteDFA, live: set[int]) -> ByteDFA:
