@@ -1,14 +1,23 @@
 """Mask-speed benchmark for constraints/: compile time and per-token mask fill time.
 
 python -m sglang_lite.bench.constraints_mask [--out bench_results/constraints_mask.json]
+python -m sglang_lite.bench.constraints_mask --schemas DIR [--peers xgrammar,llguidance]
 
-SmolLM2-135M-Instruct tokenizer (vocab 49,152), one thread, GlaiveAI function-calling style
-schemas. For each schema a valid instance is serialized compactly, tokenized, and
-fill_next_token_bitmask is timed at every step: cold (fresh compile, states built lazily)
-then warm (second matcher, states cached). Targets: warm mask p50 <= 50 us, p99 <= 1 ms;
-compile p50 <= 100 ms.
+SmolLM2-135M-Instruct tokenizer (vocab 49,152), one thread.
+
+Without --schemas: ten GlaiveAI function-calling style schemas. For each a valid instance is
+serialized compactly, tokenized, and fill_next_token_bitmask is timed at every step: cold (fresh
+compile, states built lazily) then warm (second matcher, states cached). Targets: warm mask
+p50 <= 50 us, p99 <= 1 ms; compile p50 <= 100 ms.
+
+With --schemas DIR (a JSONSchemaBench sample, one sub-folder per split): every schema through
+our compiler and each installed peer, each engine in a fresh process, no warm-up; per split and
+overall: declared % (compiles), valid % (of all schemas, outputs that validate), valid of
+declared %, compile p50/p90, mask p50/p99 and our ratio to each peer. Outputs come from a
+model-free walk with a fixed seeded pseudo-model (rule: sglang_lite/bench/schema_walk.py), peer
+settings in sglang_lite/bench/constraint_engines.py, process layout and per-schema wall-clock
+guard in sglang_lite/bench/jsonschemabench.py. Writes bench_results/constraints_jsonschemabench.json.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -176,13 +185,28 @@ def _print(result: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="bench_results/constraints_mask.json")
+    parser.add_argument("--out", default=None, help="JSON result path (default under bench_results/)")
+    parser.add_argument("--schemas", type=Path, default=None,
+                        help="JSONSchemaBench folder (one sub-folder per split); default: built-in cases")
+    parser.add_argument("--peers", default="", help="comma-separated: xgrammar,llguidance")
+    parser.add_argument("--schema-timeout", type=float, default=60.0,
+                        help="wall-clock seconds per schema (compile + walk) before it counts as failed")
     args = parser.parse_args()
+    if args.schemas is not None:
+        from .jsonschemabench import run_bench
+
+        if not args.schemas.is_dir():
+            raise SystemExit(f"--schemas: {args.schemas} is not a directory")
+        peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+        out = Path(args.out or "bench_results/constraints_jsonschemabench.json")
+        run_bench(args.schemas, peers, out, args.schema_timeout)
+        return
     torch.set_num_threads(1)
     result = run(load_tokenizer())
     _print(result)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    out = Path(args.out or "bench_results/constraints_mask.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

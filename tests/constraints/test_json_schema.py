@@ -9,6 +9,7 @@ import pytest
 from schema_suite_runner import accepted_by_tokens
 
 from constraints import InvalidConstraintError, UnsupportedSchemaError
+from tests.json_validation import validate_with_formats
 
 PERSON = {
     "type": "object",
@@ -53,14 +54,14 @@ INVALID = [
 
 @pytest.mark.parametrize("value", VALID)
 def test_valid_instances_pass_every_mask(compiler, hf_tokenizer, value):
-    jsonschema.validate(value, PERSON)
+    validate_with_formats(value, PERSON)
     assert accepted_by_tokens(compiler.compile_json_schema(PERSON), hf_tokenizer, _text(value))
 
 
 @pytest.mark.parametrize("value", INVALID)
 def test_invalid_instances_are_rejected(compiler, value):
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(value, PERSON, format_checker=jsonschema.FormatChecker())
+        validate_with_formats(value, PERSON)
     m = compiler.compile_json_schema(PERSON).matcher()
     assert not (m.accept_string(_text(value)) and m.can_terminate())
 

@@ -30,6 +30,7 @@ from constraints import (
 )
 from constraints.bitmask import unpack_bitmask
 from constraints.json_leaves import FORMATS
+from tests.json_validation import checking_formats
 
 
 def _exact_multiple_of(validator, step, instance, schema):
@@ -52,7 +53,7 @@ def _accepts(grammar, text: str) -> bool:
 
 def _assert_cases(grammar, schema: dict, valid: list[str], invalid: list[str]) -> None:
     """Valid texts (by the validator) are accepted, invalid ones refused."""
-    validator = _Validator(schema)
+    validator = checking_formats(_Validator, schema)
     for text in valid:
         assert validator.is_valid(json.loads(text)) and _accepts(grammar, text), text
     for text in invalid:
@@ -150,7 +151,7 @@ def _objects(seed: int, n: int) -> list[dict]:
 @pytest.mark.parametrize("schema", OBJECT_SCHEMAS, ids=lambda s: json.dumps(s)[:70])
 def test_property_name_keywords_never_accept_an_invalid_object(byte_compiler, schema):
     grammar = byte_compiler.compile_json_schema(schema)
-    validator = _Validator(schema)
+    validator = checking_formats(_Validator, schema)
     accepted = 0
     for value in _objects(1, 1000):
         for text in serializations(value, schema):
@@ -360,7 +361,7 @@ def _parse_checking_members(text: str, schema: dict):
     declared |= set(schema.get("propertyNames", {}).get("enum", []))
     keys = [k for k, _ in value.pairs if k in declared]
     assert len(keys) == len(set(keys)), f"declared name twice: {keys}"
-    members = _Validator({k: schema[k] for k in _MEMBER_KEYWORDS if k in schema})
+    members = checking_formats(_Validator, {k: schema[k] for k in _MEMBER_KEYWORDS if k in schema})
     for k, v in value.pairs:
         assert members.is_valid({k: v}), (k, v)
     return value
@@ -390,7 +391,7 @@ def _random_outputs(grammar, seed: int, n: int, max_len: int = 200) -> list[str]
                          + [PERSON, DECIMAL], ids=lambda s: json.dumps(s)[:70])
 def test_everything_the_grammar_generates_is_valid(byte_compiler, schema):
     grammar = byte_compiler.compile_json_schema(schema)
-    validator = _Validator(schema)
+    validator = checking_formats(_Validator, schema)
     outs = _random_outputs(grammar, seed=2, n=150, max_len=400)
     assert len(outs) >= 30
     for text in outs:
@@ -442,7 +443,7 @@ def test_a_pydantic_model_schema_compiles_and_its_dump_is_accepted(compiler, hf_
 def test_a_pydantic_model_schema_generates_only_valid_orders(byte_compiler):
     order, _ = _order_model()
     schema = order.model_json_schema()
-    validator = _Validator(schema)
+    validator = checking_formats(_Validator, schema)
     outs = _random_outputs(byte_compiler.compile_json_schema(schema), seed=3, n=60, max_len=3000)
     assert len(outs) >= 30
     for text in outs:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import re
 
-import jsonschema
 import pytest
 from lark import Lark
 
 from sglang_lite import Engine
+from tests.json_validation import validate_with_formats
 
 SCHEMAS = {
     "person": {
@@ -90,7 +90,7 @@ def test_json_schema_outputs_validate(engine, no_jump_engine, jump_forward):
         schema = SCHEMAS[names[i // 3]]
         assert out["meta_info"]["finish_reason"]["type"] == "stop", out
         value = json.loads(out["text"])
-        jsonschema.validate(value, schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        validate_with_formats(value, schema)
     jumped = eng.get_stats()["num_jump_forward_tokens"]
     assert (jumped > 0) == jump_forward
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-import jsonschema
 import pytest
+
+from tests.json_validation import validate_with_formats
 
 SCHEMAS = {
     "category_tree": {
@@ -56,4 +57,4 @@ def test_recursive_schema_outputs_validate(engine, name):
     for out in outs:
         assert out["text"].startswith("{"), out["text"]
     for out in finished:
-        jsonschema.validate(json.loads(out["text"]), schema)
+        validate_with_formats(json.loads(out["text"]), schema)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-import jsonschema
 import pytest
 
+from tests.json_validation import validate_with_formats
 from tests.server.conftest import assert_no_leaked_pages, scrape
 
 PROMPT = "The capital of France is"
@@ -182,7 +182,7 @@ def test_response_format_json_schema(client, model_name):
         messages=[{"role": "user", "content": "Give a person as JSON."}],
         response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}})
     assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
-    jsonschema.validate(json.loads(r.choices[0].message.content), SCHEMA)
+    validate_with_formats(json.loads(r.choices[0].message.content), SCHEMA)
 
 
 def test_response_format_json_object_and_regex(client, model_name):

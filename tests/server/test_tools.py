@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-import jsonschema
 import pytest
 
 from sglang_lite.server.tools import parse_tool_calls, plan_tools
+from tests.json_validation import validate_with_formats
 from tests.server.conftest import assert_no_leaked_pages
 
 WEATHER = {"type": "function", "function": {
@@ -30,7 +30,7 @@ def _check_calls(calls, names=None):
     for call in calls:
         assert call.type == "function" and call.id.startswith("call_")
         assert names is None or call.function.name in names
-        jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+        validate_with_formats(json.loads(call.function.arguments), SCHEMAS[call.function.name])
 
 
 @pytest.mark.parametrize("temperature", [0, 0.9])
