@@ -125,16 +125,19 @@ def product(a: ByteDFA, b: ByteDFA, mode: str, budget: CompileBudget) -> ByteDFA
         ta = a.trans[sa]
         tb = b.trans[sb] if sb >= 0 else np.full(256, DEAD, dtype=np.int32)
         row = np.full(256, DEAD, dtype=np.int32)
-        for byte in np.nonzero(ta >= 0)[0].tolist():
-            nb = int(tb[byte])
-            if mode == "and" and nb < 0:
-                continue
-            key = (int(ta[byte]), nb)
+        live = (ta >= 0) & (tb >= 0) if mode == "and" else ta >= 0
+        # Few distinct successor pairs per row: look each up once, not once per byte.
+        pairs = ta[live].astype(np.int64) * (b.num_states + 1) + (tb[live].astype(np.int64) + 1)
+        uniq, inv = np.unique(pairs, return_inverse=True)
+        targets = np.empty(len(uniq), dtype=np.int32)
+        for u, pair in enumerate(uniq.tolist()):
+            key = (pair // (b.num_states + 1), pair % (b.num_states + 1) - 1)
             if key not in ids:
                 ids[key] = len(order)
                 order.append(key)
                 budget.check_dfa_states(len(order))
-            row[byte] = ids[key]
+            targets[u] = ids[key]
+        row[live] = targets[inv.reshape(-1)]
         rows.append(row)
         if len(rows) % 64 == 0:
             budget.check_time()
@@ -190,9 +193,11 @@ def _co_reachable(dfa: ByteDFA) -> np.ndarray:
     return alive
 
 
-def trim_and_minimize(dfa: ByteDFA) -> ByteDFA:
+def trim_and_minimize(dfa: ByteDFA, minimize: bool = True) -> ByteDFA:
     """Drop states that cannot reach acceptance (a token must never lead into a dead end),
-    then merge equivalent states (Moore refinement) so fewer states need token masks."""
+    then merge equivalent states (Moore refinement) so fewer states need token masks.
+    ``minimize=False`` only trims: refinement takes one round per counted character, which
+    for a long length bound costs more than the extra states do."""
     alive = _co_reachable(dfa)
     if not alive[0]:
         return ByteDFA(np.full((1, dfa.trans.shape[1]), DEAD, dtype=np.int32),
@@ -202,6 +207,8 @@ def trim_and_minimize(dfa: ByteDFA) -> ByteDFA:
     remap = np.full(dfa.num_states + 1, DEAD, dtype=np.int64)
     remap[keep] = np.arange(len(keep))
     sub = remap[trans[keep]]  # DEAD (-1) indexes the trailing DEAD entry
+    if not minimize:
+        return ByteDFA(sub.astype(np.int32), dfa.accept[keep].copy())
     # Bytes with identical columns behave the same everywhere: refine on one of each.
     # Columns dead in every state (most call symbols of a rule) are one class: skip them.
     live_cols = np.nonzero((sub >= 0).any(axis=0))[0]

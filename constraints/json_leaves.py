@@ -12,9 +12,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
 
+import numpy as np
+
 from .budget import CompileBudget
 from .errors import GrammarTooComplexError, UnsupportedSchemaError
-from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
+from .fsm import DEAD, ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .nfa import NFA, emit_alt, emit_bytes, emit_code_point_ranges, emit_repeat
 from .regex import regex_to_dfa, search_dfa
 
@@ -181,23 +183,47 @@ def _plain_run(chars, lo: int, hi: int | None, budget: CompileBudget) -> ByteDFA
     return trim_and_minimize(determinize(nfa, start, end, budget))
 
 
+_LENGTH_PRODUCT_STATES = 4_000
+
+
+def _counted_run(chars: ByteDFA, lo: int, hi: int) -> ByteDFA:
+    """``chars`` (one character, looped through state 0) repeated lo..hi times, built
+    directly: state n * k + q is state q of ``chars`` after starting n characters."""
+    k = chars.num_states
+    trans = np.full(((hi + 1) * k, 256), DEAD, dtype=np.int32)
+    for n in range(hi + 1):
+        step = chars.trans[:, :256].astype(np.int64)
+        nxt = np.where(step >= 0, step + n * k, DEAD)
+        if n < hi:
+            nxt[0] = np.where(step[0] >= 0, step[0] + (n + 1) * k, DEAD)
+            nxt[0] = np.where(step[0] == 0, (n + 1) * k, nxt[0])
+        else:
+            nxt[0] = DEAD
+        trans[n * k:(n + 1) * k] = nxt
+    accept = np.zeros((hi + 1) * k, dtype=bool)
+    accept[np.arange(lo, hi + 1) * k] = True
+    return ByteDFA(trans, accept)
+
+
 def _within_length(lang: ByteDFA, chars, lo: int, hi: int | None,
                    budget: CompileBudget) -> ByteDFA:
-    """``lang`` cut to lo..hi characters. A pattern's automaton times a long maxLength can
-    outgrow the budget (a 100-state pattern with maxLength 255); then the longest maximum
-    that fits is used instead: a valid subset, every string still within lo..hi."""
-    try:
-        return trim_and_minimize(product(lang, _plain_run(chars, lo, hi, budget), "and", budget))
-    except GrammarTooComplexError:
-        if hi is None:
-            raise
-        cut = min(hi - 1, budget.max_states // (4 * lang.num_states + 4))
-        if cut < max(lo, 1):
-            raise
-        short = trim_and_minimize(product(lang, _plain_run(chars, lo, cut, budget), "and", budget))
-        if short.is_empty():
-            raise
-        return short
+    """``lang`` cut to lo..hi characters. A pattern's automaton times a long maxLength would
+    outgrow any budget (a 100-state pattern with maxLength 4096), so past about
+    _LENGTH_PRODUCT_STATES states the longest maximum that fits is used instead: a valid
+    subset, every string still within lo..hi."""
+    fits = max(_LENGTH_PRODUCT_STATES // (lang.num_states + 1), 1)
+    cut = hi is not None and hi > fits
+    if cut:
+        if fits < max(lo, 1):
+            raise GrammarTooComplexError(
+                f"a pattern of {lang.num_states} states with minLength {lo} exceeds "
+                f"{_LENGTH_PRODUCT_STATES} states")
+        hi = fits
+    run = _counted_run(_plain_run(chars, 0, None, budget), lo, hi)
+    bounded = trim_and_minimize(product(lang, run, "and", budget), minimize=False)
+    if cut and bounded.is_empty():
+        raise GrammarTooComplexError(f"no string of the pattern has {lo}..{hi} characters")
+    return bounded
 
 
 @lru_cache(maxsize=256)
