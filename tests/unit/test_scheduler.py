@@ -171,3 +171,29 @@ def test_a_failure_retiring_a_request_ends_it_with_an_error(model_dir, where):
         assert again["meta_info"]["finish_reason"]["type"] == "length"
     finally:
         eng.shutdown()
+
+
+@pytest.mark.parametrize("policy,first", [("lpm", "cached"), ("fcfs", "fresh")])
+def test_schedule_policy_orders_admission(model_dir, policy, first):
+    # One running slot, busy: "fresh" (nothing cached) queues first, then "cached" (a prompt
+    # whose 64-token prefix is in the tree). LPM admits the cached one first, FCFS the fresh one.
+    eng = _engine(model_dir, max_running_requests=1, schedule_policy=policy)
+    shared = _ids(64, 5)
+    try:
+        eng.generate(input_ids=shared + _ids(4, 6), sampling_params={"max_new_tokens": 1})
+        admitted: list[str] = []
+        eng.scheduler.on_batch = lambda b: admitted.extend(
+            r.rid for r, n in zip(b.reqs, b.extend_lens) if n > 1 and r.rid not in admitted)
+        params = {"max_new_tokens": 4, "ignore_eos": True}
+        blocker = eng.generate(input_ids=_ids(8, 7), sampling_params={"max_new_tokens": 40, "ignore_eos": True},
+                               stream=True, rid="blocker")
+        next(blocker)  # running: the next two wait together
+        fresh = eng.generate(input_ids=_ids(80, 8), sampling_params=params, stream=True, rid="fresh")
+        cached = eng.generate(input_ids=shared + _ids(16, 9), sampling_params=params, stream=True, rid="cached")
+        outs = [list(s)[-1] for s in (blocker, fresh, cached)]
+        assert all(o["finished"] for o in outs)
+        assert outs[2]["meta_info"]["cached_tokens"] == 64
+        assert admitted == ["blocker", first, "cached" if first == "fresh" else "fresh"]
+        assert_no_leak(eng)
+    finally:
+        eng.shutdown()
