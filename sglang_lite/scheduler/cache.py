@@ -114,17 +114,26 @@ class KVCacheManager:
     def release(self, req: Req) -> None:
         """Return everything ``req`` holds (finished, retracted or aborted). Computed,
         page-aligned tokens go into the prefix cache; the rest is freed."""
-        own_from = req.num_cached_pages
         if self.radix is not None and req.kv_len >= self.page_size:
             aligned = req.kv_len // self.page_size * self.page_size
             self._insert_and_free_duplicates(req, req.fill_ids[:aligned], aligned)
-            own_from = aligned // self.page_size
-        self.allocator.free(req.pages[own_from:])
-        if self.radix is not None and req.cache_node is not None:
-            self.radix.dec_lock_ref(req.cache_node)
-        self.req_pool.free(req.req_pool_idx)
-        req.pages, req.kv_len, req.num_cached_pages = [], 0, 0
-        req.cache_node, req.req_pool_idx = None, None
+            req.num_cached_pages = aligned // self.page_size  # the tree owns those pages now
+        self.discard(req)
+
+    def discard(self, req: Req) -> None:
+        """Return what ``req`` still holds, caching nothing: the pages it owns, its lock,
+        its row. Each is cleared as it is returned, so after a release that raised part way
+        this frees the rest and nothing twice (the tree checks its arguments before it links
+        anything, so a failed insert leaves the pages the request's)."""
+        own, req.pages = req.pages[req.num_cached_pages:], []
+        req.kv_len, req.num_cached_pages = 0, 0
+        self.allocator.free(own)
+        node, req.cache_node = req.cache_node, None
+        if self.radix is not None and node is not None:
+            self.radix.dec_lock_ref(node)
+        row, req.req_pool_idx = req.req_pool_idx, None
+        if row is not None:
+            self.req_pool.free(row)
 
     def _insert_and_free_duplicates(self, req: Req, tokens: list[int], aligned: int) -> None:
         slots = self.slots_of(req, aligned)

@@ -118,6 +118,12 @@ class OutputProcessor:
             req.text += req.detok.flush()
         self._emit(req, final=True)
 
+    def fail(self, req: Req) -> None:
+        """The final chunk of a request whose normal finish raised: its reason and counts,
+        nothing new to decode (the detokenizer may be what broke)."""
+        req.finish_time = time.monotonic()
+        req.on_output({"text": "", "output_ids": [], "meta_info": self.meta_info(req), "finished": True})
+
     def _emit(self, req: Req, final: bool) -> None:
         text_end = len(req.text)
         if not final and req.sampling.stop:

@@ -81,11 +81,13 @@ class Scheduler:
             self.abort_one(req, message)
 
     def abort_one(self, req: Req, message: str) -> None:
+        reason = {"type": "abort", "message": message}
         if req in self.running:
-            self._drop_running(req)
-        elif req in self.waiting:
+            self._retire(req, reason)
+            return
+        if req in self.waiting:
             self.waiting.remove(req)
-        self._finish(req, {"type": "abort", "message": message})
+        self._finish(req, reason)
 
     # ---- the loop body ------------------------------------------------------------------
     def step(self) -> bool:
@@ -140,8 +142,7 @@ class Scheduler:
             req.kv_len += taken  # each taken token's input token now has k/v
             self.stats.num_generated_tokens += taken
             if reason is not None:
-                self._drop_running(req)
-                self._finish(req, reason)
+                self._retire(req, reason)
             else:
                 self.outputs.maybe_emit(req)
         self.stats.num_steps += steps
@@ -174,18 +175,41 @@ class Scheduler:
 
     def _retract(self, req: Req) -> None:
         log.debug("retracting %s at %d tokens", req.rid, req.seq_len)
-        self._drop_running(req)
+        try:
+            self._drop_running(req)
+        except Exception as e:  # it is in no queue now: end it here, or nobody will
+            log.exception("releasing %s for retraction failed", req.rid)
+            self._finish(req, _error_reason(e))
+            return
         req.status = ReqStatus.WAITING
         req.num_retractions += 1
         self.stats.num_retractions += 1
         self.waiting.appendleft(req)
         self.new_token_ratio = min(1.0, self.new_token_ratio + 0.1)
 
+    def _retire(self, req: Req, reason: dict) -> None:
+        """Release a finished (or aborted) running request, then deliver its last output.
+        Once out of the running set it is in no list ``abort_all`` searches, so a failure in
+        either step ends the request here, with an error, after freeing what it holds."""
+        try:
+            self._drop_running(req)
+        except Exception as e:
+            log.exception("releasing %s failed", req.rid)
+            reason = _error_reason(e)
+        self._finish(req, reason)
+
     def _drop_running(self, req: Req) -> None:
-        self.running.remove(req)
-        if req is self.chunked:
-            self.chunked = None
-        self.cache.release(req)
+        """Return ``req``'s KV, then take it out of the running set. A release that raises
+        still frees what it had not returned (``cache.discard``) before the error goes up."""
+        try:
+            self.cache.release(req)
+        except Exception:
+            self.cache.discard(req)
+            raise
+        finally:
+            self.running.remove(req)
+            if req is self.chunked:
+                self.chunked = None
 
     def _admit(self, budget: int, committed: int) -> list[tuple[Req, int]]:
         """Pick prefill work for this step: the in-progress chunk first, then new requests.
@@ -275,8 +299,7 @@ class Scheduler:
             if req is self.chunked:
                 self.chunked = None
             if req.sampling.max_new_tokens == 0:  # prefill only (scoring, e.g. select)
-                self._drop_running(req)
-                self._finish(req, {"type": "length", "length": 0})
+                self._retire(req, {"type": "length", "length": 0})
                 continue
             ready_rows.append(i)
             ready.append(req)
@@ -293,8 +316,7 @@ class Scheduler:
             else:
                 reason = self._append_constrained(req, out.next_ids[j], lp, top)
             if reason is not None:
-                self._drop_running(req)
-                self._finish(req, reason)
+                self._retire(req, reason)
             else:
                 self.outputs.maybe_emit(req)
         self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002)
@@ -322,10 +344,21 @@ class Scheduler:
         return reason
 
     def _finish(self, req: Req, reason: dict) -> None:
+        """Hand ``req`` its final chunk. Its KV is already released, so if building or
+        delivering that chunk fails the request still ends, with an error chunk."""
         req.status = ReqStatus.FINISHED
-        req.finished_reason = reason
+        try:
+            req.finished_reason = reason
+            self.outputs.finish(req)
+        except Exception as e:
+            log.exception("finishing %s failed", req.rid)
+            reason = req.finished_reason = _error_reason(e)
+            self.outputs.fail(req)
         if reason["type"] == "abort":
             self.stats.num_aborted += 1
         else:
             self.stats.num_finished += 1
-        self.outputs.finish(req)
+
+
+def _error_reason(e: Exception) -> dict:
+    return {"type": "abort", "message": f"engine error: {type(e).__name__}: {e}"}

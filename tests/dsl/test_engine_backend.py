@@ -18,6 +18,7 @@ from frontend_dsl import (
     user,
 )
 
+PAGE = 16  # the engine's default page size
 PREFIX = ("You are a sentiment classifier. Read the review and answer with one word: positive "
           "or negative. Reviews that praise the product are positive; complaints are negative.\n")
 
@@ -54,62 +55,104 @@ def test_roles_use_the_chat_template(engine_backend, engine):
     assert direct["text"] == state["c"]
 
 
-def _direct_scores(engine, prefix, choices):
-    """Mean logprob of each choice's tokens, computed straight through the engine."""
+def _direct_token_logprobs(engine, prefix, choices, unconditional=False):
+    """Each choice's token logprobs straight from the engine (prefill-only requests): given
+    the prefix, or (unconditional) given nothing but the choice's own earlier tokens."""
     prefix_ids = engine.tokenize(prefix)
-    scores = []
+    out = []
     for c in choices:
         ids = engine.tokenize(prefix + c)
         k = next(i for i, (a, b) in enumerate(zip(prefix_ids + [None], ids)) if a != b)
-        out = engine.generate(input_ids=ids, sampling_params={"max_new_tokens": 0},
-                              return_logprob=True, logprob_start_len=k)
-        lps = [lp for lp, _, _ in out["meta_info"]["input_token_logprobs"]]
-        assert len(lps) == len(ids) - k
-        scores.append(sum(lps) / len(lps))
-    return scores
+        ids, start = (ids[k:], 0) if unconditional else (ids, k)
+        meta = engine.generate(input_ids=ids, sampling_params={"max_new_tokens": 0},
+                               return_logprob=True, logprob_start_len=start)["meta_info"]
+        lps = [lp for lp, _, _ in meta["input_token_logprobs"]]
+        assert len(lps) == len(ids) - start
+        out.append([lp or 0.0 for lp in lps])  # the first token alone has no logprob: 0
+    return out
+
+
+def _direct_scores(engine, prefix, choices):
+    """Mean logprob of each choice's tokens, computed straight through the engine."""
+    return [sum(lps) / len(lps) for lps in _direct_token_logprobs(engine, prefix, choices)]
+
+
+def _argmax(xs):
+    return max(range(len(xs)), key=xs.__getitem__)
+
+
+# The winner is listed last: a select that picks the first (or the worst) choice is wrong.
+REVIEW = "Review: I love this blender, it works perfectly.\nSentiment:"
+CHOICES = [" neutral and unsure", " negative", " positive"]
 
 
 def test_select_agrees_with_engine_logprobs(engine_backend, engine):
-    choices = ["positive", "negative", "neutral and unsure"]
-    review = "Review: I love this blender, it works perfectly.\nSentiment:"
-
     @function
     def classify(s):
-        s += PREFIX + review
-        s += select("label", choices=[" " + c for c in choices])
+        s += PREFIX + REVIEW
+        s += select("label", choices=CHOICES)
 
     state = classify.run(backend=engine_backend)
-    expected = _direct_scores(engine, PREFIX + review, [" " + c for c in choices])
+    expected = _direct_scores(engine, PREFIX + REVIEW, CHOICES)
     got = state.get_meta_info("label")["normalized_prompt_logprobs"]
     assert got == pytest.approx(expected, abs=1e-3)
-    assert state["label"] == " " + choices[max(range(3), key=expected.__getitem__)]
-    assert state.text().endswith(state["label"])
+    assert _argmax(expected) == 2 and state["label"] == " positive"
+    assert state.text() == PREFIX + REVIEW + " positive"
 
 
-@pytest.mark.parametrize("method", ["greedy_token_selection", "unconditional_likelihood_normalized"])
-def test_select_methods(engine_backend, method):
+def test_select_greedy_token_selection_compares_token_by_token(engine_backend, engine):
     @function
     def prog(s):
-        s += "Q: Is fire hot or cold?\nA: It is"
-        s += select("a", choices=[" hot", " cold"], choices_method=method)
+        s += PREFIX + REVIEW
+        s += select("label", choices=CHOICES, choices_method="greedy_token_selection")
 
     state = prog.run(backend=engine_backend)
-    assert state["a"] in (" hot", " cold")
-    meta = state.get_meta_info("a")
-    if method == "unconditional_likelihood_normalized":
-        assert len(meta["unconditional_token_logprobs"]) == 2
+    direct = _direct_token_logprobs(engine, PREFIX + REVIEW, CHOICES)
+    meta = state.get_meta_info("label")
+    assert len(meta["input_token_logprobs"]) == 3
+    for got, want in zip(meta["input_token_logprobs"], direct):
+        assert got == pytest.approx(want, abs=1e-3)
+    # The first tokens already differ, so the most likely first token decides.
+    firsts = [lps[0] for lps in direct]
+    assert _argmax(firsts) == 2 and state["label"] == CHOICES[2]
 
 
-def test_gen_with_choices_is_select(engine_backend):
+def test_select_unconditional_likelihood_normalized(engine_backend, engine):
+    @function
+    def prog(s):
+        s += PREFIX + REVIEW
+        s += select("label", choices=CHOICES, choices_method="unconditional_likelihood_normalized")
+
+    state = prog.run(backend=engine_backend)
+    cond = _direct_token_logprobs(engine, PREFIX + REVIEW, CHOICES)
+    uncond = _direct_token_logprobs(engine, PREFIX + REVIEW, CHOICES, unconditional=True)
+    expected = [sum(c - u for c, u in zip(cl, ul)) / len(cl) for cl, ul in zip(cond, uncond)]
+    meta = state.get_meta_info("label")
+    assert meta["normalized_prompt_logprobs"] == pytest.approx(expected, abs=1e-3)
+    for got, want in zip(meta["unconditional_token_logprobs"], uncond):
+        assert got == pytest.approx(want, abs=1e-3)
+    assert _argmax(expected) == 2 and state["label"] == CHOICES[2]
+
+
+def test_gen_with_choices_is_select(engine_backend, engine):
+    choices = [" sideways", " down"]
+
     @function
     def prog(s):
         s += "The opposite of up is"
-        s += gen("x", choices=[" down", " sideways"])
+        s += gen("x", choices=choices)
 
-    assert prog.run(backend=engine_backend)["x"] in (" down", " sideways")
+    state = prog.run(backend=engine_backend)
+    expected = _direct_scores(engine, "The opposite of up is", choices)
+    assert state.get_meta_info("x")["normalized_prompt_logprobs"] == pytest.approx(expected, abs=1e-3)
+    assert _argmax(expected) == 1 and state["x"] == " down"
 
 
-def test_second_run_reports_cached_tokens(engine_backend):
+def _common_len(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def test_second_run_reports_cached_tokens(engine_backend, engine):
     @function
     def prog(s, topic):
         s += PREFIX * 2 + f"Topic: {topic}\n"
@@ -118,9 +161,13 @@ def test_second_run_reports_cached_tokens(engine_backend):
     engine_backend.flush_cache()
     first = prog.run(topic="tea", backend=engine_backend)
     second = prog.run(topic="tea", backend=engine_backend)
-    assert second.meta["cached_tokens"] > first.meta["cached_tokens"]
-    assert second.meta["cache_hit_rate"] > 0.8
-    assert second.get_meta_info("x")["cached_tokens"] >= second.meta["prompt_tokens"] - 16
+    prompt = len(engine.tokenize(PREFIX * 2 + "Topic: tea\n"))
+    assert first.meta["prompt_tokens"] == second.meta["prompt_tokens"] == prompt
+    assert first.meta["cached_tokens"] == 0
+    # Every whole page of the prompt but the one holding its last token (which is computed).
+    want = (prompt - 1) // PAGE * PAGE
+    assert second.get_meta_info("x")["cached_tokens"] == second.meta["cached_tokens"] == want
+    assert second.meta["cache_hit_rate"] == want / prompt
 
 
 def test_fork_prefills_shared_prefix_once(engine_backend, engine):
@@ -135,12 +182,15 @@ def test_fork_prefills_shared_prefix_once(engine_backend, engine):
 
     engine_backend.flush_cache()
     state = tree.run(backend=engine_backend)
-    shared = len(engine.tokenize(PREFIX * 2 + "Four different one-word fruit names:\n"))
+    shared = engine.tokenize(PREFIX * 2 + "Four different one-word fruit names:\n")
     assert isinstance(state["fruit"], list) and len(state["fruit"]) == 4
     # 5 requests: the prefill of the shared prefix, then one per branch.
     assert state.meta["num_requests"] == 5
-    for f in tree_forks(state):
-        assert f["cached_tokens"] >= shared // 16 * 16
+    assert state._metas[0]["cached_tokens"] == 0
+    for i, f in enumerate(tree_forks(state)):
+        branch = engine.tokenize(PREFIX * 2 + f"Four different one-word fruit names:\n{i + 1}.")
+        # The prefill left the shared prefix's whole pages in the tree; each branch reuses them all.
+        assert f["cached_tokens"] == _common_len(branch, shared) // PAGE * PAGE > 0
 
 
 def tree_forks(state):
@@ -209,7 +259,7 @@ def test_stream_yields_the_text(engine_backend):
     assert run["x"] and run["x"] in run.text()
 
 
-def test_run_batch_caches_constant_prefix_and_isolates_failures(engine_backend):
+def test_run_batch_caches_constant_prefix_and_isolates_failures(engine_backend, engine):
     @function
     def prog(s, review, pattern):
         s += PREFIX * 2
@@ -228,8 +278,12 @@ def test_run_batch_caches_constant_prefix_and_isolates_failures(engine_backend):
     assert 'gen("label")' in str(err) and "test_engine_backend.py" in str(err)
     with pytest.raises(ProgramError):
         states[1]["label"]
-    # The constant prefix was prefilled before the batch, so every program hit it.
-    assert all(s.meta["cached_tokens"] >= 32 for s in (states[0], states[2]))
+    # The constant prefix was prefilled before the batch, so every program hit all its whole
+    # pages (the reviews part ways before the next page ends).
+    constant = engine.tokenize(PREFIX * 2)
+    prompts = [engine.tokenize(PREFIX * 2 + f"Review: {b['review']}\nSentiment:") for b in batch]
+    assert _common_len(prompts[0], prompts[2]) // PAGE == len(constant) // PAGE
+    assert [s.meta["cached_tokens"] for s in (states[0], states[2])] == [len(constant) // PAGE * PAGE] * 2
 
 
 def test_errors_name_the_variable(engine_backend):

@@ -107,15 +107,49 @@ def test_multi_turn_roles_and_cache(backend):
     assert second.meta["cached_tokens"] > first.meta["cached_tokens"]
 
 
-def test_select(backend):
+def _http_scores(server_url, backend, prefix, choices):
+    """Mean logprob of each choice's tokens after ``prefix``, from /generate directly."""
+    prefix_ids = backend.tokenize(prefix)
+    scores = []
+    for c in choices:
+        ids = backend.tokenize(prefix + c)
+        k = next(i for i, (a, b) in enumerate(zip(prefix_ids + [None], ids)) if a != b)
+        meta = httpx.post(f"{server_url}/generate", timeout=120, json={
+            "input_ids": ids, "return_logprob": True, "logprob_start_len": k,
+            "sampling_params": {"max_new_tokens": 0}}).json()["meta_info"]
+        lps = [lp for lp, _, _ in meta["input_token_logprobs"]]
+        assert len(lps) == len(ids) - k
+        scores.append(sum(lps) / len(lps))
+    return scores
+
+
+def test_select(backend, server_url):
+    choices = [" negative", " positive"]  # the winner second: picking the first one is wrong
+
     @function
     def classify(s, review):
         s += PREFIX + f"Review: {review}\nSentiment:"
-        s += select("label", choices=[" positive", " negative"])
+        s += select("label", choices=choices)
 
     state = classify.run(review="I love it, works perfectly.", backend=backend)
-    assert state["label"] in (" positive", " negative")
-    assert len(state.get_meta_info("label")["normalized_prompt_logprobs"]) == 2
+    expected = _http_scores(server_url, backend, PREFIX + "Review: I love it, works perfectly.\nSentiment:",
+                            choices)
+    assert state.get_meta_info("label")["normalized_prompt_logprobs"] == pytest.approx(expected, abs=1e-3)
+    assert expected[1] > expected[0] and state["label"] == " positive"
+
+
+def test_gen_with_choices_over_http(backend, server_url):
+    choices = [" sideways", " down"]
+
+    @function
+    def prog(s):
+        s += "The opposite of up is"
+        s += gen("x", choices=choices)
+
+    state = prog.run(backend=backend)
+    expected = _http_scores(server_url, backend, "The opposite of up is", choices)
+    assert state.get_meta_info("x")["normalized_prompt_logprobs"] == pytest.approx(expected, abs=1e-3)
+    assert expected[1] > expected[0] and state["x"] == " down"
 
 
 def test_fork_branches_hit_the_shared_prefix(backend):
@@ -130,7 +164,11 @@ def test_fork_branches_hit_the_shared_prefix(backend):
 
     state = tree.run(backend=backend)
     assert len(state["fruit"]) == 4
-    assert all(m["cached_tokens"] >= 48 for m in state._metas[1:])
+    shared = backend.tokenize(PREFIX * 2 + "Four one-word fruit names:\n")
+    for i, meta in enumerate(state._metas[1:]):
+        branch = backend.tokenize(PREFIX * 2 + f"Four one-word fruit names:\n{i + 1}.")
+        common = next(j for j, (a, b) in enumerate(zip(branch, shared + [None])) if a != b)
+        assert meta["cached_tokens"] == common // 16 * 16 > 0  # every whole page of the shared prefix
 
 
 def test_run_batch_and_stream(backend):

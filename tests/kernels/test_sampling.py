@@ -173,13 +173,21 @@ def test_inverse_cdf_never_picks_a_zero_weight_column():
     assert cols[2].item() == 1024
 
 
-def test_top_p_needs_more_than_the_first_candidate_block():
-    # A flat distribution: the top-p set (~90% of 5000 tokens) does not fit the first top-K.
-    logits = torch.zeros(2, 5000)
-    ids = sample_ref(logits, **_params(2, temp=1.0, top_p=0.9))
-    assert ((ids >= 0) & (ids < 5000)).all()
-    race = sample_race_ref(logits, **_params(2, temp=1.0, top_p=0.9))
-    assert ((race >= 0) & (race < 5000)).all()
+@pytest.mark.parametrize("sampler", [sample_ref, sample_race_ref])
+def test_top_p_needs_more_than_the_first_candidate_block(sampler):
+    # A slowly decaying distribution over 5000 tokens (shuffled): top_p 0.8 keeps its 1583
+    # likeliest tokens, more than the largest partial top-K (1024) holds, and drops 20% of
+    # the mass. Draws stay in the kept set, and reach its part beyond the first 1024.
+    vocab, draws = 5000, 3000
+    rank = torch.randperm(vocab, generator=torch.Generator().manual_seed(6))  # rank of each token
+    logits = -0.001 * rank.float()
+    kept = _expected_law(logits, 1.0, 0, 0.8, 0.0) > 0
+    assert int(kept.sum()) == 1583
+    params = _params(draws, temp=1.0, top_p=0.8, seed=13)
+    ids = sampler(logits.expand(draws, -1), **params)
+    assert kept[ids].all()
+    beyond = (rank[ids] >= 1024).float().mean().item()
+    assert 0.15 < beyond < 0.23  # 19% of the kept mass lies past rank 1024
 
 
 def test_launcher_rejects_bad_arguments():

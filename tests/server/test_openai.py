@@ -4,11 +4,12 @@ stop, logprobs, usage, structured outputs; plus the SGLang-native routes."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from tests.json_validation import validate_with_formats
-from tests.server.conftest import assert_no_leaked_pages, scrape
+from tests.server.conftest import assert_no_leaked_pages, scrape, wait_idle
 
 PROMPT = "The capital of France is"
 CHAT = [{"role": "user", "content": "Name three colors."}]
@@ -20,15 +21,22 @@ def test_models(client, model_name):
     assert client.models.retrieve(model_name).id == model_name
 
 
-def test_completion_usage_and_text(client, engine, model_name):
+def _flush(http) -> None:
+    wait_idle(http)
+    assert http.post("/flush_cache").status_code == 200
+
+
+def test_completion_usage_and_text(client, engine, http, model_name):
+    _flush(http)
     r = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=5, temperature=0)
+    direct = engine.generate(PROMPT, {"max_new_tokens": 5, "temperature": 0})
     assert r.object == "text_completion" and len(r.choices) == 1
-    assert r.choices[0].finish_reason in ("length", "stop")
+    assert r.choices[0].text == direct["text"] != ""
+    assert r.choices[0].finish_reason == direct["meta_info"]["finish_reason"]["type"]
     assert r.usage.prompt_tokens == len(engine.tokenize(PROMPT))
-    assert r.usage.completion_tokens == 5 if r.choices[0].finish_reason == "length" else True
+    assert r.usage.completion_tokens == len(direct["output_ids"])
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
-    assert r.usage.prompt_tokens_details.cached_tokens >= 0
-    assert r.choices[0].text
+    assert r.usage.prompt_tokens_details.cached_tokens == 0  # the cache was empty
 
 
 def test_completion_stream_matches_non_stream(client, model_name):
@@ -62,6 +70,31 @@ def test_chat_max_completion_tokens_and_sampling_fields(client, model_name):
         seed=7, frequency_penalty=0.5, presence_penalty=0.5,
         extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1, "ignore_eos": True})
     assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
+
+
+REPETITIVE = "Repeat after me: go go go go go go go go go go"
+
+
+@pytest.mark.parametrize("field,value,greedy", [
+    ("top_k", 1, True), ("top_p", 1e-6, True), ("min_p", 0.9999, True),
+    ("frequency_penalty", 2.0, False), ("presence_penalty", 2.0, False), ("repetition_penalty", 1.9, False)])
+def test_each_sampling_field_reaches_the_engine(client, engine, model_name, field, value, greedy):
+    # top_k 1, a tiny top_p and a min_p near 1 keep only the likeliest token: a seeded
+    # temperature-1 draw turns greedy. A penalty changes a repetitive greedy output. Either
+    # way the server's text is what the engine makes of the same setting.
+    temperature = 1.0 if greedy else 0.0
+    params = {"max_new_tokens": 12, "ignore_eos": True, "temperature": temperature, "seed": 3}
+    base = engine.generate(REPETITIVE, params)["text"]
+    plain_greedy = engine.generate(REPETITIVE, {**params, "temperature": 0})["text"]
+    assert (base != plain_greedy) if greedy else (base == plain_greedy)  # the setting has work to do
+    extra = {"ignore_eos": True}
+    kw = {field: value} if field in ("top_p", "frequency_penalty", "presence_penalty") else {}
+    extra.update({} if kw else {field: value})
+    r = client.completions.create(model=model_name, prompt=REPETITIVE, max_tokens=12, temperature=temperature,
+                                  seed=3, extra_body=extra, **kw)
+    want = engine.generate(REPETITIVE, {**params, field: value})["text"]
+    assert r.choices[0].text == want
+    assert (want == plain_greedy) if greedy else (want != plain_greedy)
 
 
 def test_logit_bias_bans_and_forces(client, engine, model_name):
@@ -164,11 +197,16 @@ def test_chat_logprobs_stream_and_not(client, model_name):
     assert [e.token for e in streamed] == [c.token for c in content]
 
 
-def test_cached_tokens_on_repeat(client, model_name):
+def test_cached_tokens_on_repeat(client, engine, http, model_name):
     prompt = "You are a helpful assistant. " * 8 + "Answer briefly: what is two plus two?"
-    client.completions.create(model=model_name, prompt=prompt, max_tokens=2, temperature=0)
+    _flush(http)
+    first = client.completions.create(model=model_name, prompt=prompt, max_tokens=2, temperature=0)
     r = client.completions.create(model=model_name, prompt=prompt, max_tokens=2, temperature=0)
-    assert r.usage.prompt_tokens_details.cached_tokens >= 16
+    n = len(engine.tokenize(prompt))
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    # Every whole page of the prompt but the one holding its last token (which is computed).
+    page = engine.config.page_size
+    assert r.usage.prompt_tokens_details.cached_tokens == (n - 1) // page * page > 0
 
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
@@ -194,7 +232,7 @@ def test_response_format_json_object_and_regex(client, model_name):
     assert isinstance(json.loads(r.choices[0].message.content), dict)
     r = client.completions.create(model=model_name, prompt="Phone: ", max_tokens=16, temperature=0,
                                   extra_body={"regex": r"[0-9]{3}-[0-9]{4}"})
-    assert r.choices[0].text[:8].count("-") == 1 and len(r.choices[0].text) == 8
+    assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", r.choices[0].text) and r.choices[0].finish_reason == "stop"
 
 
 def test_parse_into_a_pydantic_model(client, model_name):

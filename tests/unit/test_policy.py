@@ -100,12 +100,19 @@ def test_empty_queue():
     assert order_waiting([], _cache_with(), now=0.0) == []
 
 
-def test_schedule_policy_holds_validated_settings():
+def test_schedule_policy_applies_each_setting():
     cache = _cache_with(SYSTEM, OTHER)
-    policy = SchedulePolicy(lpm_threshold=4, max_wait_s=1.0)
-    assert policy(_queue(), cache, now=4.0) == order_waiting(
-        _queue(), cache, now=4.0, lpm_threshold=4, max_wait_s=1.0
-    )
+    lpm = ["long-early", "long", "short", "mid-page", "none"]
+    assert _names(SchedulePolicy()(_queue(), cache, now=4.0)) == lpm
+    # A threshold below the queue length alone turns the order into FCFS.
+    assert _names(SchedulePolicy(lpm_threshold=4)(_queue(), cache, now=4.0)) == [
+        "mid-page", "long-early", "none", "short", "long"]
+    # A wait bound alone: the three waiting longer than 2.5 s go first, the rest by match.
+    assert _names(SchedulePolicy(max_wait_s=2.5)(_queue(), cache, now=4.0)) == [
+        "mid-page", "long-early", "none", "long", "short"]
+
+
+def test_schedule_policy_rejects_bad_settings():
     with pytest.raises(ValueError, match="lpm_threshold"):
         SchedulePolicy(lpm_threshold=-1)
     with pytest.raises(ValueError, match="max_wait_s"):

@@ -53,7 +53,30 @@ def test_auto_dtype_on_cpu_follows_native_bf16(monkeypatch):
         monkeypatch.setattr(config, "native_cpu_bf16", lambda native=native: native)
         assert EngineConfig.create(device="cpu").dtype == dtype
         assert EngineConfig.create(device="cpu", dtype="float32").dtype == "float32"
-    assert isinstance(native_cpu_bf16(), bool)  # the real probe (imported before the session patch)
+
+
+@pytest.mark.parametrize("cpuinfo, native", [
+    ("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n", True),
+    ("flags\t\t: fpu sse2 avx2 amx_tile amx_bf16\n", True),
+    ("Features\t: fp asimd bf16 i8mm\n", True),  # Arm
+    ("flags\t\t: fpu sse2 avx2 fma avx512f\n", False),  # AVX-512 without its bf16 part
+    (None, False),  # no /proc/cpuinfo (not Linux)
+])
+def test_native_bf16_probe_reads_the_cpu_flags(monkeypatch, cpuinfo, native):
+    import sglang_lite.config as config
+
+    class FakePath:  # the real probe (imported before the session patch), on a given cpuinfo
+        def __init__(self, path):
+            assert path == "/proc/cpuinfo"
+
+        def read_text(self):
+            if cpuinfo is None:
+                raise FileNotFoundError("/proc/cpuinfo")
+            return cpuinfo
+
+    monkeypatch.setattr(config, "Path", FakePath)
+    probe = native_cpu_bf16.__wrapped__  # past its cache: the answer for this machine
+    assert probe() is native
 
 
 def test_engine_config_resolves_auto_and_rejects_unknown_options():

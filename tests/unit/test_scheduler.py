@@ -4,6 +4,7 @@ paths, milliseconds per step)."""
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 
@@ -114,4 +115,85 @@ def test_queue_bound_rejects_with_a_clear_error(model_dir):
     finally:
         for s in streams:
             s.close()
+        eng.shutdown()
+
+
+def _generate_within(eng: Engine, timeout: float, **kwargs):
+    """generate() on a thread: a request that never ends fails the test instead of hanging it."""
+    box: list = []
+    thread = threading.Thread(target=lambda: box.append(eng.generate(**kwargs)), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert box, f"a request did not end within {timeout} s"
+    return box[0]
+
+
+def _inject_failure(eng: Engine, where: str, victim: list[int]) -> None:
+    """Make retiring the request whose prompt is ``victim`` raise, at ``where``."""
+    def is_victim(ids: list[int]) -> bool:
+        return ids[: len(victim)] == victim
+
+    def fail_for(real, ids_of):
+        def wrapper(*args):
+            if is_victim(ids_of(*args)):
+                raise RuntimeError("injected failure")
+            return real(*args)
+        return wrapper
+
+    if where == "release":
+        eng.cache.release = fail_for(eng.cache.release, lambda req: req.origin_input_ids)
+    elif where == "radix_insert":  # the finished request's tokens, not its prompt's first chunk
+        eng.cache.radix.insert = fail_for(
+            eng.cache.radix.insert, lambda tokens, slots: tokens if len(tokens) > len(victim) else [])
+    else:
+        eng.scheduler.outputs.finish = fail_for(eng.scheduler.outputs.finish, lambda req: req.origin_input_ids)
+
+
+@pytest.mark.parametrize("where", ["release", "radix_insert", "finish"])
+def test_a_failure_retiring_a_request_ends_it_with_an_error(model_dir, where):
+    eng = _engine(model_dir)
+    victim, bystander = _ids(40, 0), _ids(40, 1)
+    params = {"max_new_tokens": 30, "ignore_eos": True, "temperature": 0}
+    try:
+        reference = eng.generate(input_ids=bystander, sampling_params=params)["output_ids"]
+        assert eng.flush_cache()
+        _inject_failure(eng, where, victim)
+        failed, ok = _generate_within(eng, 20, input_ids=[victim, bystander], sampling_params=params)
+        assert failed["meta_info"]["finish_reason"] == {
+            "type": "abort", "message": "engine error: RuntimeError: injected failure"}
+        # Only the request that failed ends: the one retired in the same step is untouched.
+        assert ok["meta_info"]["finish_reason"] == {"type": "length", "length": 30}
+        assert ok["output_ids"] == reference
+        for obj, name in ((eng.cache, "release"), (eng.cache.radix, "insert"), (eng.scheduler.outputs, "finish")):
+            vars(obj).pop(name, None)  # the real methods again
+        assert_no_leak(eng)
+        again = _generate_within(eng, 20, input_ids=victim, sampling_params=params)
+        assert again["meta_info"]["finish_reason"]["type"] == "length"
+    finally:
+        eng.shutdown()
+
+
+@pytest.mark.parametrize("policy,first", [("lpm", "cached"), ("fcfs", "fresh")])
+def test_schedule_policy_orders_admission(model_dir, policy, first):
+    # One running slot, busy: "fresh" (nothing cached) queues first, then "cached" (a prompt
+    # whose 64-token prefix is in the tree). LPM admits the cached one first, FCFS the fresh one.
+    eng = _engine(model_dir, max_running_requests=1, schedule_policy=policy)
+    shared = _ids(64, 5)
+    try:
+        eng.generate(input_ids=shared + _ids(4, 6), sampling_params={"max_new_tokens": 1})
+        admitted: list[str] = []
+        eng.scheduler.on_batch = lambda b: admitted.extend(
+            r.rid for r, n in zip(b.reqs, b.extend_lens) if n > 1 and r.rid not in admitted)
+        params = {"max_new_tokens": 4, "ignore_eos": True}
+        blocker = eng.generate(input_ids=_ids(8, 7), sampling_params={"max_new_tokens": 40, "ignore_eos": True},
+                               stream=True, rid="blocker")
+        next(blocker)  # running: the next two wait together
+        fresh = eng.generate(input_ids=_ids(80, 8), sampling_params=params, stream=True, rid="fresh")
+        cached = eng.generate(input_ids=shared + _ids(16, 9), sampling_params=params, stream=True, rid="cached")
+        outs = [list(s)[-1] for s in (blocker, fresh, cached)]
+        assert all(o["finished"] for o in outs)
+        assert outs[2]["meta_info"]["cached_tokens"] == 64
+        assert admitted == ["blocker", first, "cached" if first == "fresh" else "fresh"]
+        assert_no_leak(eng)
+    finally:
         eng.shutdown()
