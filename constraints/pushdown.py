@@ -11,6 +11,7 @@ to the callee or to the caller, keeps several alive).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,8 @@ from .vocab import TokenizerInfo
 Config = tuple[tuple[int, ...], int]  # (return states, bottom first; current global state)
 State = frozenset  # of Config
 MAX_CONFIGS = 64  # parses of one prefix kept alive (see _step)
+_TRIE_BRANCHING = 24  # bytes allowed next above which a trie walk goes vectorized
+_TRIE_MIN_RUN = 8  # tokens left in a run below which it does too
 
 
 class PushdownAutomaton(TokenAutomaton):
@@ -58,6 +61,8 @@ class PushdownAutomaton(TokenAutomaton):
         self._closures: dict[State, frozenset[Config]] = {}
         self._steps: dict[tuple[State, int], State | None] = {}
         self._forced: dict[State, bytes] = {}
+        self._bytes_after: dict[State, list[int]] = {}
+        self._depths: dict[State, int] = {}
         # g -> [(stack suffix the walk read, token ids)]: a deeper stack with the same suffix
         # has the same tokens, so masks do not go cold with every level of nesting.
         self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray]]] = {}
@@ -202,10 +207,81 @@ class PushdownAutomaton(TokenAutomaton):
         if k >= 0:
             row, lowest = self._leaf_config_row(config, k)
         else:
-            ids, lowest = _walk(self, self._config_closure(config))
+            ids, lowest = self._trie_walk(config)
             row = pack_token_ids(ids, self.info.vocab_size)
         known.append((below[min(lowest, len(below)):], row))
         return row, min(lowest, len(below))
+
+    def _trie_walk(self, config: Config) -> tuple[np.ndarray, int]:
+        """Tokens allowed from a structural configuration, found by walking the sorted
+        vocabulary as a trie: while few bytes may come next (keys, punctuation) each byte
+        narrows the run of tokens with that prefix by bisection, through the automaton's
+        cached byte steps; where many may (a value's start, a string body) the tokens left
+        in the run are walked together, vectorized, from there on."""
+        tokens, ids, positions = self.info.layout.lexicographic()
+        found: list[np.ndarray] = []
+        lowest = len(config[0])
+        todo = [(frozenset([config]), b"", 0, len(tokens))]
+        while todo:
+            state, prefix, lo, hi = todo.pop()
+            closure = self._closure(state)
+            lowest = min(lowest, self._depth(state))
+            if prefix and tokens[lo] == prefix:  # the prefix itself is a token: it ends here
+                found.append(ids[lo:lo + 1])
+                lo += 1
+            if lo >= hi:
+                continue
+            if hi - lo < _TRIE_MIN_RUN:  # a few tokens left: step each through the cache
+                keep = []
+                for i in range(lo, hi):
+                    alive, depth = self._ends_alive(state, tokens[i][len(prefix):])
+                    lowest = min(lowest, depth)
+                    if alive:
+                        keep.append(i)
+                found.append(ids[keep])
+                continue
+            allowed = self._next_bytes(state, closure)
+            if len(allowed) > _TRIE_BRANCHING:
+                more, low = _walk(self, closure, positions[lo:hi],
+                                  np.full(hi - lo, len(prefix), dtype=np.int64))
+                found.append(more)
+                lowest = min(lowest, low)
+                continue
+            for b in allowed:
+                nxt = self._step(state, b)
+                if nxt is None:
+                    continue
+                key = prefix + bytes([b])
+                start = bisect_left(tokens, key, lo, hi)
+                end = bisect_left(tokens, prefix + bytes([b + 1]), start, hi) if b < 255 else hi
+                if start < end:
+                    todo.append((nxt, key, start, end))
+        if not found:
+            return np.zeros(0, dtype=np.int64), lowest
+        return np.unique(np.concatenate(found)), lowest
+
+    def _next_bytes(self, state: State, closure) -> list[int]:
+        out = self._bytes_after.get(state)
+        if out is None:
+            rows = self._trans[[g for _, g in closure]]
+            out = self._bytes_after[state] = np.nonzero((rows >= 0).any(axis=0))[0].tolist()
+        return out
+
+    def _ends_alive(self, state: State, rest: bytes) -> tuple[bool, int]:
+        """Whether ``rest`` can follow ``state``, and the shallowest stack it looked at."""
+        depth = self._depth(state)
+        for b in rest:
+            state = self._step(state, b)
+            if state is None:
+                return False, depth
+            depth = min(depth, self._depth(state))
+        return True, depth
+
+    def _depth(self, state: State) -> int:
+        out = self._depths.get(state)
+        if out is None:
+            out = self._depths[state] = min(len(c[0]) for c in self._closure(state))
+        return out
 
     def _count_buckets(self, stack: tuple[int, ...], g: int) -> tuple[int, int]:
         """(characters still needed, characters still allowed), clamped to one token's reach."""

@@ -41,6 +41,17 @@ class VocabLayout:
     columns: np.ndarray  # [max_len, N] uint8; columns[j, i] = byte j of token i (0 padded)
     by_first_byte: np.ndarray  # [N] positions grouped by first byte (ascending within a group)
     first_byte_starts: np.ndarray  # [257] group b is by_first_byte[starts[b]:starts[b + 1]]
+    _lex: tuple | None = None
+
+    def lexicographic(self) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+        """(token bytes sorted, their token ids, their layout positions): the tokens with a
+        given prefix are one contiguous run of the sorted list (a flattened token trie)."""
+        if self._lex is None:
+            texts = [self.columns[: int(n), i].tobytes() for i, n in enumerate(self.lengths)]
+            order = sorted(range(len(texts)), key=texts.__getitem__)
+            pos = np.array(order, dtype=np.int64)
+            self._lex = ([texts[i] for i in order], self.token_ids[pos], pos)
+        return self._lex
 
     def starting_with(self, first_bytes: np.ndarray) -> np.ndarray:
         """Positions (ascending) of the tokens whose first byte is one of ``first_bytes``."""
