@@ -63,6 +63,7 @@ class PushdownAutomaton(TokenAutomaton):
         self._forced: dict[State, bytes] = {}
         self._bytes_after: dict[State, list[int]] = {}
         self._depths: dict[State, int] = {}
+        self._eos_row = pack_token_ids(np.array(info.eos_token_ids, dtype=np.int64), info.vocab_size)
         # g -> [(stack suffix the walk read, token ids)]: a deeper stack with the same suffix
         # has the same tokens, so masks do not go cold with every level of nesting.
         self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray]]] = {}
@@ -184,7 +185,7 @@ class PushdownAutomaton(TokenAutomaton):
             packed = self._token_row(state)
             self._continues[state] = bool(packed.any())
             if self.is_accepting(state) and self.info.eos_token_ids:
-                packed = packed | pack_token_ids(np.array(self.info.eos_token_ids), self.info.vocab_size)
+                packed = packed | self._eos_row
             row = self._rows[state] = torch.from_numpy(packed)
         return row
 
