@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .automaton import State, TokenAutomaton
+from .closing import closing_for
 
 
 class GrammarMatcher:
@@ -55,12 +56,25 @@ class GrammarMatcher:
         self._history.append((state, terminated))
         self._terminated = terminated
 
-    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
-        """Write the allowed-token row into bitmask[row] ([rows, ceil(V/32)] int32)."""
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
+                                max_tokens: int | None = None) -> None:
+        """Write the allowed-token row into bitmask[row] ([rows, ceil(V/32)] int32). With
+        ``max_tokens`` (the tokens left, this one included), only tokens after which the
+        output can still finish within them (constraints.closing)."""
         if self._terminated:
             bitmask[row].zero_()
             return
-        bitmask[row].copy_(self._automaton.mask_row(self._state))
+        narrowed = None
+        if max_tokens is not None:
+            narrowed = closing_for(self._automaton).budget_row(self._state, max_tokens)
+        bitmask[row].copy_(narrowed if narrowed is not None else self._automaton.mask_row(self._state))
+
+    def min_tokens_to_finish(self) -> float:
+        """Tokens (EOS included) that suffice to finish from here: an upper bound on the
+        fewest, inf if none was found (constraints.closing)."""
+        if self.is_terminated():
+            return 0
+        return closing_for(self._automaton).bound(self._state)
 
     def is_terminated(self) -> bool:
         """EOS accepted, or the text is complete and nothing more can follow."""

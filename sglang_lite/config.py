@@ -55,6 +55,8 @@ class EngineConfig:
     schedule_policy: str = "lpm"  # lpm (longest prefix match) or fcfs
     new_token_ratio: float = 0.4  # share of remaining decode tokens reserved at admission
     enable_jump_forward: bool = True
+    # Fill a step's grammar bitmasks in a worker thread while the model runs.
+    overlap_grammar_masks: bool = True
     disable_cuda_graph: bool = False  # CUDA graphs for decode are on by default on cuda (triton)
     cuda_graph_max_bs: int = 256
     # Decode steps run back to back on the device between two host syncs, when every running

@@ -203,16 +203,26 @@ class Engine:
             if params.logit_bias and max(params.logit_bias) >= self.model_config.vocab_size:
                 raise ValueError(f"logit_bias: token id {max(params.logit_bias)} is not in "
                                  f"[0, {self.model_config.vocab_size})")
-            if params.constraint is not None:
-                self.scheduler.grammar_backend.compile(params)  # compile errors surface here
+            compiled = self._compile_constraint(params)
             for i in range(params.n):
                 seed = secrets.randbits(62) if params.seed is None else params.seed + i
                 rid_i = rid if (rid and params.n == 1 and single) else uuid.uuid4().hex
-                req = Req(rid_i, list(ids), params, seed, on_output=None, return_logprob=return_logprob,
+                req = Req(rid_i, list(ids), params, seed, on_output=None, compiled_grammar=compiled,
+                          return_logprob=return_logprob,
                           top_logprobs_num=top_logprobs_num if return_logprob else 0, stream=stream,
                           logprob_start_len=_input_logprob_start(return_logprob, logprob_start_len, ids))
                 out.append((req, ids))
         return out, single and out[0][0].sampling.n == 1
+
+    def _compile_constraint(self, params: SamplingParams):
+        """The request's compiled constraint (or None), made here on the caller's thread so
+        the scheduler never compiles; compile errors and a max_new_tokens too small for any
+        complete output surface here as ValueError."""
+        if params.constraint is None:
+            return None
+        if self.scheduler.grammar_backend is None:
+            raise ValueError(f"{params.constraint[0]}: this model has no tokenizer to constrain with")
+        return self.scheduler.grammar_backend.admit(params)
 
     def _check_input_ids(self, ids) -> None:
         if not isinstance(ids, list) or not ids or not all(isinstance(t, int) for t in ids):
@@ -347,6 +357,8 @@ class Engine:
             self._closed = True
         self._inbox.put(("stop",))
         self._thread.join(timeout=30)
+        if self.scheduler.grammar_backend is not None:
+            self.scheduler.grammar_backend.close()
 
     def __enter__(self) -> Engine:
         return self

@@ -1,10 +1,17 @@
 """Constrained decoding in the engine: compile a request's regex / JSON schema / EBNF with
-``constraints``, fill its bitmask row each step, and advance its matcher by the sampled
-token. A matcher failure finishes only its own request."""
+``constraints`` at intake (caller threads, never the scheduler's), fill its bitmask row each
+step within its remaining token budget (``constraints.closing``), and advance its matcher by
+the sampled token. A matcher failure finishes only its own request.
+
+Rows are filled into one reusable buffer (pinned on CUDA). A step's rows depend only on
+tokens already accepted, so the scheduler may have them filled in a worker thread while the
+model runs (``fill_bitmask_async``) and wait for them just before sampling."""
 
 from __future__ import annotations
 
+import math
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -20,6 +27,8 @@ class GrammarBackend:
         self.jump_forward_enabled = jump_forward
         self._compiler = None
         self._lock = threading.Lock()  # compile from caller threads, match on the scheduler's
+        self._mask: torch.Tensor | None = None  # [capacity, ceil(V/32)], reused every step
+        self._worker: ThreadPoolExecutor | None = None
 
     @property
     def compiler(self):
@@ -45,58 +54,105 @@ class GrammarBackend:
         except ConstraintError as e:
             raise ValueError(f"{kind}: {e}") from e
 
-    def fill_bitmask(self, reqs: list[Req]) -> torch.Tensor | None:
-        """[B, ceil(V/32)] int32 rows (all ones for unconstrained rows), or None."""
-        if not any(r.sampling.constraint is not None for r in reqs):
-            return None
-        from constraints import bitmask_words
+    def admit(self, params: SamplingParams):
+        """Compile ``params``' constraint (on the caller's thread) and check that
+        max_new_tokens leaves room for a complete output; ValueError naming the field."""
+        grammar = self.compile(params)
+        need = grammar.matcher().min_tokens_to_finish()
+        if math.isfinite(need) and params.max_new_tokens < need:
+            raise ValueError(
+                f"max_new_tokens: {params.max_new_tokens} is too few for this constraint: its "
+                f"shortest complete output takes {int(need)} tokens; set it to at least {int(need)}")
+        return grammar
 
-        # Pinned on CUDA machines: the sampler moves it to the device in one async copy.
-        mask = torch.full((len(reqs), bitmask_words(self.vocab_size)), -1, dtype=torch.int32,
-                          pin_memory=torch.cuda.is_available())
-        for i, req in enumerate(reqs):
-            if req.sampling.constraint is None:
+    def attach(self, req: Req) -> None:
+        """Give a queued request its matcher, made from the grammar compiled at intake: the
+        scheduler thread, which calls this, never compiles."""
+        if req.sampling.constraint is None or req.grammar is not None:
+            return
+        if req.compiled_grammar is None:
+            req.grammar = _BrokenMatcher("constraint: not compiled at intake")
+        else:
+            req.grammar = req.compiled_grammar.matcher()
+
+    def fill_bitmask(self, reqs: list[Req], budgets: list[int]) -> torch.Tensor | None:
+        """[B, ceil(V/32)] int32 rows (all ones for unconstrained rows), or None. Row i keeps
+        only tokens after which reqs[i] can still finish within budgets[i] tokens. A view of
+        the reusable buffer, valid until the next call."""
+        if not any(r.grammar is not None for r in reqs):
+            return None
+        mask = self._buffer(len(reqs))
+        mask.fill_(-1)
+        for i, (req, budget) in enumerate(zip(reqs, budgets)):
+            if req.grammar is None:
                 continue
             try:
-                if req.grammar is None:
-                    req.grammar = self.compile(req.sampling).matcher()
-                req.grammar.fill_next_token_bitmask(mask, i)
+                req.grammar.fill_next_token_bitmask(mask, i, budget)
             except Exception as e:  # fail this request alone, at its next accept
                 req.grammar = _BrokenMatcher(f"constraint: {type(e).__name__}: {e}")
         return mask
 
+    def fill_bitmask_async(self, reqs: list[Req], budgets: list[int]) -> Future:
+        """``fill_bitmask`` in the backend's worker thread (one: fills never overlap each
+        other); the caller must not touch these matchers until the future is done."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="sglang-lite-masks")
+        return self._worker.submit(self.fill_bitmask, reqs, budgets)
+
+    def _buffer(self, rows: int) -> torch.Tensor:
+        # Reusing it is safe on CUDA too: the sampler's async copy out of it has finished by
+        # the time the step's sampled ids reach the host, before the next fill starts.
+        if self._mask is None or self._mask.shape[0] < rows:
+            from constraints import bitmask_words
+
+            capacity = max(rows, 2 * (0 if self._mask is None else self._mask.shape[0]), 8)
+            self._mask = torch.empty((capacity, bitmask_words(self.vocab_size)), dtype=torch.int32,
+                                     pin_memory=torch.cuda.is_available())
+        return self._mask[:rows]
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
+
     def jump_forward(self, req: Req, token: int, limit: int, retokenize: bool = True) -> list[int]:
         """The tokens to append after sampling ``token`` (already accepted): ``[token]``
         plus the text the grammar forces next, at most ``limit`` extra tokens, all accepted
-        by the matcher. With ``retokenize``, the sampled token and the forced text are
-        tokenized together, so the boundary gets the tokens a tokenizer would produce
-        (``{"`` rather than ``{`` + ``"``)."""
+        by the matcher, and only if the output can still finish in the tokens left after
+        them (they count against the budget). With ``retokenize``, the sampled token and the
+        forced text are tokenized together, so the boundary gets the tokens a tokenizer
+        would produce (``{"`` rather than ``{`` + ``"``)."""
         if not self.jump_forward_enabled or limit <= 0:
             return [token]
         forced = req.grammar.find_jump_forward_string()
         if not forced:
             return [token]
+        budget = limit + 1  # tokens left, the sampled one included
         if retokenize:
             head = self.tokenizer.decode([token])
-            ids = self.tokenizer.encode(head + forced, add_special_tokens=False)[: limit + 1]
+            ids = self.tokenizer.encode(head + forced, add_special_tokens=False)[:budget]
             req.grammar.rollback(1)
-            if self._decodes_to(ids, head + forced) and self._accept_all(req.grammar, ids):
+            if self._decodes_to(ids, head + forced) and self._accept_within(req.grammar, ids, budget):
                 return ids
             req.grammar.accept_token(token)  # undo the rollback, then the plain way
         ids = self.tokenizer.encode(forced, add_special_tokens=False)[:limit]
-        return [token] + ids if self._accept_all(req.grammar, ids) else [token]
+        return [token] + ids if self._accept_within(req.grammar, ids, limit) else [token]
 
     def _decodes_to(self, ids: list[int], text: str) -> bool:
         # Only a lossless tokenization may replace the sampled token (e.g. no dropped spaces).
         return "\ufffd" not in text and self.tokenizer.decode(ids) == text
 
     @staticmethod
-    def _accept_all(matcher, ids: list[int]) -> bool:
-        """Accept ``ids`` one by one; on the first refusal undo them all and return False."""
+    def _accept_within(matcher, ids: list[int], budget: int) -> bool:
+        """Accept ``ids`` one by one and keep them if the output can still finish in the
+        ``budget - len(ids)`` tokens left after them; else (or on a refusal) undo them all."""
         for n, t in enumerate(ids):
             if not matcher.accept_token(t):
                 matcher.rollback(n)
                 return False
+        if matcher.min_tokens_to_finish() > budget - len(ids):
+            matcher.rollback(len(ids))
+            return False
         return True
 
     def accept(self, req: Req, token: int) -> dict | None:
@@ -122,7 +178,7 @@ class _BrokenMatcher:
     def __init__(self, message: str):
         self.message = message
 
-    def fill_next_token_bitmask(self, mask, row) -> None:
+    def fill_next_token_bitmask(self, mask, row, max_tokens=None) -> None:
         pass
 
     def find_jump_forward_string(self) -> str:

@@ -50,7 +50,8 @@ class Req:
     output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
     input_logprobs: list[tuple[float | None, int]] = field(default_factory=list)
     input_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
-    grammar: Any = None  # constraints matcher, if constrained
+    compiled_grammar: Any = None  # constraints.CompiledGrammar, compiled at intake
+    grammar: Any = None  # its matcher, made when the scheduler queues the request
     first_token_time: float | None = None
     finish_time: float | None = None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from sglang_lite.config import EngineConfig
@@ -70,6 +71,8 @@ class Scheduler:
 
     def add_request(self, req: Req) -> None:
         req.status = ReqStatus.WAITING
+        if self.grammar_backend is not None:
+            self.grammar_backend.attach(req)
         self.waiting.append(req)
 
     def abort(self, rid: str) -> None:
@@ -101,10 +104,35 @@ class Scheduler:
             return False
         if self.on_batch is not None:
             self.on_batch(batch)
+        masks = self._start_masks([batch.reqs[i] for i in self._sampled_rows(batch)])
         logits = self.runner.forward(batch)
-        self._process(batch, logits)
+        self._process(batch, logits, masks)
         self.stats.num_steps += 1
         return True
+
+    @staticmethod
+    def _sampled_rows(batch: ScheduledBatch) -> list[int]:
+        """Rows that sample a token this step: their prompt (or forced text) is complete
+        after it, and they want new tokens."""
+        return [i for i, (r, n) in enumerate(zip(batch.reqs, batch.extend_lens))
+                if r.kv_len + n == r.seq_len and r.sampling.max_new_tokens != 0]
+
+    def _budget(self, req: Req) -> int:
+        """Tokens the request may still append: max_new_tokens and the context both bound it."""
+        return min(req.remaining_new_tokens, self.context_length - req.seq_len)
+
+    def _start_masks(self, reqs: list[Req]) -> Future | None:
+        """The grammar bitmask of ``reqs`` for this step. It depends only on tokens already
+        accepted, so with ``overlap_grammar_masks`` it is filled in the backend's worker
+        while the model runs; the matchers are not touched until it is done."""
+        if self.grammar_backend is None or not any(r.grammar is not None for r in reqs):
+            return None
+        budgets = [self._budget(r) for r in reqs]
+        if self.config.overlap_grammar_masks:
+            return self.grammar_backend.fill_bitmask_async(reqs, budgets)
+        done: Future = Future()
+        done.set_result(self.grammar_backend.fill_bitmask(reqs, budgets))
+        return done
 
     def _continuous_steps(self) -> int:
         """How many decode steps the running requests can take back to back, with no host
@@ -285,7 +313,8 @@ class Scheduler:
             self.stats.num_cached_prompt_tokens += req.kv_len
 
     # ---- results -------------------------------------------------------------------------
-    def _process(self, batch: ScheduledBatch, logits) -> None:
+    def _process(self, batch: ScheduledBatch, logits, masks: Future | None = None) -> None:
+        """``masks``: the bitmask of the rows that sample (``_sampled_rows``), being filled."""
         ready_rows, ready = [], []
         for i, (req, n) in enumerate(zip(batch.reqs, batch.extend_lens)):
             req.kv_len += n
@@ -303,9 +332,9 @@ class Scheduler:
                 continue
             ready_rows.append(i)
             ready.append(req)
+        bitmask = masks.result() if masks is not None else None  # waits for the worker
         if not ready:
             return
-        bitmask = self.grammar_backend.fill_bitmask(ready) if self.grammar_backend else None
         out = self.sampler(logits if len(ready) == len(batch.reqs) else logits[ready_rows], ready, bitmask)
         for j, req in enumerate(ready):
             self.stats.num_generated_tokens += 1
@@ -329,19 +358,22 @@ class Scheduler:
         if reason is not None and reason["type"] == "abort":
             return reason
         tokens = [token]
-        if reason is None:
-            limit = min(req.remaining_new_tokens, self.context_length - req.seq_len - 1)
-            tokens = self.grammar_backend.jump_forward(req, token, limit, retokenize=not req.return_logprob)
+        if reason is None:  # forced tokens come out of the budget left after this one
+            tokens = self.grammar_backend.jump_forward(req, token, self._budget(req) - 1,
+                                                       retokenize=not req.return_logprob)
         self.stats.num_jump_forward_tokens += len(tokens) - 1
+        step_reason = None
         for k, t in enumerate(tokens):
             sampled = k == 0 and t == token
             step_reason = self.outputs.append_token(req, t, lp if sampled else 0.0,
                                                     top if sampled else [(0.0, t)], self.context_length)
             if step_reason is not None:
-                return step_reason
-        if reason is None and req.grammar.is_terminated():
-            reason = {"type": "stop", "matched": req.output_ids[-1]}
-        return reason
+                break
+        if step_reason is not None and step_reason["type"] != "length":
+            return step_reason  # EOS, a stop token or a stop string
+        if req.grammar.is_terminated():  # complete, even when on the budget's last token
+            return {"type": "stop", "matched": req.output_ids[-1]}
+        return step_reason
 
     def _finish(self, req: Req, reason: dict) -> None:
         """Hand ``req`` its final chunk. Its KV is already released, so if building or

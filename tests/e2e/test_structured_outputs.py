@@ -150,20 +150,18 @@ def test_unsupported_schema_keyword_is_a_clear_error(engine):
 
 
 def test_a_failing_matcher_fails_only_its_request(engine, monkeypatch):
-    from sglang_lite import grammar
+    from constraints import GrammarMatcher
+    from sglang_lite.sampling_params import SamplingParams
 
-    calls = {"n": 0}
-    real = grammar.GrammarBackend.compile
+    boom = engine.scheduler.grammar_backend.compile(SamplingParams.from_dict({"regex": "(boom|bang)"}))
+    real = GrammarMatcher.fill_next_token_bitmask
 
-    def flaky(self, params):
-        compiled = real(self, params)
-        if params.regex == "(boom|bang)":
-            calls["n"] += 1
-            if calls["n"] > 1:  # the check at submission passes, the matcher breaks later
-                raise RuntimeError("matcher exploded")
-        return compiled
+    def flaky(self, *args, **kw):  # compiled and admitted fine; the matcher breaks later
+        if self._automaton is boom.automaton:
+            raise RuntimeError("matcher exploded")
+        return real(self, *args, **kw)
 
-    monkeypatch.setattr(grammar.GrammarBackend, "compile", flaky)
+    monkeypatch.setattr(GrammarMatcher, "fill_next_token_bitmask", flaky)
     outs = engine.generate(["a", "b"], [{"regex": "(boom|bang)", "temperature": 0},
                                         {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True}])
     assert outs[0]["meta_info"]["finish_reason"]["type"] == "abort"

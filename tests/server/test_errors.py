@@ -63,6 +63,18 @@ def test_unsupported_schema_keyword_is_named(http):
     assert "format" in _error(r, 400)["message"]
 
 
+def test_a_budget_below_the_constraint_minimum_is_a_400_with_the_minimum(http):
+    """{"s":""} takes 4 SmolLM2 tokens: 3 is refused on both APIs, naming the field."""
+    schema = {"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]}
+    r = http.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 3, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+    assert "at least 4" in _error(r, 400, "max_tokens")["message"]
+    r = http.post("/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 3, "json_schema": schema}})
+    assert "at least 4" in _error(r, 400, "max_new_tokens")["message"]
+    r = http.post("/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 4, "json_schema": schema}})
+    assert r.status_code == 200 and r.json()["text"].startswith('{"s":"'), r.text
+
+
 def test_invalid_json_body(http):
     r = http.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
     _error(r, 400)

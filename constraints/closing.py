@@ -1,0 +1,291 @@
+"""Budget-aware closing: how many tokens a grammar state still needs to finish, and which tokens
+keep a request able to finish within the tokens it has left.
+
+Termination. A matcher is done when it is terminated (accepting, and no token may follow:
+0 more tokens) or when it is accepting and then samples EOS (1 token).
+
+Bound. ``bound(s)`` is an upper bound on the fewest tokens from state ``s`` to termination,
+computed lazily and cached per state, and every cached value has a witness: ``s`` terminates
+at that cost, or some allowed token leads from ``s`` to a state whose cached bound is at most
+``bound(s) - 1``. It is found by a breadth-first search over single bytes for a shortest byte
+string from ``s`` to an accepting state; the fewest vocabulary tokens that spell that string
+(a small dynamic program) plus the termination cost is the bound, and every state at a token
+boundary of that spelling is given the count left from there (its witness is the next token
+of the spelling). When a state's tokens are walked (see budget rows) its bound also drops to
+``1 + the smallest bound after one token``. Cached values only ever go down, so a witness
+stays one. The bound is exact when a fewest-byte completion is also a fewest-token one
+(typical for JSON, whose shortest completions are closing punctuation and empty values);
+otherwise it is above the true minimum, never below.
+
+Budget rows. With ``r`` tokens left in state ``s``, the budget row keeps the allowed tokens
+``t`` with ``bound(advance(s, t)) <= r - 1``, and EOS where ``s`` accepts (EOS costs the one
+token it is). When every allowed token fits, there is no budget row: the plain mask applies.
+
+Guarantee. Let a request start in the initial state with a budget ``B >= bound(initial)``
+and sample from the budget row at every step. Then ``bound(s) <= r`` holds before every step:
+it holds at the start, and the sampled token leads to a state whose bound is at most
+``r - 1``, the next step's budget. So the row is never empty (it holds the witness token,
+or EOS), and the output reaches termination within ``B`` tokens: complete and valid. Text
+appended without sampling (jump-forward) keeps the invariant only if the bound after it is
+at most the budget left after its tokens; the engine checks that and otherwise appends none.
+
+Cost. States are interned into a byte-transition table filled on demand (256 ``advance``
+calls per state the first time it is met, the automaton's own caches behind them), so the
+search is a walk over table rows and the vocabulary walk behind a budget row is one numpy
+gather per byte column, as for a DFA. Budget rows are packed once per (state, distinct
+threshold) and reused by every request.
+
+Everything goes through the ``TokenAutomaton`` interface: ``initial``, ``advance``,
+``is_accepting``, ``can_continue`` and ``mask_row``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .automaton import State, TokenAutomaton
+from .bitmask import pack_token_ids
+
+_UNKNOWN = -2  # a table entry not computed yet
+_DEAD = -1
+MAX_SEARCH_STATES = 20_000  # a search that meets more states gives up (bound: infinity)
+
+
+class ClosingDistance:
+    """Bounds and budget rows of one automaton; thread-safe (intake and mask threads share it)."""
+
+    def __init__(self, automaton: TokenAutomaton):
+        self.automaton = automaton
+        self._graph = _ByteGraph(automaton)
+        self._vocab = {b: t for t, b in enumerate(automaton.info.token_bytes) if b}
+        self._max_token_len = max((len(b) for b in self._vocab), default=0)
+        self._single_bytes = np.zeros(256, dtype=bool)  # bytes that are tokens by themselves
+        self._single_bytes[[b[0] for b in self._vocab if len(b) == 1]] = True
+        self._eos = np.array(automaton.info.eos_token_ids, dtype=np.int64)
+        self._bounds: dict[int, float] = {}  # interned state -> bound
+        self._levels: dict[int, _Levels] = {}
+        self._lock = threading.RLock()
+
+    def bound(self, state: State) -> float:
+        """Tokens (EOS included) that suffice to terminate from ``state``, looking one token
+        ahead (its budget rows are built on the way); inf if no completion was found."""
+        with self._lock:
+            sid = self._graph.intern(state)
+            self._levels_of(sid, state)
+            return self._bound(sid)
+
+    def budget_row(self, state: State, remaining: int) -> torch.Tensor | None:
+        """The packed row [ceil(V/32)] of tokens after which the output can still terminate
+        within ``remaining`` tokens counting them; None when every allowed token fits. If
+        none fits (the budget was already short), the tokens closest to terminating."""
+        with self._lock:
+            levels = self._levels_of(self._graph.intern(state), state)
+            if not len(levels.thresholds) or remaining - 1 >= levels.thresholds[-1]:
+                return None
+            k = int(np.searchsorted(levels.thresholds, remaining - 1, side="right")) - 1
+            return levels.rows[max(k, 0)]
+
+    # -- bounds ---------------------------------------------------------------------------
+    def _bound(self, sid: int) -> float:
+        found = self._bounds.get(sid)
+        if found is None:
+            found = self._search(sid)
+        return found
+
+    def _termination_cost(self, sid: int) -> float:
+        if not self._graph.accepting[sid]:
+            return math.inf
+        if not self.automaton.can_continue(self._graph.states[sid]):
+            return 0
+        return 1 if len(self._eos) else math.inf
+
+    def _lower(self, sid: int, value: float) -> None:
+        if value < self._bounds.get(sid, math.inf):
+            self._bounds[sid] = value
+
+    def _search(self, start: int) -> float:
+        """Breadth-first over bytes to the nearest terminating state, then the fewest tokens
+        that spell the way there; caches the bound of every token boundary on it. The search
+        first moves only by bytes that are tokens themselves (so the way is spelled), then,
+        if that finds nothing, by any byte (and the way may not be spelled: no bound)."""
+        path = self._shortest_bytes(start, self._single_bytes)
+        if path is None:
+            path = self._shortest_bytes(start, np.ones(256, dtype=bool))
+        cuts = None if path is None else self._fewest_tokens(path[0])
+        if cuts is None:
+            self._bounds[start] = math.inf
+            return math.inf
+        data, end = path
+        total = len(cuts) - 1 + self._termination_cost(end)
+        for k, pos in enumerate(cuts[:-1]):
+            self._lower(self._graph.walk_bytes(start, data[:pos]), total - k)
+        self._lower(end, self._termination_cost(end))
+        return self._bounds[start]
+
+    def _shortest_bytes(self, start: int, alphabet: np.ndarray) -> tuple[bytes, int] | None:
+        g = self._graph
+        parent: dict[int, tuple[int, int]] = {start: (-1, -1)}
+        frontier = [start]
+        while frontier and len(parent) <= MAX_SEARCH_STATES:
+            ends = [s for s in frontier if self._termination_cost(s) < math.inf]
+            if ends:
+                end = min(ends, key=self._termination_cost)
+                out = bytearray()
+                s = end
+                while parent[s][0] >= 0:
+                    s, b = parent[s]
+                    out.append(b)
+                return bytes(reversed(out)), end
+            g.expand(np.array(frontier))
+            nxt = []
+            for s in frontier:
+                row = g.trans[s]
+                for b in np.nonzero((row >= 0) & alphabet)[0].tolist():
+                    t = int(row[b])
+                    if t not in parent:
+                        parent[t] = (s, b)
+                        nxt.append(t)
+            frontier = nxt
+        return None
+
+    def _fewest_tokens(self, data: bytes) -> list[int] | None:
+        """Cut positions [0, ..., len(data)] of a fewest-token spelling of ``data``."""
+        n = len(data)
+        best = [0] + [math.inf] * n
+        back = [0] * (n + 1)
+        for i in range(1, n + 1):
+            for j in range(max(0, i - self._max_token_len), i):
+                if best[j] + 1 < best[i] and data[j:i] in self._vocab:
+                    best[i], back[i] = best[j] + 1, j
+        if best[n] == math.inf:
+            return None
+        cuts = [n]
+        while cuts[-1]:
+            cuts.append(back[cuts[-1]])
+        return cuts[::-1]
+
+    # -- budget rows ----------------------------------------------------------------------
+    def _levels_of(self, sid: int, state: State) -> _Levels:
+        levels = self._levels.get(sid)
+        if levels is None:
+            levels = self._levels[sid] = self._build_levels(sid, state)
+        return levels
+
+    def _build_levels(self, sid: int, state: State) -> _Levels:
+        """Every allowed token's bound after it, as one packed row per distinct value (a
+        handful: the tokens from one state reach few distinct states)."""
+        token_ids, ends = self._graph.walk_vocab(sid)
+        if not len(token_ids):
+            return _Levels(np.zeros(0, dtype=np.int64), [])
+        uniq, inv = np.unique(ends, return_inverse=True)
+        after = np.array([self._bound(int(e)) for e in uniq.tolist()])[inv]
+        self._lower(sid, 1 + after.min())
+        thresholds = np.unique(after[np.isfinite(after)]).astype(np.int64)
+        accepting = bool(self._graph.accepting[sid])
+        if accepting:  # with one token left, EOS alone may fit: level -1 keeps no other token
+            thresholds = np.concatenate([[-1], thresholds])
+        mask = self.automaton.mask_row(state)
+        eos = self._eos if accepting else np.zeros(0, dtype=np.int64)
+        vocab_size = self.automaton.info.vocab_size
+        # The last value needs no row (every token fits) unless it is the only one.
+        rows = [torch.from_numpy(pack_token_ids(np.concatenate([token_ids[after <= k], eos]), vocab_size)) & mask
+                for k in thresholds[: max(len(thresholds) - 1, 1)].tolist()]
+        return _Levels(thresholds, rows)
+
+
+@dataclass(slots=True)
+class _Levels:
+    """thresholds: the distinct finite bounds after one token, ascending (and -1 first where
+    the state accepts); rows[k]: the tokens whose bound after them is <= thresholds[k], and
+    EOS where the state accepts. The largest threshold has a row only when it is the only one."""
+
+    thresholds: np.ndarray
+    rows: list[torch.Tensor]
+
+
+class _ByteGraph:
+    """The automaton's byte transitions between the states met so far, as a table filled
+    on demand (a lazily built DFA), so searches and vocabulary walks are array lookups."""
+
+    def __init__(self, automaton: TokenAutomaton):
+        self.automaton = automaton
+        self.states: list[State] = []
+        self._index: dict[State, int] = {}
+        self.trans = np.full((64, 256), _UNKNOWN, dtype=np.int32)
+        self.accepting = np.zeros(64, dtype=bool)
+        self._expanded = np.zeros(64, dtype=bool)
+
+    def intern(self, state: State) -> int:
+        sid = self._index.get(state)
+        if sid is None:
+            sid = self._index[state] = len(self.states)
+            self.states.append(state)
+            if sid == len(self.accepting):
+                self._grow()
+            self.accepting[sid] = self.automaton.is_accepting(state)
+        return sid
+
+    def _grow(self) -> None:
+        n = 2 * len(self.accepting)
+        self.trans = np.concatenate([self.trans, np.full_like(self.trans, _UNKNOWN)])
+        self.accepting = np.concatenate([self.accepting, np.zeros(n // 2, dtype=bool)])
+        self._expanded = np.concatenate([self._expanded, np.zeros(n // 2, dtype=bool)])
+
+    def expand(self, sids: np.ndarray) -> None:
+        """Fill the rows of ``sids`` not filled yet."""
+        for sid in np.unique(sids[~self._expanded[sids]]).tolist():
+            state = self.states[sid]
+            row = [_DEAD] * 256
+            for b in range(256):
+                nxt = self.automaton.advance(state, bytes((b,)))
+                if nxt is not None:
+                    row[b] = self.intern(nxt)
+            self.trans[sid] = row
+            self._expanded[sid] = True
+
+    def walk_bytes(self, sid: int, data: bytes) -> int:
+        for b in data:
+            self.expand(np.array([sid]))
+            sid = int(self.trans[sid, b])
+        return sid
+
+    def walk_vocab(self, sid: int) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids whose bytes stay alive from ``sid``, and the state each ends in."""
+        layout = self.automaton.info.layout
+        alive = np.arange(len(layout.token_ids))
+        cur = np.full(len(alive), sid, dtype=np.int64)
+        done_pos, done_state = [], []
+        for j in range(layout.columns.shape[0]):
+            k = int(np.searchsorted(layout.lengths[alive], j, side="right"))
+            if k:
+                done_pos.append(alive[:k])
+                done_state.append(cur[:k])
+                alive, cur = alive[k:], cur[k:]
+            if not len(alive):
+                break
+            self.expand(cur)
+            cur = self.trans[cur, layout.columns[j, alive]].astype(np.int64)
+            live = cur >= 0
+            alive, cur = alive[live], cur[live]
+        done_pos.append(alive)
+        done_state.append(cur)
+        return layout.token_ids[np.concatenate(done_pos)], np.concatenate(done_state)
+
+
+_CLOSINGS: weakref.WeakKeyDictionary[TokenAutomaton, ClosingDistance] = weakref.WeakKeyDictionary()
+_CLOSINGS_LOCK = threading.Lock()
+
+
+def closing_for(automaton: TokenAutomaton) -> ClosingDistance:
+    """The automaton's ClosingDistance, shared by every matcher of it (lives as long as it)."""
+    with _CLOSINGS_LOCK:
+        found = _CLOSINGS.get(automaton)
+        if found is None:
+            found = _CLOSINGS[automaton] = ClosingDistance(automaton)
+        return found

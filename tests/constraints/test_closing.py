@@ -1,0 +1,141 @@
+"""Budget-aware closing on small regexes over a tiny vocabulary, against brute force: the
+fewest tokens to finish from every reachable state, and walks that only sample budget rows
+always finish within the budget."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+
+from constraints import GrammarCompiler, TokenizerInfo, allocate_token_bitmask
+from constraints.bitmask import unpack_bitmask
+from constraints.closing import closing_for
+
+EOS = 0
+VOCAB = [b"", b"a", b"b", b"ab", b"abab", b"x", b"y", b"1", b"2", b"12", b"{", b"}", b'"', b'{"',
+         b'"}', b":", b'":', b"\xe6\x97", b"\xa5", "日".encode(), b" ", b"c"]
+# Fewest-byte completions that are also fewest-token ones: the bound is exact everywhere.
+EXACT = [r'\{"(a|b)+":[0-9]+\}', r"(ab)*日?c", r"x|12", r"a{3,6}", r"(ab|x)+y", r'"[a-c]*"']
+# Fewer tokens through more bytes ("abab" is one token): exact only with lookahead.
+LONGER_IS_FEWER = [r"xy|abab", r"xyxy|abababab"]
+
+
+@pytest.fixture(scope="module")
+def compiler() -> GrammarCompiler:
+    return GrammarCompiler(TokenizerInfo(list(VOCAB) + [b""] * 10, (EOS,), frozenset({EOS})))
+
+
+def _tokens(info: TokenizerInfo) -> list[int]:
+    return [t for t, data in enumerate(info.token_bytes) if data]
+
+
+def _exact_distances(automaton) -> dict:
+    """Fewest tokens to termination for every reachable state (Bellman-Ford on the token graph)."""
+    info = automaton.info
+    edges, todo = {}, [automaton.initial]
+    while todo:
+        s = todo.pop()
+        if s in edges:
+            continue
+        edges[s] = [n for n in (automaton.advance(s, info.token_bytes[t]) for t in _tokens(info))
+                    if n is not None]
+        todo += edges[s]
+    dist = {s: _termination(automaton, s) for s in edges}
+    for _ in range(len(edges)):
+        for s, nxt in edges.items():
+            dist[s] = min([dist[s]] + [1 + dist[n] for n in nxt])
+    return dist
+
+
+def _termination(automaton, s) -> float:
+    if not automaton.is_accepting(s):
+        return math.inf
+    return 1 if automaton.can_continue(s) else 0
+
+
+@pytest.mark.parametrize("pattern", EXACT)
+def test_bound_is_the_fewest_tokens_from_every_state(compiler, pattern):
+    auto = compiler.compile_regex(pattern).automaton
+    closing = closing_for(auto)
+    exact = _exact_distances(auto)
+    assert {s: closing.bound(s) for s in exact} == exact
+
+
+@pytest.mark.parametrize("pattern", LONGER_IS_FEWER)
+def test_bound_never_below_the_fewest_and_exact_at_the_start(compiler, pattern):
+    auto = compiler.compile_regex(pattern).automaton
+    closing = closing_for(auto)
+    exact = _exact_distances(auto)
+    assert closing.bound(auto.initial) == exact[auto.initial]  # "abab" tokens, not x, y
+    assert all(closing.bound(s) >= d for s, d in exact.items())
+
+
+def _fitting(auto, exact, s, budget) -> set[int]:
+    """Brute force: tokens after which the output can finish within ``budget`` tokens."""
+    info = auto.info
+    out = {t for t in _tokens(info)
+           if (n := auto.advance(s, info.token_bytes[t])) is not None and exact[n] <= budget - 1}
+    return out | ({EOS} if auto.is_accepting(s) else set())
+
+
+@pytest.mark.parametrize("pattern", EXACT)
+def test_budget_rows_keep_exactly_the_tokens_that_fit(compiler, pattern):
+    grammar = compiler.compile_regex(pattern)
+    auto, closing = grammar.automaton, closing_for(grammar.automaton)
+    exact = _exact_distances(auto)
+    for s, d in exact.items():
+        if d == 0:
+            continue
+        plain = set(np.nonzero(unpack_bitmask(auto.mask_row(s), auto.info.vocab_size))[0].tolist())
+        for budget in range(int(d), int(d) + 4):
+            row = closing.budget_row(s, budget)
+            got = plain if row is None else set(np.nonzero(unpack_bitmask(row, grammar.vocab_size))[0].tolist())
+            assert got == _fitting(auto, exact, s, budget), (s, budget)
+            assert (row is None) == (got == plain)
+
+
+@pytest.mark.parametrize("pattern", EXACT + LONGER_IS_FEWER)
+def test_every_walk_through_budget_rows_finishes_within_the_budget(compiler, pattern):
+    """Exhaustive over every token choice: from the minimum budget up, a matcher fed only
+    tokens from its budget rows is finished before the budget runs out."""
+    grammar = compiler.compile_regex(pattern)
+    start = grammar.matcher().min_tokens_to_finish()
+    bitmask = allocate_token_bitmask(1, grammar.vocab_size)
+
+    @functools.cache
+    def finishes(history: tuple[int, ...], budget: int) -> bool:
+        m = grammar.matcher()
+        assert all(m.accept_token(t) for t in history)
+        if m.is_terminated():
+            return True
+        if budget == 0:
+            return False
+        m.fill_next_token_bitmask(bitmask, 0, max_tokens=budget)
+        allowed = np.nonzero(unpack_bitmask(bitmask[0], grammar.vocab_size))[0].tolist()
+        return bool(allowed) and all(finishes(history + (t,), budget - 1) for t in allowed)
+
+    for budget in range(int(start), int(start) + 3):
+        assert finishes((), budget), budget
+
+
+def test_min_tokens_to_finish_follows_the_matcher(compiler):
+    m = compiler.compile_regex(r'\{"(a|b)+":[0-9]+\}').matcher()
+    assert m.min_tokens_to_finish() == 5  # {"  a  ":  1  }
+    for t in (VOCAB.index(b'{"'), VOCAB.index(b"ab"), VOCAB.index(b'":')):
+        assert m.accept_token(t)
+    assert m.min_tokens_to_finish() == 2  # 1  }
+    assert m.accept_token(VOCAB.index(b"12")) and m.accept_token(VOCAB.index(b"}"))
+    assert m.is_terminated() and m.min_tokens_to_finish() == 0
+
+
+def test_a_budget_below_the_bound_keeps_the_closest_tokens(compiler):
+    """Past the guarantee (budget already short), rows still head for the nearest finish."""
+    grammar = compiler.compile_regex(r"a{3,6}|x")
+    closing = closing_for(grammar.automaton)
+    a = grammar.automaton.advance(grammar.automaton.initial, b"a")
+    assert closing.bound(a) == 3  # a, a, EOS
+    row = closing.budget_row(a, 1)
+    assert np.nonzero(unpack_bitmask(row, grammar.vocab_size))[0].tolist() == [VOCAB.index(b"a")]
