@@ -1,7 +1,7 @@
 """Engine throughput with every request JSON-constrained vs unconstrained, on the same
 workload, in one run; and with jump-forward on and off.
 
-  python -m sglang_lite.bench.structured [--num-requests 16]
+  python -m sglang_lite.bench.structured [--num-requests 16] [--serial-masks]
 
 The unconstrained run generates exactly as many tokens per request as the constrained run
 produced (ignore_eos), so the comparison is tokens per second for the same token counts.
@@ -45,10 +45,13 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--num-requests", type=int, default=16)
     ap.add_argument("--output", default="bench_results/structured.json")
+    ap.add_argument("--serial-masks", action="store_true",
+                    help="fill grammar masks after the forward pass, not while it runs")
     args = ap.parse_args(argv)
     rows = {}
     for jump in (False, True):
-        engine = Engine(args.model, enable_jump_forward=jump, disable_radix_cache=True)
+        engine = Engine(args.model, enable_jump_forward=jump, disable_radix_cache=True,
+                        overlap_grammar_masks=not args.serial_masks)
         prompts = [engine.apply_chat_template([{"role": "user", "content": f"Order #{i} as JSON."}])
                    for i in range(args.num_requests)]
         constrained = [{"json_schema": SCHEMA, "temperature": 0.8, "seed": i, "max_new_tokens": 256}
