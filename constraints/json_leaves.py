@@ -186,22 +186,21 @@ def _plain_run(chars, lo: int, hi: int | None, budget: CompileBudget) -> ByteDFA
 _LENGTH_PRODUCT_STATES = 4_000
 
 
-def _counted_run(chars: ByteDFA, lo: int, hi: int) -> ByteDFA:
-    """``chars`` (one character, looped through state 0) repeated lo..hi times, built
-    directly: state n * k + q is state q of ``chars`` after starting n characters."""
+def _counted_run(chars: ByteDFA, lo: int, hi: int | None) -> ByteDFA:
+    """``chars`` (one character, looped through state 0) repeated lo..hi times (hi None: at
+    least lo), built directly: state n * k + q is state q of ``chars`` after starting n
+    characters; without a maximum the count stops at lo."""
     k = chars.num_states
-    trans = np.full(((hi + 1) * k, 256), DEAD, dtype=np.int32)
-    for n in range(hi + 1):
-        step = chars.trans[:, :256].astype(np.int64)
+    top = lo if hi is None else hi
+    step = chars.trans[:, :256].astype(np.int64)
+    trans = np.full(((top + 1) * k, 256), DEAD, dtype=np.int32)
+    for n in range(top + 1):
         nxt = np.where(step >= 0, step + n * k, DEAD)
-        if n < hi:
-            nxt[0] = np.where(step[0] >= 0, step[0] + (n + 1) * k, DEAD)
-            nxt[0] = np.where(step[0] == 0, (n + 1) * k, nxt[0])
-        else:
-            nxt[0] = DEAD
+        after = n + 1 if n < top else (n if hi is None else None)
+        nxt[0] = DEAD if after is None else np.where(step[0] >= 0, step[0] + after * k, DEAD)
         trans[n * k:(n + 1) * k] = nxt
-    accept = np.zeros((hi + 1) * k, dtype=bool)
-    accept[np.arange(lo, hi + 1) * k] = True
+    accept = np.zeros((top + 1) * k, dtype=bool)
+    accept[np.arange(lo, top + 1) * k] = True
     return ByteDFA(trans, accept)
 
 
@@ -212,6 +211,10 @@ def _within_length(lang: ByteDFA, chars, lo: int, hi: int | None,
     _LENGTH_PRODUCT_STATES states the longest maximum that fits is used instead: a valid
     subset, every string still within lo..hi."""
     fits = max(_LENGTH_PRODUCT_STATES // (lang.num_states + 1), 1)
+    if hi is None and lo > fits:
+        raise GrammarTooComplexError(
+            f"a pattern of {lang.num_states} states with minLength {lo} exceeds "
+            f"{_LENGTH_PRODUCT_STATES} states")
     cut = hi is not None and hi > fits
     if cut:
         if fits < max(lo, 1):

@@ -179,8 +179,13 @@ def check_output(schema_text: str, walk_result: Walk, model: PseudoModel) -> str
     """valid | invalid | unparsable | incomplete | validator_error (the schema broke the validator)."""
     if not walk_result.complete:
         return "incomplete"
+    return validate_text(schema_text, output_text(model, walk_result.token_ids))
+
+
+def validate_text(schema_text: str, text: bytes | str) -> str:
+    """valid | invalid | unparsable | validator_error, with the schema's draft's format checker."""
     try:
-        value = json.loads(output_text(model, walk_result.token_ids).decode("utf-8"))
+        value = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
     except ValueError:
         return "unparsable"
     schema = json.loads(schema_text)

@@ -60,3 +60,19 @@ def test_a_new_schema_reuses_leaf_walks(tokenizer_info):
         grammar.automaton.mask_row(m._state)
         if name == "second":
             assert len(tokenizer_info.leaf_walks) == before  # nothing new inside the string
+
+
+@pytest.mark.parametrize("lo,hi", [(3, None), (2, 6), (1, 1024)])
+def test_patterned_strings_keep_their_length_bounds(byte_compiler, lo, hi):
+    """A pattern with length bounds; a maxLength too long for one automaton is cut to one
+    that fits, so every output is still within the schema's bounds."""
+    schema = {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": lo,
+              **({} if hi is None else {"maxLength": hi})}
+    grammar = byte_compiler.compile_json_schema(schema)
+    for n in range(0, 12):
+        word = ("ab-c" * 4)[:n]
+        ok = lo <= n <= (hi or n) and not word.endswith("-") and (n == 0 or word[0] != "-")
+        ok = ok and n > 0
+        assert accepted_by_masks(grammar, _text(word)) == ok, word
+    if hi == 1024:
+        assert not accepted_by_masks(grammar, _text("a" * 1025))
