@@ -27,6 +27,7 @@ from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
 from .json_lowering import lower_keywords
 from .json_merge import FRACTIONAL, TYPES, exclusive_branches, infer_types, merge_schemas
 from .json_not import branch_if, excluded, narrow_not, spellings_dfa
+from .leaves import CountedLeaf
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
 from .numbers import (
     INTEGER,
@@ -37,7 +38,7 @@ from .numbers import (
     lower_bound_regex,
     multiple_of_table,
 )
-from .pushdown import CountedLeaf, PushdownAutomaton, build_pushdown
+from .pushdown import PushdownAutomaton, build_pushdown
 from .vocab import TokenizerInfo
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "$schema", "$id",

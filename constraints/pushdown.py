@@ -1,18 +1,22 @@
-"""Recursive constraints as a pushdown automaton over byte DFAs (a recursive transition network).
+"""Constraints as a pushdown automaton over byte DFAs (a recursive transition network).
 
-Each rule (the main pattern plus one per recursive JSON Schema `$ref`) is a DFA over the 256
-bytes plus one call symbol per rule (column CALL_BASE + k). All rule DFAs are laid out in one
-global state table. A configuration is (stack of return states, current state); a call pushes
-the state after the call edge and jumps to the callee's start, and an accepting callee state
-may pop back. Calls and returns consume nothing, so one automaton state is the frozenset of
-configurations reachable after the bytes read so far (ambiguity, e.g. whitespace that belongs
-to the callee or to the caller, keeps several alive).
+Rules: the main pattern, each nested object and recursive `$ref` of a JSON schema (DFAs over
+the 256 bytes plus one call symbol per rule, column CALL_BASE + k), and leaves: terminals
+shared by every grammar of a tokenizer (leaves.py), among them length-counted strings whose
+count is a stack frame. All rule DFAs are laid out in one global state table. A
+configuration is (stack of return states, current state); a call pushes the state after the
+call edge and jumps to the callee's start, and an accepting callee state may pop back. Calls
+and returns consume nothing, so one automaton state is the frozenset of configurations
+reachable after the bytes read so far (ambiguity keeps several alive).
+
+Masks: inside a leaf, the tokens that stay in it come from the leaf's shared walk and only
+the ones that leave it are walked on (pda_walk.py); in a structural rule, the sorted
+vocabulary is walked as a trie. Rows are cached per state and the stack suffix they read.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,7 +26,9 @@ from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
 from .errors import UnsupportedSchemaError
 from .fsm import DEAD, ByteDFA, determinize, trim_and_minimize
+from .leaves import CountedLeaf, leaf_walk
 from .nfa import CALL_BASE
+from .pda_walk import walk_tokens
 from .vocab import TokenizerInfo
 
 Config = tuple[tuple[int, ...], int]  # (return states, bottom first; current global state)
@@ -243,7 +249,7 @@ class PushdownAutomaton(TokenAutomaton):
                 continue
             allowed = self._next_bytes(state, closure)
             if len(allowed) > _TRIE_BRANCHING:
-                more, low = _walk(self, closure, positions[lo:hi],
+                more, low = walk_tokens(self, closure, positions[lo:hi],
                                   np.full(hi - lo, len(prefix), dtype=np.int64))
                 found.append(more)
                 lowest = min(lowest, low)
@@ -317,7 +323,7 @@ class PushdownAutomaton(TokenAutomaton):
         lowest = len(stack)
         ret = (back, stack[len(back)])
         if len(exit_pos):
-            ids, low = _walk(self, self._config_closure(ret), exit_pos, exit_col)
+            ids, low = walk_tokens(self, self._config_closure(ret), exit_pos, exit_col)
             if len(ids):
                 row = row | pack_token_ids(ids, self.info.vocab_size)
             lowest = min(lowest, low)
@@ -339,230 +345,6 @@ class PushdownAutomaton(TokenAutomaton):
                 cur = self._step(cur, int(nxt[0]))
             self._forced[state] = bytes(out)
         return self._forced[state]
-
-
-def _walk(pda: PushdownAutomaton, configs: set[Config], positions: np.ndarray | None = None,
-          cols: np.ndarray | None = None) -> tuple[np.ndarray, int]:
-    """Vectorized vocabulary walk over (token, state, stack) entries, forking at calls/returns.
-
-    Each byte column is one gather over the live entries; entries sitting on a state with a
-    call or a return are first copied once per configuration their closure reaches. Without
-    ``positions`` every token whose first byte some configuration allows is walked from byte
-    0; with them, layout position ``positions[i]`` joins at byte ``cols[i]`` (the rest of a
-    token that left a leaf there). Returns the token ids and the shortest stack seen (frames
-    below it were never read).
-    """
-    layout = pda.info.layout
-    stacks: dict[tuple[int, ...], int] = {}
-    stack_of: list[tuple[int, ...]] = []
-
-    def sid(stack: tuple[int, ...]) -> int:
-        if stack not in stacks:
-            stacks[stack] = len(stack_of)
-            stack_of.append(stack)
-        return stacks[stack]
-
-    cfgs = sorted(configs, key=lambda c: (len(c[0]), c))
-    if positions is None:
-        firsts = [layout.starting_with(np.nonzero(pda._trans[c[1]] >= 0)[0]) for c in cfgs]
-        col_of = None
-    else:
-        order = np.argsort(cols, kind="stable")
-        firsts = [positions[order]] * len(cfgs)
-        col_of = np.tile(cols[order], len(cfgs))
-    pending_p = np.concatenate(firsts) if firsts else np.zeros(0, dtype=np.int64)
-    pending_g = np.repeat(np.array([c[1] for c in cfgs], dtype=np.int64), [len(f) for f in firsts])
-    pending_s = np.repeat(np.array([sid(c[0]) for c in cfgs], dtype=np.int64),
-                          [len(f) for f in firsts])
-    if col_of is not None:  # join in column order
-        by_col = np.argsort(col_of, kind="stable")
-        pending_p, pending_g, pending_s, col_of = (pending_p[by_col], pending_g[by_col],
-                                                   pending_s[by_col], col_of[by_col])
-    empty = np.zeros(0, dtype=np.int64)
-    pos, g, s = empty, empty, empty
-    flat = pda._trans.reshape(-1)
-    found: list[np.ndarray] = []
-    joined = 0
-    for j in range(layout.columns.shape[0] + 1):
-        if j and len(pos):
-            pos, g, s = _fork(pda, pos, g, s, stack_of, sid)
-        upto = len(pending_p) if col_of is None else int(np.searchsorted(col_of, j, side="right"))
-        if upto > joined:
-            pos = np.concatenate([pos, pending_p[joined:upto]])
-            g = np.concatenate([g, pending_g[joined:upto]])
-            s = np.concatenate([s, pending_s[joined:upto]])
-            joined = upto
-        done = layout.lengths[pos] <= j
-        if done.any():
-            found.append(pos[done])
-            keep = ~done
-            pos, g, s = pos[keep], g[keep], s[keep]
-        if (not len(pos) and joined == len(pending_p)) or j == layout.columns.shape[0]:
-            break
-        if not len(pos):
-            continue
-        at = g * 256 + layout.columns[j, pos]
-        g = flat[at]
-        if pda._counted_any:
-            g, s = _count_chars(pda, pda._inc.reshape(-1)[at] & (g >= 0), g, s, stack_of, sid)
-            g = np.where(_too_short(pda, g, s, stack_of), DEAD, g)
-        live = g >= 0
-        pos, g, s = pos[live], g[live], s[live]
-        if len(cfgs) > 1 or len(stack_of) > 1:
-            key = (pos * pda.num_states + g) * len(stack_of) + s
-            _, first = np.unique(key, return_index=True)
-            pos, g, s = pos[first], g[first], s[first]
-    lowest = min((len(st) for st in stack_of), default=0)
-    if not found:
-        return empty, lowest
-    return layout.token_ids[np.unique(np.concatenate(found))], lowest
-
-
-def _count_chars(pda: PushdownAutomaton, started: np.ndarray, g, s, stack_of, sid):
-    """Entries that started a character in a counted leaf move to the stack with the count
-    one higher (their global state ``g`` is already the one after the byte); past the
-    leaf's maximum they die."""
-    idx = np.nonzero(started)[0]
-    if not len(idx):
-        return g, s
-    g, s = g.copy(), s.copy()
-    keys = s[idx] * pda.num_states + g[idx]
-    uniq, inv = np.unique(keys, return_inverse=True)
-    new_s = np.empty(len(uniq), dtype=np.int64)
-    for u, key in enumerate(uniq.tolist()):
-        ss, gg = divmod(key, pda.num_states)
-        up = pda._counted_up(stack_of[ss], gg)
-        new_s[u] = -1 if up is None else sid(up)
-    moved = new_s[inv]
-    s[idx] = np.maximum(moved, 0)
-    g[idx[moved < 0]] = DEAD
-    return g, s
-
-
-def _too_short(pda: PushdownAutomaton, g, s, stack_of) -> np.ndarray:
-    """Entries that just closed a counted leaf with fewer characters than its minimum."""
-    closing = pda._closes_counted[np.maximum(g, 0)] & (g >= 0)
-    idx = np.nonzero(closing)[0]
-    short = np.zeros(len(g), dtype=bool)
-    for i in idx.tolist():
-        short[i] = -stack_of[s[i]][-1] - 1 < pda._count_lo[g[i]]
-    return short
-
-
-@dataclass(frozen=True, slots=True)
-class CountedLeaf:
-    """A string leaf with minLength/maxLength kept as a count at run time: ``dfa`` is the
-    unbounded quoted string, ``starts_char[q, b]`` says byte b in state q begins a character."""
-
-    dfa: ByteDFA
-    lo: int
-    hi: int | None
-    starts_char: np.ndarray = None  # [states, 256] bool
-
-    @classmethod
-    def of_plain_string(cls, dfa: ByteDFA, lo: int, hi: int | None) -> CountedLeaf:
-        return cls(dfa, lo, hi, _char_starts(dfa))
-
-    def __hash__(self) -> int:
-        return hash((id(self.dfa), self.lo, self.hi))
-
-    def __eq__(self, other) -> bool:
-        return (isinstance(other, CountedLeaf) and other.dfa is self.dfa
-                and (other.lo, other.hi) == (self.lo, self.hi))
-
-
-def _char_starts(dfa: ByteDFA) -> np.ndarray:
-    """In a quoted plain string ``"chars*"``, a character starts wherever the closing quote
-    could come instead (between characters), on any byte but the quote."""
-    quote = dfa.trans[:, ord('"')]
-    between = (quote >= 0) & dfa.accept[np.maximum(quote, 0)]
-    starts = between[:, None] & (dfa.trans[:, :256] >= 0)
-    starts[:, ord('"')] = False
-    return starts
-
-
-@dataclass(frozen=True, slots=True)
-class LeafWalk:
-    """One leaf state's walk of the whole vocabulary, valid in every grammar using the leaf."""
-
-    inside: np.ndarray  # packed row: tokens whose bytes all stay inside the leaf
-    exit_pos: np.ndarray  # layout positions of tokens that may leave it with bytes left...
-    exit_col: np.ndarray  # ...and the byte each would continue from in the caller
-    inside_pos: np.ndarray  # layout positions of the tokens that stay inside...
-    inside_count: np.ndarray  # ...and the characters each starts (counted leaves)...
-    inside_closes: np.ndarray  # ...and whether it ends the leaf (then the minimum applies)
-    exit_count: np.ndarray  # characters started before each exit
-    max_inside_count: int
-
-
-_LEAF_WALKS_MAX = 8192
-
-
-def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
-              starts_char: np.ndarray | None = None) -> LeafWalk:
-    cache = info.leaf_walks
-    key = (dfa, q, starts_char is not None)
-    hit = cache.get(key)
-    if hit is not None:
-        return hit
-    layout = info.layout
-    pos = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
-    cur = np.full(len(pos), q, dtype=np.int64)
-    count = np.zeros(len(pos), dtype=np.int64)
-    flat = dfa.trans[:, :256].reshape(-1).astype(np.int64)
-    starts = None if starts_char is None else starts_char.reshape(-1)
-    inside, inside_n, inside_end, exit_pos, exit_col, exit_n = [], [], [], [], [], []
-    for j in range(layout.columns.shape[0] + 1):
-        done = layout.lengths[pos] <= j
-        if done.any():
-            inside.append(pos[done])
-            inside_n.append(count[done])
-            inside_end.append(dfa.accept[cur[done]])
-            pos, cur, count = pos[~done], cur[~done], count[~done]
-        if not len(pos) or j == layout.columns.shape[0]:
-            break
-        if j:
-            out = dfa.accept[cur]
-            if out.any():
-                exit_pos.append(pos[out])
-                exit_col.append(np.full(int(out.sum()), j, dtype=np.int64))
-                exit_n.append(count[out])
-        at = cur * 256 + layout.columns[j, pos]
-        if starts is not None:
-            count = count + starts[at]
-        cur = flat[at]
-        live = cur >= 0
-        pos, cur, count = pos[live], cur[live], count[live]
-    empty = np.zeros(0, dtype=np.int64)
-    inside_pos = np.concatenate(inside or [empty])
-    inside_count = np.concatenate(inside_n or [empty])
-    inside_closes = np.concatenate(inside_end or [np.zeros(0, dtype=bool)])
-    walk = LeafWalk(pack_token_ids(layout.token_ids[inside_pos], info.vocab_size),
-                    np.concatenate(exit_pos or [empty]), np.concatenate(exit_col or [empty]),
-                    inside_pos, inside_count, inside_closes, np.concatenate(exit_n or [empty]),
-                    int(inside_count.max()) if len(inside_count) else 0)
-    if len(cache) >= _LEAF_WALKS_MAX:
-        cache.pop(next(iter(cache)))
-    cache[key] = walk
-    return walk
-
-
-def _fork(pda: PushdownAutomaton, pos, g, s, stack_of, sid):
-    branch = pda._branch[g]
-    if not branch.any():
-        return pos, g, s
-    idx = np.nonzero(branch)[0]
-    keys = g[idx] * (1 << 32) + s[idx]
-    uniq, inv = np.unique(keys, return_inverse=True)
-    parts_p, parts_g, parts_s = [pos], [g], [s]
-    for u, key in enumerate(uniq.tolist()):
-        gg, ss = divmod(key, 1 << 32)
-        members = pos[idx[inv == u]]
-        for stack2, g2 in pda._config_closure((stack_of[ss], gg)) - {(stack_of[ss], gg)}:
-            parts_p.append(members)
-            parts_g.append(np.full(len(members), g2, dtype=np.int64))
-            parts_s.append(np.full(len(members), sid(stack2), dtype=np.int64))
-    return np.concatenate(parts_p), np.concatenate(parts_g), np.concatenate(parts_s)
 
 
 def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
