@@ -25,7 +25,7 @@ from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .json_drafts import normalize_drafts
 from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
 from .json_lowering import lower_keywords
-from .json_merge import FRACTIONAL, TYPES, exclusive_branches, infer_types, merge_schemas
+from .json_merge import EXCLUDED, FRACTIONAL, TYPES, exclusive_branches, infer_types, merge_schemas
 from .json_not import branch_if, excluded, narrow_not, spellings_dfa
 from .leaves import CountedLeaf
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
@@ -327,12 +327,15 @@ def literal_texts(ctx: _Ctx, schema: dict, ptr: str) -> list[bytes]:
     if "enum" in schema and "const" in schema:
         values = [v for v in values if _json_equal(v, schema["const"])]
     validator = ctx.validator.evolve(schema=schema)
+    removed = [json.loads(t) for t in schema.get(EXCLUDED, ())]
     texts, seen = [], []
     for v in values:
         try:
             ok = validator.is_valid(v)
         except jsonschema.exceptions.SchemaError as e:
             raise InvalidConstraintError(f"invalid schema at {ptr or '/'}: {e}") from e
+        if ok and any(_json_equal(v, w) for w in removed):  # a `not` merged in from outside
+            ok = False
         if ok and not any(_json_equal(v, w) for w in seen):
             seen.append(v)
             texts.append(json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode())
