@@ -43,11 +43,15 @@ def main() -> None:
     parser.add_argument("--schemas", default="../shared/data/jsonschemabench-dev")
     parser.add_argument("--max-new-tokens", type=int, default=384)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--per-split", type=int, default=0, help="first N schemas of each split")
     parser.add_argument("--out", default="bench_results/schema_engine.json")
     args = parser.parse_args()
     from sglang_lite import Engine
 
     schemas = load_schemas(Path(args.schemas))
+    if args.per_split:
+        seen: collections.Counter = collections.Counter()
+        schemas = [s for s in schemas if (seen.update([s.split]) or seen[s.split] <= args.per_split)]
     engine = Engine()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.concurrency) as pool:
