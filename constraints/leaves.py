@@ -105,7 +105,10 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
                     np.concatenate(exit_pos or [empty]), np.concatenate(exit_col or [empty]),
                     inside_pos, inside_count, inside_closes, np.concatenate(exit_n or [empty]),
                     int(inside_count.max()) if len(inside_count) else 0)
-    if len(cache) >= _LEAF_WALKS_MAX:
-        cache.pop(next(iter(cache)))
+    if len(cache) >= _LEAF_WALKS_MAX:  # oldest first; admission threads fill it too
+        try:
+            cache.pop(next(iter(cache)), None)
+        except (RuntimeError, StopIteration):
+            pass
     cache[key] = walk
     return walk
