@@ -1,13 +1,13 @@
-"""JSON Schema (draft 2020-12 subset) -> byte DFA, composed from shared cached sub-automata.
+"""JSON Schema (draft 2020-12; older drafts normalized first) -> a pushdown grammar of rules.
 
 Output format: compact JSON (json.dumps separators (",", ":")), object properties in the
 schema's `properties` order. Every validation keyword is either enforced or rejected with
 UnsupportedSchemaError naming it and its JSON pointer (`lenient=True` skips the rejection).
 Where a schema admits more than we can generate (extra properties when `properties` are
 declared, any-depth values) we generate a subset: over-constrained, never under-constrained.
-A local $ref met again inside its own expansion becomes a call of that ref's rule, and the
-schema compiles to a pushdown automaton (pushdown.py) instead of one DFA; schemas without
-recursion never pay for it.
+Rules (pushdown.py): the root structure, each nested object (_SubRule), each $ref met again
+inside its own expansion, and the leaves they call (string bodies, numbers, formats, keys:
+shared DFAs, see emit_leaf); a schema that calls nothing stays one DFA.
 """
 
 from __future__ import annotations
@@ -113,11 +113,11 @@ def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, le
     with leaves_within(budget):
         end = emit_schema(ctx, nfa, start, root, "", ("#",))
         if ctx.rules:
-            return _recursive_automaton(ctx, info, (nfa, start, end))
+            return _pushdown_automaton(ctx, info, (nfa, start, end))
     return DFAAutomaton(info, trim_and_minimize(determinize(nfa, start, end, budget)))
 
 
-def _recursive_automaton(ctx: _Ctx, info: TokenizerInfo, main: tuple) -> PushdownAutomaton:
+def _pushdown_automaton(ctx: _Ctx, info: TokenizerInfo, main: tuple) -> PushdownAutomaton:
     """One rule per recursive $ref, each emitted like any schema (calls where it recurses),
     and one per shared leaf, whose DFA is the rule as it is."""
     fragments: list = [main]
