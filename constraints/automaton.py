@@ -23,6 +23,8 @@ State = Hashable
 class TokenAutomaton(ABC):
     """A byte-level language over a tokenizer's vocabulary."""
 
+    unique_items = None  # a UniqueItems where the matcher checks duplicate array items
+
     def __init__(self, info: TokenizerInfo):
         self.info = info
         self._rows: dict[State, torch.Tensor] = {}
@@ -46,6 +48,11 @@ class TokenAutomaton(ABC):
     @abstractmethod
     def forced_bytes(self, state: State) -> bytes:
         """The bytes every continuation must start with (b"" if none or if it may end here)."""
+
+    def byte_classes(self, state: State) -> list[list[int]]:
+        """The bytes that may come next (a superset: advance decides), in groups that lead
+        to the same state; one group per byte by default."""
+        return [[b] for b in range(256)]
 
     def can_continue(self, state: State) -> bool:
         """Some non-EOS token may follow (answered from the cached mask computation)."""
@@ -93,6 +100,9 @@ class DFAAutomaton(TokenAutomaton):
         ids, _ = walk_vocab(self.dfa.trans, state, self.info.layout)
         return ids
 
+    def byte_classes(self, state: int) -> list[list[int]]:
+        return group_bytes(self.dfa.trans[state, :256][None, :])
+
     def can_continue(self, state: int) -> bool:
         return bool((self.dfa.trans[state] >= 0).any())
 
@@ -113,3 +123,19 @@ class DFAAutomaton(TokenAutomaton):
             out.append(int(nxt[0]))
             state = int(self.dfa.trans[state, nxt[0]])
         return bytes(out)
+
+
+def group_bytes(columns: np.ndarray) -> list[list[int]]:
+    """Bytes grouped by their column of ``columns`` ([k, 256]: whatever decides a byte's step,
+    e.g. each configuration's next state); bytes whose first row is dead are left out."""
+    live = np.nonzero(columns[0] >= 0)[0] if len(columns) == 1 else np.nonzero((columns >= 0).any(axis=0))[0]
+    if not len(live):
+        return []
+    keys = np.ascontiguousarray(columns[:, live].T.astype(np.int64))  # one row per live byte
+    keys = keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    if len(first) == len(live):
+        return [[b] for b in live.tolist()]
+    inverse = inverse.ravel()
+    ends = np.cumsum(np.bincount(inverse))[:-1]
+    return [g.tolist() for g in np.split(live[np.argsort(inverse, kind="stable")], ends)]

@@ -29,9 +29,17 @@ or EOS), and the output reaches termination within ``B`` tokens: complete and va
 appended without sampling (jump-forward) keeps the invariant only if the bound after it is
 at most the budget left after its tokens; the engine checks that and otherwise appends none.
 
-Cost. States are interned into a byte-transition table filled on demand (256 ``advance``
-calls per state the first time it is met, the automaton's own caches behind them), so the
-search is a walk over table rows and the vocabulary walk behind a budget row is one numpy
+Margin. Building a state's budget rows walks the vocabulary and bounds every state one token
+away, so it is done only where the budget may bind: with ``r - 1 < bound(s) + margin``. Further
+from the budget every allowed token is kept. The guarantee then rests on no single token
+raising the bound by more than the margin (64 tokens, and twice the largest rise seen in any
+state whose rows were built, for the rest of the automaton's life); a token that commits to a
+branch needing more than that many tokens more, met far from the budget, could leave a
+request short. The tokens of JSON schemas rise the bound by a few tokens.
+
+Cost. States are interned into a byte-transition table filled on demand (one ``advance``
+per group of bytes that lead alike (``byte_classes``) the first time a state is met, the automaton's own
+caches behind them), so the search is a walk over table rows and the vocabulary walk behind a budget row is one numpy
 gather per byte column, as for a DFA. Budget rows are packed once per (state, distinct
 threshold) and reused by every request.
 
@@ -55,6 +63,7 @@ from .bitmask import pack_token_ids
 _UNKNOWN = -2  # a table entry not computed yet
 _DEAD = -1
 MAX_SEARCH_STATES = 20_000  # a search that meets more states gives up (bound: infinity)
+MARGIN = 64  # tokens of slack above a state's bound below which its budget rows are built
 
 
 class ClosingDistance:
@@ -71,6 +80,7 @@ class ClosingDistance:
         self._bounds: dict[int, float] = {}  # interned state -> bound
         self._levels: dict[int, _Levels] = {}
         self._lock = threading.RLock()
+        self._margin = MARGIN  # grows to twice the largest one-token rise seen (see Margin)
 
     def bound(self, state: State) -> float:
         """Tokens (EOS included) that suffice to terminate from ``state``, looking one token
@@ -85,7 +95,10 @@ class ClosingDistance:
         within ``remaining`` tokens counting them; None when every allowed token fits. If
         none fits (the budget was already short), the tokens closest to terminating."""
         with self._lock:
-            levels = self._levels_of(self._graph.intern(state), state)
+            sid = self._graph.intern(state)
+            if sid not in self._levels and remaining - 1 >= self._bound(sid) + self._margin:
+                return None  # far from the budget: every allowed token fits (see Margin)
+            levels = self._levels_of(sid, state)
             if not len(levels.thresholds) or remaining - 1 >= levels.thresholds[-1]:
                 return None
             k = int(np.searchsorted(levels.thresholds, remaining - 1, side="right")) - 1
@@ -110,10 +123,11 @@ class ClosingDistance:
             self._bounds[sid] = value
 
     def _search(self, start: int) -> float:
-        """Breadth-first over bytes to the nearest terminating state, then the fewest tokens
-        that spell the way there; caches the bound of every token boundary on it. The search
-        first moves only by bytes that are tokens themselves (so the way is spelled), then,
-        if that finds nothing, by any byte (and the way may not be spelled: no bound)."""
+        """Breadth-first over bytes to the nearest state that terminates or already has a
+        bound, then the fewest tokens that spell the way there plus that state's cost;
+        caches the bound of every token boundary on it. The search first moves only by bytes
+        that are tokens themselves (so the way is spelled), then, if that finds nothing, by
+        any byte (and the way may not be spelled: no bound)."""
         path = self._shortest_bytes(start, self._single_bytes)
         if path is None:
             path = self._shortest_bytes(start, np.ones(256, dtype=bool))
@@ -122,27 +136,33 @@ class ClosingDistance:
             self._bounds[start] = math.inf
             return math.inf
         data, end = path
-        total = len(cuts) - 1 + self._termination_cost(end)
+        tail = self._tail_cost(end)
+        total = len(cuts) - 1 + tail
         for k, pos in enumerate(cuts[:-1]):
             self._lower(self._graph.walk_bytes(start, data[:pos]), total - k)
-        self._lower(end, self._termination_cost(end))
+        self._lower(end, tail)
         return self._bounds[start]
+
+    def _tail_cost(self, sid: int) -> float:
+        """What finishing costs from a state where the search may stop: its termination
+        cost, or the bound it already has (whose witness goes on from there)."""
+        return min(self._termination_cost(sid), self._bounds.get(sid, math.inf))
 
     def _shortest_bytes(self, start: int, alphabet: np.ndarray) -> tuple[bytes, int] | None:
         g = self._graph
         parent: dict[int, tuple[int, int]] = {start: (-1, -1)}
         frontier = [start]
         while frontier and len(parent) <= MAX_SEARCH_STATES:
-            ends = [s for s in frontier if self._termination_cost(s) < math.inf]
+            ends = [s for s in frontier if self._tail_cost(s) < math.inf]
             if ends:
-                end = min(ends, key=self._termination_cost)
+                end = min(ends, key=self._tail_cost)
                 out = bytearray()
                 s = end
                 while parent[s][0] >= 0:
                     s, b = parent[s]
                     out.append(b)
                 return bytes(reversed(out)), end
-            g.expand(np.array(frontier))
+            g.expand(frontier)
             nxt = []
             for s in frontier:
                 row = g.trans[s]
@@ -187,6 +207,8 @@ class ClosingDistance:
         after = np.array([self._bound(int(e)) for e in uniq.tolist()])[inv]
         self._lower(sid, 1 + after.min())
         thresholds = np.unique(after[np.isfinite(after)]).astype(np.int64)
+        if len(thresholds):
+            self._margin = max(self._margin, 2 * int(thresholds[-1] + 1 - self._bound(sid)))
         accepting = bool(self._graph.accepting[sid])
         if accepting:  # with one token left, EOS alone may fit: level -1 keeps no other token
             thresholds = np.concatenate([[-1], thresholds])
@@ -237,21 +259,25 @@ class _ByteGraph:
         self.accepting = np.concatenate([self.accepting, np.zeros(n // 2, dtype=bool)])
         self._expanded = np.concatenate([self._expanded, np.zeros(n // 2, dtype=bool)])
 
-    def expand(self, sids: np.ndarray) -> None:
-        """Fill the rows of ``sids`` not filled yet."""
-        for sid in np.unique(sids[~self._expanded[sids]]).tolist():
+    def expand(self, sids) -> None:
+        """Fill the rows of ``sids`` (an array or a list of ids) not filled yet."""
+        if isinstance(sids, np.ndarray):
+            sids = np.unique(sids[~self._expanded[sids]]).tolist()
+        for sid in sids:
+            if self._expanded[sid]:
+                continue
             state = self.states[sid]
-            row = [_DEAD] * 256
-            for b in range(256):
-                nxt = self.automaton.advance(state, bytes((b,)))
+            row = np.full(256, _DEAD, dtype=np.int32)
+            for group in self.automaton.byte_classes(state):
+                nxt = self.automaton.advance(state, bytes((group[0],)))
                 if nxt is not None:
-                    row[b] = self.intern(nxt)
+                    row[group] = self.intern(nxt)
             self.trans[sid] = row
             self._expanded[sid] = True
 
     def walk_bytes(self, sid: int, data: bytes) -> int:
         for b in data:
-            self.expand(np.array([sid]))
+            self.expand([sid])
             sid = int(self.trans[sid, b])
         return sid
 

@@ -19,6 +19,10 @@ def _emit_array(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) 
     if not isinstance(prefix, list):
         raise InvalidConstraintError(f"prefixItems at {ptr}/prefixItems must be a list")
     if schema.get("uniqueItems") is True:
+        kind = unique_item_kind(ctx, schema, ptr, refs)
+        if kind is not None:
+            from .json_schema import emit_unique_array
+            return emit_unique_array(ctx, nfa, start, schema, kind, ptr, refs)
         return _emit_unique(ctx, nfa, start, schema, lo, hi, ptr)
     s = _punct(ctx, nfa, start, b"[")
     ends = []
@@ -41,6 +45,28 @@ def _emit_array(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) 
 
 
 _MAX_UNIQUE_VALUES = 32
+# Item schemas whose every prefix has infinitely many completions (unique_items.py), by type:
+# the keywords they may carry beyond annotations.
+_UNIQUE_ITEM_KEYWORDS = {"string": {"type", "minLength"},
+                         "integer": {"type", "minimum", "exclusiveMinimum"},
+                         "number": {"type", "minimum", "exclusiveMinimum"}}
+
+
+def unique_item_kind(ctx, schema: dict, ptr: str, refs: tuple) -> str | None:
+    """"string", "integer" or "number" where uniqueItems is checked in the matcher (the
+    array then is a rule of its own); None where it is not (finite items, or refused)."""
+    from .json_schema import ANNOTATIONS, _flatten
+
+    items = schema.get("items", True)
+    if schema.get("prefixItems") or ctx.inline_leaves or not isinstance(items, dict):
+        return None
+    flat, _ = _flatten(ctx, items, f"{ptr}/items", refs)
+    if not isinstance(flat, dict):
+        return None
+    kind = flat.get("type")
+    if not isinstance(kind, str) or kind not in _UNIQUE_ITEM_KEYWORDS or not set(flat) - ANNOTATIONS <= _UNIQUE_ITEM_KEYWORDS[kind]:
+        return None
+    return kind
 
 
 def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | None, ptr: str) -> int:
@@ -53,7 +79,8 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
     if texts is None or len(texts) > _MAX_UNIQUE_VALUES:
         raise UnsupportedSchemaError.at(
             "uniqueItems", f"{ptr}/uniqueItems", f"(true) is enforced only for items from a finite set "
-            f"(enum, const, boolean, null; at most {_MAX_UNIQUE_VALUES} values) without prefixItems")
+            f"(enum, const, boolean, null; at most {_MAX_UNIQUE_VALUES} values) or plain strings "
+            f"(minLength only) and numbers (lower bounds only), without prefixItems")
     k = len(texts)
     hi = k if hi is None else min(hi, k)
     cap = hi if hi < k else max(lo, 1)  # counts past cap are all alike

@@ -90,6 +90,23 @@ class _SubRule:
     refs: tuple
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _UniqueArray:
+    """An array with uniqueItems over strings or numbers: a rule of its own, whose states
+    tell the matcher's duplicate check (unique_items.py) where an array of ``kind`` opens."""
+
+    schema: dict  # without uniqueItems
+    ptr: str
+    refs: tuple
+    kind: str
+
+
+def emit_unique_array(ctx: _Ctx, nfa: NFA, start: int, schema: dict, kind: str, ptr: str,
+                      refs: tuple) -> int:
+    plain = {k: v for k, v in schema.items() if k != "uniqueItems"}
+    return emit_call(nfa, start, ctx.rule_index(_UniqueArray(plain, ptr, refs, kind), ptr))
+
+
 @dataclass(frozen=True, slots=True)
 class _Call:
     """A $ref met again inside its own expansion: matched by calling the ref's rule."""
@@ -133,12 +150,15 @@ def _pushdown_automaton(ctx: _Ctx, info: TokenizerInfo, main: tuple) -> Pushdown
         start = nfa.new_state()
         if isinstance(key, _SubRule):
             end = _emit_object(ctx, nfa, start, key.schema, key.ptr, key.refs)
+        elif isinstance(key, _UniqueArray):
+            end = _emit_array(ctx, nfa, start, key.schema, key.ptr, key.refs)
         else:
             target = _resolve_ref(ctx, key, ctx.rules[key])
             end = emit_schema(ctx, nfa, start, target, key[1:], (key,))
         fragments.append((nfa, start, end))
     pointers = [key[1:] if isinstance(key, str) else ptr for key, ptr in ctx.rules.items()]
-    return build_pushdown(info, fragments, pointers, ctx.budget)
+    unique = {1 + k: key.kind for k, key in enumerate(ctx.rules) if isinstance(key, _UniqueArray)}
+    return build_pushdown(info, fragments, pointers, ctx.budget, unique)
 
 
 def emit_schema(ctx: _Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -> int:

@@ -6,24 +6,34 @@ import torch
 
 from .automaton import State, TokenAutomaton
 from .closing import closing_for
+from .unique_items import Duplicate, Tracker
 
 
 class GrammarMatcher:
     """Tracks accepted tokens; cheap to create (one per request), states shared via the automaton.
 
-    The history holds one entry per accepted token (or accepted string), so rollback(k) pops k.
+    The history holds one entry per accepted token (or accepted string), so rollback(k) pops k:
+    the automaton state, whether EOS ended it, and where the automaton has unique arrays, the
+    duplicate check's tracker (unique_items.py).
     """
 
-    __slots__ = ("_automaton", "_history", "_terminated")
+    __slots__ = ("_automaton", "_history", "_terminated", "_unique")
 
     def __init__(self, automaton: TokenAutomaton):
         self._automaton = automaton
-        self._history: list[tuple[State, bool]] = []
+        self._history: list[tuple[State, bool, Tracker | None]] = []
         self._terminated = False
+        self._unique = automaton.unique_items
 
     @property
     def _state(self) -> State:
         return self._history[-1][0] if self._history else self._automaton.initial
+
+    @property
+    def _tracker(self) -> Tracker | None:
+        if self._unique is None:
+            return None
+        return self._history[-1][2] if self._history else Tracker()
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (state unchanged) if the token is not allowed here."""
@@ -33,7 +43,7 @@ class GrammarMatcher:
         if token_id in info.eos_token_ids:
             if not self._automaton.is_accepting(self._state):
                 return False
-            self._push(self._state, True)
+            self._push(self._state, True, self._tracker)
             return True
         if not 0 <= token_id < info.vocab_size or not info.token_bytes[token_id]:
             return False
@@ -49,11 +59,17 @@ class GrammarMatcher:
         nxt = self._automaton.advance(self._state, data)
         if nxt is None:
             return False
-        self._push(nxt, False)
+        tracker = self._tracker
+        if tracker is not None:
+            try:
+                tracker = self._unique.feed(tracker, self._state, data)
+            except Duplicate:
+                return False
+        self._push(nxt, False, tracker)
         return True
 
-    def _push(self, state: State, terminated: bool) -> None:
-        self._history.append((state, terminated))
+    def _push(self, state: State, terminated: bool, tracker: Tracker | None) -> None:
+        self._history.append((state, terminated, tracker))
         self._terminated = terminated
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0,
@@ -67,7 +83,19 @@ class GrammarMatcher:
         narrowed = None
         if max_tokens is not None:
             narrowed = closing_for(self._automaton).budget_row(self._state, max_tokens)
-        bitmask[row].copy_(narrowed if narrowed is not None else self._automaton.mask_row(self._state))
+        allowed = narrowed if narrowed is not None else self._automaton.mask_row(self._state)
+        if self._unique is not None:
+            allowed = self._without_duplicates(allowed, narrowed is not None)
+        bitmask[row].copy_(allowed)
+
+    def _without_duplicates(self, allowed: torch.Tensor, narrowed: bool) -> torch.Tensor:
+        """The row less tokens that finish a duplicate array item. The closing bound does not
+        know of duplicates: where they take every token of a budget row, the plain mask
+        (less duplicates) applies, so the output goes on rather than stopping invalid."""
+        out = self._unique.ban(self._tracker, self._state, allowed)
+        if narrowed and not out.any():
+            out = self._unique.ban(self._tracker, self._state, self._automaton.mask_row(self._state))
+        return out
 
     def min_tokens_to_finish(self) -> float:
         """Tokens (EOS included) that suffice to finish from here: an upper bound on the

@@ -21,7 +21,7 @@ from bisect import bisect_left
 import numpy as np
 import torch
 
-from .automaton import TokenAutomaton
+from .automaton import TokenAutomaton, group_bytes
 from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
 from .errors import UnsupportedSchemaError
@@ -29,6 +29,7 @@ from .fsm import DEAD, ByteDFA, determinize, trim_and_minimize
 from .leaves import CountedLeaf, leaf_walk
 from .nfa import CALL_BASE
 from .pda_walk import walk_tokens
+from .unique_items import UniqueItems
 from .vocab import TokenizerInfo
 
 Config = tuple[tuple[int, ...], int]  # (return states, bottom first; current global state)
@@ -41,7 +42,9 @@ _TRIE_MIN_RUN = 8  # tokens left in a run below which it does too
 class PushdownAutomaton(TokenAutomaton):
     """dfas[0] is the main pattern, dfas[1 + k] rule k; all trimmed, none accepts ''."""
 
-    def __init__(self, info: TokenizerInfo, rules: list):
+    def __init__(self, info: TokenizerInfo, rules: list, unique: dict[int, str] | None = None):
+        """``unique``: rule index -> item kind of the arrays with uniqueItems that are rules
+        of their own (their duplicate check runs in the matcher: unique_items.py)."""
         super().__init__(info)
         counted = [r if isinstance(r, CountedLeaf) else None for r in rules]
         dfas = [r.dfa if isinstance(r, CountedLeaf) else r for r in rules]
@@ -95,6 +98,8 @@ class PushdownAutomaton(TokenAutomaton):
                 self._leaf_of[offsets[k]:offsets[k + 1]] = k
         # Accepting states of counted leaves: entered only with at least the minimum count.
         self._closes_counted = accept & (self._leaf_of >= 0) & self._is_counted[np.maximum(self._leaf_of, 0)]
+        self._unique = dict(unique or {})
+        self.unique_items = UniqueItems(self) if self._unique else None
 
     @property
     def initial(self) -> State:
@@ -176,6 +181,20 @@ class PushdownAutomaton(TokenAutomaton):
             if state is None:
                 return None
         return state
+
+    def byte_classes(self, state: State) -> list[list[int]]:
+        """A step depends on each configuration's next state and whether the byte starts a
+        counted character: bytes alike in both lead to the same state."""
+        gs = [g for _, g in self._closure(state)]
+        return group_bytes(np.concatenate([self._trans[gs], self._inc[gs]]))
+
+    def unique_kind(self, state: State) -> str | None:
+        """The item kind where ``state`` (just after a ``[``) is inside a unique array's rule."""
+        for _, g in state:
+            kind = self._unique.get(int(np.searchsorted(self._offsets, g, side="right")) - 1)
+            if kind is not None:
+                return kind
+        return None
 
     def is_accepting(self, state: State) -> bool:
         return any(self._final[g] for _, g in self._closure(state))
@@ -348,7 +367,7 @@ class PushdownAutomaton(TokenAutomaton):
 
 
 def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
-                   budget: CompileBudget) -> PushdownAutomaton:
+                   budget: CompileBudget, unique: dict[int, str] | None = None) -> PushdownAutomaton:
     """fragments[0] = main (nfa, start, end), fragments[1 + k] = rule k, found at pointers[k]:
     an NFA fragment like the main one, or a leaf's ByteDFA (trimmed, no calls) used as it is."""
     width = CALL_BASE + len(fragments) - 1
@@ -357,7 +376,7 @@ def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
     _check_not_left_recursive(dfas, pointers)
     dfas = _drop_empty_calls(dfas)
     return PushdownAutomaton(info, [f if isinstance(f, CountedLeaf) else d
-                                    for f, d in zip(fragments, dfas)])
+                                    for f, d in zip(fragments, dfas)], unique)
 
 
 def _has_calls(dfa: ByteDFA) -> bool:

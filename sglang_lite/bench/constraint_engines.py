@@ -31,12 +31,15 @@ class PeerRefusal(Exception):
 class _TorchRowMatcher:
     """Adapter for matchers that fill a torch [1, W] int32 bitmask (ours, xgrammar)."""
 
-    def __init__(self, matcher, bitmask):
-        self._m, self._bitmask = matcher, bitmask
+    def __init__(self, matcher, bitmask, budgeted: bool = False):
+        self._m, self._bitmask, self._budgeted = matcher, bitmask, budgeted
         self.row = bitmask[0].numpy()
 
-    def fill(self) -> None:
-        self._m.fill_next_token_bitmask(self._bitmask, 0)
+    def fill(self, tokens_left: int) -> None:
+        if self._budgeted:  # ours closes within the tokens left, as the engine runs it
+            self._m.fill_next_token_bitmask(self._bitmask, 0, max_tokens=tokens_left)
+        else:
+            self._m.fill_next_token_bitmask(self._bitmask, 0)
 
     def accept(self, token_id: int) -> bool:
         return bool(self._m.accept_token(token_id))
@@ -53,10 +56,15 @@ class OursEngine:
         self.compiler = GrammarCompiler(info, compile_timeout_s=compile_timeout_s)
 
     def compile(self, schema_text: str):
-        return self.compiler.compile_json_schema(schema_text)
+        """As the engine admits a request: compile, then the fewest tokens to finish (its
+        max_tokens check, and the start of budget-aware closing)."""
+        compiled = self.compiler.compile_json_schema(schema_text)
+        compiled.matcher().min_tokens_to_finish()
+        return compiled
 
     def matcher(self, compiled) -> _TorchRowMatcher:
-        return _TorchRowMatcher(compiled.matcher(), allocate_token_bitmask(1, self.info.vocab_size))
+        return _TorchRowMatcher(compiled.matcher(), allocate_token_bitmask(1, self.info.vocab_size),
+                                budgeted=True)
 
 
 class XGrammarEngine:
@@ -87,7 +95,7 @@ class _LLGuidanceMatcher:
         self._bitmask = llnp.allocate_token_bitmask(1, vocab_size)
         self.row = self._bitmask[0]
 
-    def fill(self) -> None:
+    def fill(self, tokens_left: int) -> None:
         self._llnp.fill_next_token_bitmask(self._m, self._bitmask, 0)
 
     def accept(self, token_id: int) -> bool:

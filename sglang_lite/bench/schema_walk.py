@@ -13,7 +13,9 @@ over the vocabulary (seed 0). At every step, over the allowed tokens only:
 The next token is argmax(score + Gumbel noise) from a per-walk RNG seeded by the caller (the
 schema's path), i.e. a sample from softmax(score) over the allowed set. The walk stops at EOS,
 when the matcher reports termination, when no token is allowed, or after max_tokens (default
-384; the output is then incomplete, hence invalid).
+384; the output is then incomplete, hence invalid). Each fill is told the tokens left; an
+engine that closes within a budget (ours: constraints.closing, as the engine runs it) uses it,
+the peers have no such option and ignore it.
 
 Validation: `jsonschema.validators.validator_for(schema, default=Draft202012Validator)` with that
 draft's own FORMAT_CHECKER (date-time, uri, hostname, ... need jsonschema[format-nongpl]).
@@ -41,7 +43,7 @@ class WalkMatcher(Protocol):
 
     row: np.ndarray
 
-    def fill(self) -> None: ...
+    def fill(self, tokens_left: int) -> None: ...
 
     def accept(self, token_id: int) -> bool: ...
 
@@ -152,7 +154,7 @@ def walk(matcher: WalkMatcher, model: PseudoModel, seed: int,
             out.stop = "terminated"
             return out
         t0 = time.perf_counter()
-        matcher.fill()
+        matcher.fill(max_tokens - len(out.token_ids))
         out.mask_s.append(time.perf_counter() - t0)
         bits = np.unpackbits(row_bytes, bitorder="little")[: model.vocab_size]
         allowed = np.flatnonzero(bits)
@@ -168,6 +170,8 @@ def walk(matcher: WalkMatcher, model: PseudoModel, seed: int,
             out.stop = "eos"
             return out
         scan.feed(model.token_bytes[token])
+    if matcher.is_terminated():  # the last token allowed finished the output
+        out.stop = "terminated"
     return out
 
 

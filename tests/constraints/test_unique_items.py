@@ -1,0 +1,138 @@
+"""uniqueItems over strings and numbers: the matcher's duplicate check (unique_items.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from schema_suite_runner import accepted_by_masks, byte_vocab_info
+
+from constraints import GrammarCompiler, UnsupportedSchemaError, allocate_token_bitmask
+from constraints.bitmask import unpack_bitmask
+from tests.json_validation import validate_with_formats
+
+STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+INTEGERS = {"type": "array", "items": {"type": "integer", "minimum": -5}, "uniqueItems": True}
+NUMBERS = {"type": "array", "items": {"type": "number"}, "uniqueItems": True}
+NESTED = {"type": "object", "properties": {
+    "tags": {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True},
+    "rows": {"type": "array", "items": STRINGS}}, "required": ["tags", "rows"]}
+
+
+@pytest.fixture(scope="module")
+def byte_compiler() -> GrammarCompiler:
+    return GrammarCompiler(byte_vocab_info(), cache_size=0)
+
+
+CASES = [
+    (STRINGS, '["a","b","c"]', True),
+    (STRINGS, '["a","b","a"]', False),
+    (STRINGS, '["a","\\u0061"]', False),  # one value, two spellings
+    (STRINGS, '["a","a\\""]', True),
+    (STRINGS, '["ab","a","abc",""]', True),
+    (STRINGS, '["",""]', False),
+    (STRINGS, '[]', True),
+    (INTEGERS, '[1,2,10,-1,0]', True),
+    (INTEGERS, '[1,2,1]', False),
+    (INTEGERS, '[0,-0]', False),
+    (INTEGERS, '[10,1]', True),
+    (NUMBERS, '[1.5,15e-1]', False),
+    (NUMBERS, '[1,1.0]', False),
+    (NUMBERS, '[1,1.05,10,0.1]', True),
+    (NUMBERS, '[0,0e1000001]', False),  # a huge exponent of zero is still zero
+    (NUMBERS, '[0,0.0e5]', False),
+    (NUMBERS, '[0,0.01e5]', True),
+    (NESTED, '{"tags":["x","y"],"rows":[["a","b"],["a","b"]]}', True),  # rows may repeat
+    (NESTED, '{"tags":["x","x"],"rows":[]}', False),
+    (NESTED, '{"tags":["x"],"rows":[["a","a"]]}', False),
+]
+
+
+@pytest.mark.parametrize("schema,text,valid", CASES, ids=[c[1] for c in CASES])
+def test_duplicates_are_refused_by_mask_and_matcher(byte_compiler, schema, text, valid):
+    """Masks and accept_token agree at every byte (accepted_by_masks checks), and the
+    language is the validator's: a duplicate item, however spelled, is refused."""
+    import jsonschema
+
+    assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)) == valid
+    grammar = byte_compiler.compile_json_schema(schema)
+    assert accepted_by_masks(grammar, text.encode()) == valid
+
+
+def test_prefixes_that_can_only_be_zero_are_refused_as_soon_as_written(byte_compiler):
+    """An integer item "0", or a number "0.0e", can only become 0: once 0 is an item, such a
+    prefix is a dead end, so the mask refuses the byte that makes it."""
+    grammar = byte_compiler.compile_json_schema(INTEGERS)
+    m = grammar.matcher()
+    assert m.accept_string("[0,")
+    assert not m.accept_string("0")
+    assert not m.accept_string("-0")
+    assert m.accept_string("-1")
+    numbers = byte_compiler.compile_json_schema(NUMBERS).matcher()
+    assert numbers.accept_string("[0,0.0")  # 0.01 may follow
+    assert not numbers.accept_string("e")  # 0.0e... is 0 whatever follows
+
+
+def test_rollback_forgets_items(byte_compiler):
+    grammar = byte_compiler.compile_json_schema(STRINGS)
+    m = grammar.matcher()
+    for step in ("[", '"a"', ","):
+        assert m.accept_string(step)
+    assert not m.accept_string('"a"')
+    m.rollback(2)  # back to "[": "a" was never written
+    for step in ('"b"', ",", '"a"', "]"):
+        assert m.accept_string(step)
+
+
+def test_items_the_check_cannot_keep_exact_are_refused(byte_compiler):
+    """A pattern or maxLength gives prefixes with few completions, where refusing a
+    duplicate could leave nothing to write: still a clear refusal naming the keyword."""
+    for items in ({"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^a+$"},
+                  {"type": "integer", "maximum": 3}):
+        with pytest.raises(UnsupportedSchemaError) as e:
+            byte_compiler.compile_json_schema({"type": "array", "items": items, "uniqueItems": True})
+        assert e.value.keyword == "uniqueItems"
+
+
+# Tokens the walker prefers: short items that repeat often, so duplicates are tried.
+_FAVOURITES = {"string": ['"', "a", '",', '"]', ",", "]"], "number": ["1", "0", ",", "]", "."]}
+
+
+def _walk(grammar, hf_tokenizer, favourites: list[int], rng, max_tokens: int = 60) -> bytes | None:
+    info = grammar.automaton.info
+    bm = allocate_token_bitmask(1, grammar.vocab_size)
+    m = grammar.matcher()
+    out = []
+    for left in range(max_tokens, 0, -1):
+        if m.is_terminated():
+            break
+        m.fill_next_token_bitmask(bm, 0, max_tokens=left)
+        allowed = np.nonzero(unpack_bitmask(bm[0], grammar.vocab_size))[0]
+        assert len(allowed), f"no token allowed after {b''.join(out)!r}"
+        liked = [t for t in favourites if t in set(allowed.tolist())]
+        tok = int(rng.choice(liked if liked and rng.random() < 0.9 else allowed))
+        assert m.accept_token(tok)
+        if tok in info.eos_token_ids:
+            break
+        out.append(info.token_bytes[tok])
+    return b"".join(out) if m.is_terminated() else None
+
+
+@pytest.mark.parametrize("schema,kind", [(STRINGS, "string"), (NESTED, "string"), (INTEGERS, "number"),
+                                         (NUMBERS, "number")], ids=["strings", "nested", "integers", "numbers"])
+def test_walks_through_the_masks_never_repeat_an_item(compiler, hf_tokenizer, schema, kind):
+    """Random walks that keep trying the same short items (a real tokenizer, budget-aware
+    closing on) end in valid instances only, and did try duplicates: without the check
+    they would have written some."""
+    grammar = compiler.compile_json_schema(schema)
+    favourites = [hf_tokenizer.encode(t, add_special_tokens=False)[0] for t in _FAVOURITES[kind]]
+    rng = np.random.default_rng(7)
+    items = 0
+    for _ in range(12):
+        text = _walk(grammar, hf_tokenizer, favourites, rng)
+        assert text is not None, "walk did not finish within its budget"
+        value = json.loads(text)
+        validate_with_formats(value, schema)
+        items += len(value) if isinstance(value, list) else len(value["tags"])
+    assert items >= 12  # the walks wrote items, so duplicates were on offer
