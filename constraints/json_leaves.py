@@ -83,6 +83,9 @@ FORMATS |= {
     # ASCII e-mail addresses and host names are valid internationalized ones.
     "idn-email": FORMATS["email"],
     "idn-hostname": FORMATS["hostname"],
+    # A subset of the valid regexes (a regex's own syntax nests, so no byte automaton holds
+    # all of them): literals, the dot and single quantifiers, optionally anchored.
+    "regex": r"\^?(([A-Za-z0-9 _:/,;!@#%&=<>~-]|\.)[*+?]?)*\$?",
 }
 # Strings a format's regex would accept but must not: host labels with "--" in the 3rd and
 # 4th positions are reserved (xn-- labels must be valid Punycode, which a regex cannot check).

@@ -1,6 +1,6 @@
 """`not`, where its complement is exact: `not` of types, of enum/const values (strings,
-booleans, null; integers where only integers are generated), of one required name, of one
-property's schema; and `if`/`then`/`else` as the two disjoint branches (if and then) or
+booleans, null; integers where only integers are generated), of required names, of one
+property's schema, of an anyOf of these (each negated in turn); and `if`/`then`/`else` as the two disjoint branches (if and then) or
 (not if and else). Any other `not` is an UnsupportedSchemaError: subtracting an
 over-constrained automaton would let through values the negated schema matches but we do
 not spell.
@@ -55,13 +55,68 @@ def narrow_not(ctx, schema: dict, ptr: str, flatten, annotations: set) -> dict |
         if keys == {"properties"}:
             out["required"] = list(dict.fromkeys([*rest.get("required", []), name]))
         return out
-    if keys == {"required"} and isinstance(neg["required"], list) and len(neg["required"]) == 1:
-        # Any non-object satisfies `required`, so fails its `not`: objects only.
+    if keys == {"required"} and isinstance(neg["required"], list) and neg["required"]:
+        # Any non-object satisfies `required`, so fails its `not`: objects only, without
+        # one of the names at least (one branch per name where there are several).
         if "object" not in infer_types(rest):
             return False
-        return {**_with_property(rest, neg["required"][0], False), "type": ["object"]}
-    raise UnsupportedSchemaError.at("not", where, "is enforced only for type, enum/const, one required "
-                                    f"name and one property, not {sorted(keys)}")
+        names = list(dict.fromkeys(neg["required"]))
+        missing = [{**_with_property(rest, name, False), "type": ["object"]} for name in names]
+        if len(missing) == 1:
+            return missing[0]
+        if "oneOf" in rest:
+            raise UnsupportedSchemaError.at("not", where, "of several required names beside oneOf")
+        if "anyOf" in rest:  # (A or B) and not N is (A and not N) or (B and not N)
+            return _distribute(ctx, rest, neg, where, flatten, annotations)
+        return {"anyOf": missing}
+    if keys == {"anyOf"} and isinstance(neg["anyOf"], list):
+        # not (X or Y) is (not X) and (not Y): narrow by each in turn.
+        out = rest
+        for i, sub in enumerate(neg["anyOf"]):
+            out = narrow_not(ctx, {**out, "not": sub}, f"{where}/anyOf/{i}", flatten, annotations)
+            if out is False:
+                return False
+        return out
+    missing = _unrequired_names(rest, neg, keys)
+    if missing:
+        # An object schema with required names: generate the objects that lack one of the
+        # names it requires and `rest` does not, a subset of what fails it (objects that
+        # have them all but fail another of its keywords are left out: over-constrained,
+        # never under).
+        return narrow_not(ctx, {**rest, "not": {"required": missing}}, where, flatten, annotations)
+    raise UnsupportedSchemaError.at("not", where, "is enforced only for type, enum/const, required "
+                                    f"names, one property and anyOf of these, not {sorted(keys)}")
+
+
+_OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "patternProperties",
+                    "propertyNames", "minProperties", "maxProperties", "dependentRequired"}
+
+
+def _unrequired_names(rest: dict, neg: dict, keys: set) -> list[str]:
+    """Names an object schema ``neg`` requires that ``rest`` does not (none where neg is not
+    only about objects, or matches non-objects)."""
+    required = neg.get("required")
+    types = neg.get("type", "object")
+    if not keys <= _OBJECT_KEYWORDS or not isinstance(required, list) or types not in ("object", ["object"]):
+        return []
+    have = set(rest.get("required", []))
+    return [n for n in dict.fromkeys(required) if isinstance(n, str) and n not in have]
+
+
+def _distribute(ctx, rest: dict, neg: dict, where: str, flatten, annotations: set) -> dict | bool:
+    base = {k: v for k, v in rest.items() if k != "anyOf"}
+    out = []
+    for i, branch in enumerate(rest["anyOf"]):
+        branch, _ = flatten(ctx, branch, f"{where}/anyOf/{i}", ()) if isinstance(branch, dict) else (branch, ())
+        if branch is False:
+            continue
+        merged = base if branch is True else merge_schemas(base, branch, f"{where}/anyOf/{i}")
+        if merged is False:
+            continue
+        narrowed = narrow_not(ctx, {**merged, "not": neg}, where, flatten, annotations)
+        if narrowed is not False:
+            out.append(narrowed)
+    return {"anyOf": out} if out else False
 
 
 def _with_property(rest: dict, name: str, sub) -> dict:

@@ -305,25 +305,50 @@ def _check_keywords(ctx: _Ctx, schema: dict, ptr: str) -> None:
 def _emit_branches(ctx: _Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr: str,
                    refs: tuple) -> int:
     rest = {k: v for k, v in schema.items() if k != key}
-    branches, branch_refs = [], []
+    branches, branch_refs, raw = [], [], []
     for i, branch in enumerate(schema[key]):
         bptr = f"{ptr}/{key}/{i}"
         brefs = refs
         if isinstance(branch, dict):
             branch, brefs = _flatten(ctx, branch, bptr, refs)
+        raw.append(branch)
         branches.append(_merge_or_fail(ctx, rest, branch, bptr))
         branch_refs.append(brefs)
     if key == "oneOf" and not ctx.lenient:
-        shapes = [_call_target(ctx, b) for b in branches]
-        for i in range(len(branches)):
-            for j in range(i + 1, len(branches)):
-                if not exclusive_branches(shapes[i], shapes[j]):
-                    raise UnsupportedSchemaError.at(
-                        "oneOf", f"{ptr}/oneOf", f"branches {i} and {j} may overlap; only "
-                        "provably disjoint oneOf (types, consts, enums, discriminators) is enforced")
+        branches = _one_of_disjoint(ctx, branches, raw, ptr)
     emits = [partial(emit_schema, ctx, schema=b, ptr=f"{ptr}/{key}/{i}", refs=r)
              for i, (b, r) in enumerate(zip(branches, branch_refs))]
     return emit_alt(nfa, start, [lambda n, s, e=e: e(n, s) for e in emits])
+
+
+def _one_of_disjoint(ctx: _Ctx, branches: list, raw: list, ptr: str) -> list:
+    """oneOf generated as anyOf, exactly: branches provably disjoint stay as they are; a
+    branch that may overlap another is narrowed by `not` of it (branch i and not branch j:
+    i's own part beside the oneOf already holds j's), exact where narrow_not is."""
+    shapes = [_call_target(ctx, b) for b in branches]
+    out = list(branches)
+    for i in range(len(branches)):
+        for j in range(len(branches)):
+            if i == j or out[i] is False or exclusive_branches(shapes[i], shapes[j]):
+                continue
+            try:
+                out[i] = _narrow_by_not(ctx, out[i], raw[j], f"{ptr}/oneOf/{i}")
+            except UnsupportedSchemaError as e:
+                raise UnsupportedSchemaError.at(
+                    "oneOf", f"{ptr}/oneOf", f"branches {min(i, j)} and {max(i, j)} may overlap, and "
+                    f"branch {i} without branch {j} cannot be enforced ({e})") from e
+    return out
+
+
+def _narrow_by_not(ctx: _Ctx, branch, other, ptr: str):
+    if not isinstance(branch, dict) or isinstance(other, _Call):
+        raise UnsupportedSchemaError.at("not", f"{ptr}/not", "of a recursive $ref is not supported")
+    if "not" in branch:
+        if not {"enum", "const"} & branch.keys():
+            raise UnsupportedSchemaError.at("not", f"{ptr}/not", "beside another not")
+        # Listed values are each validated against the whole schema: both nots hold.
+        return {**branch, "not": {"anyOf": [branch["not"], other]}}
+    return narrow_not(ctx, {**branch, "not": other}, ptr, _flatten, ANNOTATIONS)
 
 
 def _call_target(ctx: _Ctx, schema):

@@ -103,11 +103,6 @@ def _group_end(text: str) -> int:
     raise InvalidConstraintError(f"unbalanced parenthesis in regex {text!r}")
 
 
-def _top_level_bar(text: str) -> bool:
-    """Whether an alternation ``|`` stands outside every group and class."""
-    return any(c == "|" and depth == 0 for _, c, depth in _scan(text))
-
-
 def _scan(text: str):
     """(index, char, group depth after it) of the characters outside escapes and classes."""
     depth, i, in_class = 0, 0, False
@@ -151,17 +146,29 @@ def search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     if pattern.startswith("^"):
         looks, rest = split_leading_lookaheads(pattern[1:])
         pattern = "^" + rest
-    if (pattern.startswith("^") or pattern.endswith("$")) and _top_level_bar(pattern):
-        raise InvalidConstraintError(f"anchors inside alternation: {pattern!r}")
-    anchored_start = pattern.startswith("^")
-    anchored_end = pattern.endswith("$") and not _escaped_at(pattern, len(pattern) - 1)
-    tree = parse_regex(pattern)
+    alternatives = _top_level_alternatives(pattern)
+    if looks and len(alternatives) > 1:
+        raise InvalidConstraintError(f"a lookahead before an alternation: {pattern!r}")
     nfa = NFA(budget)
     start = nfa.new_state()
+    # Each top-level alternative is anchored or padded on its own (^a$|b: "a", or any text
+    # containing b).
+    end = emit_alt(nfa, start, [partial(_emit_search, alternative=a) for a in alternatives])
+    return apply_lookaheads(trim_and_minimize(determinize(nfa, start, end, budget)), looks, budget)
 
+
+def _emit_search(nfa: NFA, start: int, alternative: str) -> int:
     def any_text(n: NFA, x: int) -> int:
         return emit_repeat(n, x, lambda n2, y: emit_code_point_ranges(n2, y, [(0, 0x10FFFF)]), 0, None)
 
-    s = emit_regex(nfa, start if anchored_start else any_text(nfa, start), tree)
-    end = s if anchored_end else any_text(nfa, s)
-    return apply_lookaheads(trim_and_minimize(determinize(nfa, start, end, budget)), looks, budget)
+    anchored_start = alternative.startswith("^")
+    anchored_end = alternative.endswith("$") and not _escaped_at(alternative, len(alternative) - 1)
+    body = alternative[int(anchored_start): len(alternative) - int(anchored_end)]
+    s = emit_regex(nfa, start if anchored_start else any_text(nfa, start), parse_regex(f"^{body}$"))
+    return s if anchored_end else any_text(nfa, s)
+
+
+def _top_level_alternatives(text: str) -> list[str]:
+    cuts = [i for i, c, depth in _scan(text) if c == "|" and depth == 0]
+    bounds = [-1, *cuts, len(text)]
+    return [text[a + 1:b] for a, b in zip(bounds, bounds[1:])]
