@@ -25,7 +25,15 @@ from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .json_drafts import normalize_drafts
 from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
 from .json_lowering import lower_keywords
-from .json_merge import EXCLUDED, FRACTIONAL, TYPES, exclusive_branches, infer_types, merge_schemas
+from .json_merge import (
+    EXCLUDED,
+    FRACTIONAL,
+    TYPES,
+    declared_types,
+    exclusive_branches,
+    infer_types,
+    merge_schemas,
+)
 from .json_not import branch_if, excluded, narrow_not, spellings_dfa
 from .leaves import CountedLeaf
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
@@ -230,7 +238,7 @@ def _flatten(ctx: _Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | boo
             ref = schema["$ref"]
             rest = {k: v for k, v in schema.items() if k != "$ref"}
             if ref in refs:
-                if not _is_annotation_only(rest):
+                if not _is_annotation_only(rest) and not _implied_by_ref(ctx, rest, ref, ptr):
                     raise UnsupportedSchemaError.at(
                         "$ref", f"{ptr}/$ref", f"is recursive ({ref}) with sibling keywords "
                         f"{sorted(set(rest) - ANNOTATIONS)}; a recursive $ref must stand alone")
@@ -253,6 +261,25 @@ def _flatten(ctx: _Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | boo
     return schema, refs
 
 
+def _implied_by_ref(ctx: _Ctx, siblings, ref: str, ptr: str) -> bool:
+    """Whether every sibling of a recursive $ref is already said by its target: the same
+    keyword with the same value, or a type the target's types fall within (``{"type":
+    "object", "anyOf": [{"$ref": node}, ...]}`` with node an object), so the call alone is
+    the conjunction."""
+    if not isinstance(siblings, dict):
+        return False
+    target = _resolve_ref(ctx, ref, ptr)
+    if not isinstance(target, dict):
+        return False
+    for key in set(siblings) - ANNOTATIONS:
+        if key == "type" and "type" in target:
+            if not declared_types(target) <= declared_types(siblings):
+                return False
+        elif key not in target or not _json_equal(siblings[key], target[key]):
+            return False
+    return True
+
+
 def _is_annotation_only(schema) -> bool:
     return schema is True or isinstance(schema, dict) and set(schema) <= ANNOTATIONS
 
@@ -262,7 +289,7 @@ def _merge_or_fail(ctx: _Ctx, a, b, ptr: str) -> dict | bool | _Call:
         call, other = (a, b) if isinstance(a, _Call) else (b, a)
         if other is False:
             return False
-        if not _is_annotation_only(other):
+        if not _is_annotation_only(other) and not _implied_by_ref(ctx, other, call.ref, ptr):
             raise UnsupportedSchemaError.at(
                 "$ref", ptr, f"recursive ({call.ref}) is combined with other keywords; "
                 "a recursive $ref must stand alone")

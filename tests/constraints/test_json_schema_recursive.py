@@ -239,3 +239,20 @@ def test_pathological_ambiguity_is_bounded_not_an_error(byte_compiler):
     m = grammar.matcher()
     assert m.accept_string("[" * 12)
     assert len(m._state) <= 64
+
+
+def test_a_recursive_ref_beside_keywords_its_target_already_says(byte_compiler):
+    """``{"type": ["object", "null"], "anyOf": [{"$ref": node}, {"type": "null"}]}``: the type
+    beside the recursive call holds for every node (its target is an object), so the call
+    alone is exact (WashingtonPost's author and content schemas)."""
+    schema = {"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array", "items": {
+        "type": ["object", "null"], "anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}},
+        "additionalProperties": False}}, "$ref": "#/$defs/node"}
+    grammar = byte_compiler.compile_json_schema(schema)
+    for text, valid in [(b'{"kids":[{"kids":[null,{}]}]}', True), (b'{"kids":[null]}', True),
+                        (b'{"kids":[1]}', False), (b'{"kids":[{"kids":[{"x":1}]}]}', False)]:
+        assert accepted_by_masks(grammar, text) == valid, text
+    items = schema["$defs"]["node"]["properties"]["kids"]["items"]
+    items["type"] = ["string", "null"]  # a type the target does not imply
+    with pytest.raises(UnsupportedSchemaError):
+        byte_compiler.compile_json_schema(schema)
