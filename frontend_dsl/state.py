@@ -265,7 +265,8 @@ class ProgramState:
 
         def gather() -> None:
             base = self._variables
-            names = [k for k in branches[0]._variables if k not in base
+            every = dict.fromkeys(k for b in branches for k in b._variables)  # in order, once
+            names = [k for k in every if k not in base
                      or any(b._variables.get(k) is not base[k] for b in branches)]
             for name in names:
                 self._variables[name] = [b._variables.get(name) for b in branches]
