@@ -62,8 +62,12 @@ class OpenAI(Backend):
             raise BackendError(f"sampling_params: {unknown[0]!r} has no OpenAI-API equivalent")
         if params.get("json_schema") is not None:
             schema = params["json_schema"]
-            kwargs["response_format"] = {"type": "json_schema", "json_schema": {
+            fmt = {"type": "json_schema", "json_schema": {
                 "name": "output", "schema": json.loads(schema) if isinstance(schema, str) else schema}}
+            if self.is_chat_model:
+                kwargs["response_format"] = fmt
+            else:  # not a completions argument in the client: an extra body field
+                extra["response_format"] = fmt
         if request.get("return_logprob"):
             top = request.get("top_logprobs_num") or 0
             if self.is_chat_model:

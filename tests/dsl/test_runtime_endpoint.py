@@ -78,6 +78,20 @@ def test_uses_the_servers_chat_template(backend):
     assert backend.chat_template.begin("user") == "<|im_start|>user\n"
 
 
+def test_tokenizes_through_the_server_without_a_local_tokenizer(backend, server_url, model_dir):
+    from transformers import AutoTokenizer
+
+    assert backend._tokenizer is None  # nothing local: ids come from POST /tokenize
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    texts = ["Hello world", PREFIX + "Review: fine.\nSentiment: positive"]
+    assert backend.tokenize_many(texts) == [tok.encode(t) for t in texts]
+    assert backend.tokenize(texts[0]) == tok.encode(texts[0])
+    one = httpx.post(f"{server_url}/tokenize", json={"text": "Hello world"}, timeout=30).json()
+    assert one["tokens"] == tok.encode("Hello world") and one["count"] == len(one["tokens"])
+    bad = httpx.post(f"{server_url}/tokenize", json={"prompt": 3}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt"
+
+
 def test_greedy_gen_equals_server_greedy(backend, server_url):
     @function
     def prog(s):
@@ -180,8 +194,8 @@ def test_run_batch_and_stream(backend):
     states = prog.run_batch([{"review": "Great!", "pattern": " (positive|negative)"},
                              {"review": "Bad.", "pattern": "(unclosed"}], backend=backend)
     assert states[0]["label"] in (" positive", " negative")
-    assert isinstance(states[1].error, ProgramError) and states[1].error.variable == "label"
-    assert "HTTP 400" in str(states[1].error)
+    assert isinstance(states[1].error(), ProgramError) and states[1].error().variable == "label"
+    assert "HTTP 400" in str(states[1].error())
 
     @function
     def hello(s):
