@@ -15,6 +15,7 @@ programs written for ``import sglang as sgl``.
 from frontend_dsl.backends.base import Backend, BackendError, TokenUsage
 from frontend_dsl.backends.engine import EngineBackend
 from frontend_dsl.backends.openai_compat import OpenAI
+from frontend_dsl.backends.runtime import Runtime
 from frontend_dsl.backends.runtime_endpoint import RuntimeEndpoint
 from frontend_dsl.errors import DSLError, ProgramError, VariableNotFoundError
 from frontend_dsl.fork import ForkGroup
@@ -30,13 +31,16 @@ from frontend_dsl.ir import (
     gen,
     gen_int,
     gen_string,
+    image,
     select,
+    separate_reasoning,
     system,
     system_begin,
     system_end,
     user,
     user_begin,
     user_end,
+    video,
 )
 from frontend_dsl.program import (
     SglFunction,
@@ -53,8 +57,8 @@ ProgramStateGroup = ForkGroup  # SGLang's name
 __all__ = [
     "REGEX_BOOL", "REGEX_FLOAT", "REGEX_INT", "REGEX_STR", "Backend", "BackendError", "DSLError",
     "EngineBackend", "ForkGroup", "OpenAI", "ProgramError", "ProgramState", "ProgramStateGroup",
-    "RuntimeEndpoint", "SglFunction", "TokenUsage", "VariableNotFoundError", "assistant",
+    "Runtime", "RuntimeEndpoint", "SglFunction", "TokenUsage", "VariableNotFoundError", "assistant",
     "assistant_begin", "assistant_end", "flush_cache", "function", "gen", "gen_int", "gen_string",
-    "get_default_backend", "get_server_info", "global_config", "select", "set_default_backend",
-    "system", "system_begin", "system_end", "user", "user_begin", "user_end",
+    "get_default_backend", "get_server_info", "global_config", "image", "select", "separate_reasoning", "set_default_backend",
+    "system", "system_begin", "system_end", "user", "user_begin", "user_end", "video",
 ]

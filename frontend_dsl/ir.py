@@ -138,6 +138,27 @@ class VarScopeEnd:
     name: str
 
 
+@dataclass(slots=True)
+class SeparateReasoning(_Concatenable):
+    """``separate_reasoning(gen("x"))``: after ``expr`` runs, a ``<think>...</think>`` block at
+    the start of variable ``x`` moves to ``x_reasoning_content`` (SGLang's naming)."""
+
+    expr: Any
+    model_type: str | None = None
+
+
+def separate_reasoning(expr: Any = None, model_type: str | None = None) -> SeparateReasoning:
+    return SeparateReasoning(expr, model_type)
+
+
+def image(expr: Any) -> None:
+    raise NotImplementedError("image(): the engine serves text-only models")
+
+
+def video(path: str, num_frames: int) -> None:
+    raise NotImplementedError("video(): the engine serves text-only models")
+
+
 def gen(name: str | None = None, max_tokens: int | None = None, min_tokens: int | None = None,
         n: int | None = None, stop: str | list[str] | None = None, stop_token_ids: list[int] | None = None,
         stop_regex: str | list[str] | None = None, temperature: float | None = None,

@@ -25,6 +25,7 @@ from frontend_dsl.ir import (
     RoleBegin,
     RoleEnd,
     Select,
+    SeparateReasoning,
     VarScopeBegin,
     VarScopeEnd,
 )
@@ -84,6 +85,9 @@ class ProgramState:
             self._scopes[expr.name] = len(self._text)
         elif isinstance(expr, VarScopeEnd):
             self._variables[expr.name] = self._text[self._scopes.pop(expr.name):]
+        elif isinstance(expr, SeparateReasoning):
+            self._execute(expr.expr)
+            self._separate_reasoning(expr.expr)
         elif isinstance(expr, (list, tuple)):
             for part in expr:
                 self._execute(part)
@@ -115,6 +119,27 @@ class ProgramState:
         self._messages.append({"role": role, "content": self._text[start:].lstrip()})
         self._role = None
         self._append(self.backend.chat_template.end(role))
+
+    def _separate_reasoning(self, expr: Any) -> None:
+        """Move a leading ``<think>`` block out of each named gen/select in ``expr`` (and out
+        of the text): ``name`` keeps the answer, ``name_reasoning_content`` the reasoning."""
+        if isinstance(expr, (list, tuple, SeparateReasoning)):
+            for part in (expr.expr,) if isinstance(expr, SeparateReasoning) else expr:
+                self._separate_reasoning(part)
+            return
+        name = getattr(expr, "name", None)
+        value = self._variables.get(name) if name is not None else None
+        if not isinstance(value, str):
+            return
+        body = value.lstrip()
+        body = body[len("<think>"):] if body.startswith("<think>") else body
+        reasoning, sep, answer = body.partition("</think>")
+        if not sep:
+            return
+        if self._text.endswith(value):
+            self._text = self._text[: len(self._text) - len(value)] + answer.lstrip()
+        self._variables[name] = answer.lstrip()
+        self._variables[f"{name}_reasoning_content"] = reasoning.strip()
 
     # ---- roles and scopes as blocks -----------------------------------------------------------
     def _role_common(self, role: str, expr: Any = None):

@@ -54,6 +54,14 @@ class TraceState:
     def __init__(self, template: ChatTemplate):
         self.template = template
         self.text = ""
+        self._turns = 0
+
+    def _begin(self, role: str) -> None:
+        default = self.template.default_system_prompt
+        if role != "system" and default and not self._turns:  # as ProgramState does
+            self.text += self.template.begin("system") + default + self.template.end("system")
+        self._turns += 1
+        self.text += self.template.begin(role)
 
     def __iadd__(self, expr: Any) -> TraceState:
         self._add(expr)
@@ -66,12 +74,12 @@ class TraceState:
             if cut >= 0:
                 raise _StopTrace
         elif isinstance(expr, Role):
-            self.text += self.template.begin(expr.role)
+            self._begin(expr.role)
             for part in expr.content:
                 self._add(part)
             self.text += self.template.end(expr.role)
         elif isinstance(expr, RoleBegin):
-            self.text += self.template.begin(expr.role)
+            self._begin(expr.role)
         elif isinstance(expr, RoleEnd):
             self.text += self.template.end(expr.role)
         elif isinstance(expr, (VarScopeBegin, VarScopeEnd)):

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import httpx
 import pytest
 
 from frontend_dsl import (
     ProgramError,
+    Runtime,
     RuntimeEndpoint,
     assistant,
     function,
@@ -23,48 +17,21 @@ from frontend_dsl import (
     user,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 PREFIX = ("You are a sentiment classifier. Read the review and answer with one word: positive "
           "or negative. Reviews that praise the product are positive; complaints are negative.\n")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@pytest.fixture(scope="module")
+def runtime():
+    """SGLang's ``sgl.Runtime``: a ``sglang-lite serve`` subprocess on a free loopback port."""
+    rt = Runtime(log_level="warning", dtype="float32", timeout=180)
+    yield rt
+    rt.shutdown()
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory):
-    port = _free_port()
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    # `python -m sglang_lite serve --port P`, through the server's entry point directly.
-    cmd = [sys.executable, "-c", "import sys; from sglang_lite.server import main; sys.exit(main(sys.argv[1:]))",
-           "--port", str(port), "--log-level", "warning", "--dtype", "float32"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=log.open("w"), text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited ({proc.returncode}): {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("server did not become healthy in 180 s")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+def server_url(runtime):
+    return runtime.url
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +39,23 @@ def backend(server_url):
     b = RuntimeEndpoint(server_url)
     yield b
     b.shutdown()
+
+
+def test_runtime_is_a_backend(runtime):
+    import frontend_dsl as sgl
+
+    @sgl.function
+    def prog(s):
+        s += "The capital of France is" + sgl.gen("x", max_tokens=3)
+
+    sgl.set_default_backend(runtime)
+    try:
+        state = prog(temperature=0)
+    finally:
+        sgl.set_default_backend(None)
+    direct = runtime.generate("The capital of France is", {"max_new_tokens": 3, "temperature": 0})
+    assert state["x"] == direct["text"]
+    assert runtime.endpoint.token_usage.completion_tokens == state.meta["completion_tokens"] > 0
 
 
 def test_uses_the_servers_chat_template(backend):

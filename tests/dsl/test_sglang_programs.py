@@ -315,3 +315,20 @@ def test_num_api_spec_tokens_is_accepted_and_runs_normally(engine_backend):
     got = spec.run(temperature=0, backend=engine_backend)
     assert got["color"] == plain.run(temperature=0, backend=engine_backend)["color"]
     assert got.ret_value is None
+
+
+def test_separate_reasoning_splits_a_think_block(engine_backend):
+    @sgl.function
+    def thinker(s):
+        s += "Think, then answer.\n"
+        s += sgl.separate_reasoning(sgl.gen("answer", max_tokens=24, regex=r"<think>[a-z ]{1,12}</think>[a-z ]{1,8}"),
+                                    model_type="deepseek-r1")
+
+    state = thinker.run(temperature=0, backend=engine_backend)
+    # The regex forced a think block; it left both the variable and the text.
+    assert "think>" not in state["answer"] and "think>" not in state.text()
+    assert re.fullmatch(r"[a-z ]{0,8}", state["answer"])
+    assert re.fullmatch(r"[a-z ]{0,12}", state["answer_reasoning_content"])
+    assert state.text() == "Think, then answer.\n" + state["answer"]
+    with pytest.raises(NotImplementedError, match="text-only"):
+        sgl.image("cat.png")

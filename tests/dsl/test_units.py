@@ -156,3 +156,16 @@ def test_bind_and_call_forms():
         s += q
 
     assert constant_prefix(outer.func, PLAIN) == "Intro. More. x"
+
+
+def test_constant_prefix_includes_the_templates_default_system_turn():
+    from frontend_dsl.chat_template import ChatTemplate
+
+    t = ChatTemplate({"system": "<s>", "user": "<u>", "assistant": "<a>"},
+                     {"system": "</s>", "user": "</u>", "assistant": "</a>"}, default_system_prompt="Be nice.")
+
+    @function
+    def prog(s, q):
+        s += user("Hello " + q)
+
+    assert constant_prefix(prog.func, t) == "<s>Be nice.</s><u>Hello "
