@@ -298,8 +298,11 @@ class ProgramState:
             self._metas.extend(metas)
 
         def concatenate() -> None:
-            self._append("".join(b._text[b._fork_start:] for b in branches))
+            added = "".join(b._text[b._fork_start:] for b in branches)
+            self._append(added)
             self._metas.extend(metas)
+            if not added:
+                return
             try:  # the joined text becomes this state's cached prefix
                 self._add_metas(self.backend.prefill([self._text]))
             except Exception as e:
