@@ -84,6 +84,8 @@ class ProgramState:
         elif isinstance(expr, VarScopeBegin):
             self._scopes[expr.name] = len(self._text)
         elif isinstance(expr, VarScopeEnd):
+            if expr.name not in self._scopes:
+                raise ProgramError(f"var_scope({expr.name!r}): closed but never opened")
             self._variables[expr.name] = self._text[self._scopes.pop(expr.name):]
         elif isinstance(expr, SeparateReasoning):
             self._execute(expr.expr)
