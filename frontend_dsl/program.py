@@ -161,6 +161,12 @@ class SglFunction:
         """Prefill the program's constant prefix (SGLang's ``prog.cache()``)."""
         self._cache_constant_prefix(_resolve(backend))
 
+    def trace(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError(f"{self.func.__name__}.trace(): SGLang's graph tracer is not "
+                                  "supported; run() and run_batch() run the program")
+
+    compile = trace
+
     def constant_prefix(self, backend: Any = None) -> str:
         return constant_prefix(self.func, _resolve(backend).chat_template)
 
