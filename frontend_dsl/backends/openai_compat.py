@@ -45,7 +45,7 @@ class OpenAI(Backend):
         try:
             import openai
         except ImportError as e:  # pragma: no cover - openai is in the dev extra
-            raise ImportError("the OpenAI backend needs the openai package: pip install openai") from e
+            raise ImportError("the OpenAI backend needs the openai package: pip install 'sglang-lite[openai]'") from e
         self._errors = (openai.APIError, openai.APIConnectionError)
         self.client = (openai.AzureOpenAI if is_azure else openai.OpenAI)(*args, **kwargs)
         self.model_name = model_name
