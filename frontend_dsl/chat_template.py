@@ -2,7 +2,10 @@
 
 A program appends turns one at a time (and generates inside the assistant turn), so it needs
 the text that opens and closes each role, not a whole rendered conversation. Rendering a
-conversation with sentinel contents and cutting around the sentinels recovers both.
+conversation with sentinel contents and cutting around the sentinels recovers both. A
+template that renders a system turn of its own when a conversation starts without one has a
+``default_system_prompt``; a program's first non-system turn gets it too (as in SGLang), so
+its text is the one the server's chat route would render.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ class ChatTemplate:
     prefixes: dict[str, str]
     suffixes: dict[str, str]
     name: str = "model"
+    default_system_prompt: str | None = None
 
     def begin(self, role: str) -> str:
         return self.prefixes[role]
@@ -57,7 +61,18 @@ def derive(render: Callable[[list[dict]], str]) -> ChatTemplate:
     if render(check) != "".join(template.begin(m["role"]) + m["content"] + template.end(m["role"])
                                 for m in check):
         raise ValueError("chat template: turns are not rendered as prefix + content + suffix")
-    return template
+    return ChatTemplate(prefixes, suffixes, default_system_prompt=_default_system(render, template))
+
+
+def _default_system(render: Callable[[list[dict]], str], template: ChatTemplate) -> str | None:
+    """The system text the template adds before a conversation that has no system turn."""
+    mark = _SENTINEL.format("u")
+    text = render([{"role": "user", "content": mark}])
+    head = text[: max(text.find(template.begin("user") + mark), 0)]
+    begin, end = template.begin("system"), template.end("system")
+    if head.startswith(begin) and head.endswith(end) and len(head) > len(begin) + len(end):
+        return head[len(begin): len(head) - len(end)]
+    return None
 
 
 def _split_between(suffixes: dict[str, str], prev_role: str, between: str) -> str:

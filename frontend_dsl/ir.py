@@ -14,18 +14,28 @@ from typing import Any
 CHOICES_METHODS = ("token_length_normalized", "greedy_token_selection",
                    "unconditional_likelihood_normalized")
 
+# SGLang's constants (``from sglang.lang.ir import REGEX_INT``), same values, for gen(regex=...).
+# The number patterns allow trailing blanks: pair them with ``stop=[" ", "\n"]`` as SGLang does.
+REGEX_INT = r"[-+]?[0-9]+[ \n]*"
+REGEX_FLOAT = r"[-+]?[0-9]*\.?[0-9]+[ \n]*"
+REGEX_BOOL = r"(True|False)"
+REGEX_STR = r"\"[\w\d\s]*\""
+
 # gen() keyword -> SGLang sampling_params key
 _SAMPLING_KEYS = {
-    "max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens", "stop": "stop",
-    "stop_token_ids": "stop_token_ids", "temperature": "temperature", "top_p": "top_p",
-    "top_k": "top_k", "min_p": "min_p", "frequency_penalty": "frequency_penalty",
+    "max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens", "n": "n", "stop": "stop",
+    "stop_token_ids": "stop_token_ids", "stop_regex": "stop_regex", "temperature": "temperature",
+    "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "frequency_penalty": "frequency_penalty",
     "presence_penalty": "presence_penalty", "repetition_penalty": "repetition_penalty",
     "ignore_eos": "ignore_eos", "seed": "seed", "regex": "regex", "json_schema": "json_schema",
     "ebnf": "ebnf",
 }
+# Request options (not sampling): what the variable's meta info carries.
+REQUEST_KEYS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
 
 
-# gen(dtype=...): the literal each type's text must be (Python's syntax for each).
+# gen(dtype=...): the literal each type's text must be (Python's syntax for each), so that
+# ``int(s["n"])`` always works; stricter than REGEX_* (no trailing blanks, no newline in str).
 DTYPE_REGEX = {
     "int": r"[-+]?[0-9]+",
     "float": r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?",
@@ -77,11 +87,13 @@ def _parts(x: Any) -> tuple:
 
 @dataclass(slots=True)
 class Gen(_Concatenable):
-    """Generate text into variable ``name``; ``sampling`` holds only what the call set."""
+    """Generate text into variable ``name``; ``sampling`` holds only what the call set,
+    ``request`` the logprob options (``return_logprob``, ``top_logprobs_num``, ...)."""
 
     name: str | None
     sampling: dict[str, Any]
     where: str | None = None
+    request: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -102,51 +114,131 @@ class Role(_Concatenable):
     content: list[Any] = field(default_factory=list)
 
 
-def gen(name: str | None = None, max_tokens: int | None = None, *, stop: str | list[str] | None = None,
-        temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
-        regex: str | None = None, json_schema: str | dict | None = None, ebnf: str | None = None,
-        choices: list[str] | None = None, choices_method: str = "token_length_normalized",
-        dtype: type | str | None = None, **sampling: Any) -> Gen | Select:
+@dataclass(slots=True)
+class RoleBegin(_Concatenable):
+    """``user_begin()``: opens a turn that a later ``user_end()`` closes."""
+
+    role: str
+
+
+@dataclass(slots=True)
+class RoleEnd(_Concatenable):
+    role: str
+
+
+@dataclass(slots=True)
+class VarScopeBegin:
+    """``with s.var_scope(name):`` -- everything appended inside becomes variable ``name``."""
+
+    name: str
+
+
+@dataclass(slots=True)
+class VarScopeEnd:
+    name: str
+
+
+@dataclass(slots=True)
+class SeparateReasoning(_Concatenable):
+    """``separate_reasoning(gen("x"))``: after ``expr`` runs, a ``<think>...</think>`` block at
+    the start of variable ``x`` moves to ``x_reasoning_content`` (SGLang's naming)."""
+
+    expr: Any
+    model_type: str | None = None
+
+
+def separate_reasoning(expr: Any = None, model_type: str | None = None) -> SeparateReasoning:
+    return SeparateReasoning(expr, model_type)
+
+
+def image(expr: Any) -> None:
+    raise NotImplementedError("image(): the engine serves text-only models")
+
+
+def video(path: str, num_frames: int) -> None:
+    raise NotImplementedError("video(): the engine serves text-only models")
+
+
+def gen(name: str | None = None, max_tokens: int | None = None, min_tokens: int | None = None,
+        n: int | None = None, stop: str | list[str] | None = None, stop_token_ids: list[int] | None = None,
+        stop_regex: str | list[str] | None = None, temperature: float | None = None,
+        top_p: float | None = None, top_k: int | None = None, min_p: float | None = None,
+        frequency_penalty: float | None = None, presence_penalty: float | None = None,
+        ignore_eos: bool | None = None, return_logprob: bool | None = None,
+        logprob_start_len: int | None = None, top_logprobs_num: int | None = None,
+        return_text_in_logprobs: bool | None = None, dtype: type | str | None = None,
+        choices: list[str] | None = None, choices_method: str | None = None,
+        regex: str | None = None, json_schema: str | dict | None = None, *,
+        ebnf: str | None = None, **sampling: Any) -> Gen | Select:
     """``s += gen("answer", max_tokens=32, stop="\\n")``; with ``choices=`` it is a ``select``.
 
+    The arguments are SGLang's, in SGLang's order (``gen("x", 16)`` is ``max_tokens=16``).
     ``dtype`` (``int``, ``float``, ``bool``, ``str`` or their names) constrains the text to that
-    type's literal, as SGLang does: ``int(s["n"])`` then always works. Other SGLang sampling
-    options (``min_tokens``, ``min_p``, ``frequency_penalty``, ``seed``, ``ignore_eos``, ...)
-    pass through as keywords.
+    type's literal: ``int(s["n"])`` then always works. ``n > 1`` makes the variable a list (the
+    first is appended). ``seed`` and ``repetition_penalty`` pass through as keywords.
     """
     where = _caller_line()
     label = f'gen("{name}")' if name else "gen()"
     if dtype is not None:
-        kind = dtype if isinstance(dtype, str) else getattr(dtype, "__name__", repr(dtype))
-        if kind not in DTYPE_REGEX:
-            raise ValueError(f"{label} at {where}: dtype must be one of int, float, bool, str; got {dtype!r}")
-        given = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("ebnf", ebnf),
-                                ("choices", choices)) if v is not None]
-        if given:
-            raise ValueError(f"{label} at {where}: dtype= cannot be combined with {given[0]}=")
-        regex = DTYPE_REGEX[kind]
+        regex = _dtype_regex(dtype, label, where, regex=regex, json_schema=json_schema, ebnf=ebnf,
+                             choices=choices)
     if choices is not None:
         given = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("ebnf", ebnf)) if v is not None]
         if given:
             raise ValueError(f"{label} at {where}: choices= cannot be combined with {given[0]}=")
-        return _make_select(name, choices, choices_method, where, label)
+        return _make_select(name, choices, choices_method or CHOICES_METHODS[0], where, label)
     constraints = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("ebnf", ebnf)) if v is not None]
     if len(constraints) > 1:
         raise ValueError(f"{label} at {where}: conflicting constraints {' and '.join(constraints)}; "
                          "pass at most one of regex, json_schema, ebnf")
-    unknown = sorted(set(sampling) - set(_SAMPLING_KEYS))
+    unknown = sorted(set(sampling) - {"seed", "repetition_penalty"})
     if unknown:
         raise ValueError(f"{label} at {where}: unknown keyword {unknown[0]!r}")
     if isinstance(json_schema, dict):
         json_schema = json.dumps(json_schema)
-    given_kwargs = dict(sampling, max_tokens=max_tokens, stop=stop, temperature=temperature,
-                        top_p=top_p, top_k=top_k, regex=regex, json_schema=json_schema, ebnf=ebnf)
+    given_kwargs = dict(sampling, max_tokens=max_tokens, min_tokens=min_tokens, n=n, stop=stop,
+                        stop_token_ids=stop_token_ids, stop_regex=stop_regex, temperature=temperature,
+                        top_p=top_p, top_k=top_k, min_p=min_p, frequency_penalty=frequency_penalty,
+                        presence_penalty=presence_penalty, ignore_eos=ignore_eos, regex=regex,
+                        json_schema=json_schema, ebnf=ebnf)
     params = {_SAMPLING_KEYS[k]: v for k, v in given_kwargs.items() if v is not None}
-    return Gen(name, params, where)
+    request = {k: v for k, v in zip(REQUEST_KEYS, (return_logprob, logprob_start_len, top_logprobs_num,
+                                                   return_text_in_logprobs)) if v is not None}
+    return Gen(name, params, where, request)
 
 
-def select(name: str | None = None, choices: list[str] | None = None,
-           choices_method: str = "token_length_normalized", temperature: float = 0.0) -> Select:
+def _dtype_regex(dtype: type | str, label: str, where: str | None, **others: Any) -> str:
+    kind = dtype if isinstance(dtype, str) else getattr(dtype, "__name__", repr(dtype))
+    kind = "str" if kind == "string" else kind
+    if kind not in DTYPE_REGEX:
+        raise ValueError(f"{label} at {where}: dtype must be one of int, float, bool, str; got {dtype!r}")
+    given = [k for k, v in others.items() if v is not None]
+    if given:
+        raise ValueError(f"{label} at {where}: dtype= cannot be combined with {given[0]}=")
+    return DTYPE_REGEX[kind]
+
+
+def gen_int(name: str | None = None, max_tokens: int | None = None, **kwargs: Any) -> Gen:
+    """SGLang's ``gen_int``: ``gen(name, max_tokens, dtype=int, ...)``."""
+    return _typed_gen(int, name, max_tokens, kwargs)
+
+
+def gen_string(name: str | None = None, max_tokens: int | None = None, **kwargs: Any) -> Gen:
+    """SGLang's ``gen_string``: a double-quoted string literal (``gen(..., dtype=str)``)."""
+    return _typed_gen(str, name, max_tokens, kwargs)
+
+
+def _typed_gen(dtype: type, name: str | None, max_tokens: int | None, kwargs: dict[str, Any]) -> Gen:
+    for key in ("dtype", "choices", "regex", "json_schema", "ebnf"):
+        if key in kwargs:
+            raise ValueError(f"gen_{dtype.__name__}(): takes no {key}=")
+    g = gen(name, max_tokens, dtype=dtype, **kwargs)
+    g.where = _caller_line(3)
+    return g
+
+
+def select(name: str | None = None, choices: list[str] | None = None, temperature: float = 0.0,
+           choices_method: str = "token_length_normalized") -> Select:
     """``s += select("label", choices=["positive", "negative"])``: the best-scoring choice."""
     del temperature  # accepted for SGLang compatibility: selection is always by score
     where = _caller_line()
@@ -177,3 +269,27 @@ def user(content: Any = None) -> Role:
 
 def assistant(content: Any = None) -> Role:
     return _role("assistant", content)
+
+
+def system_begin() -> RoleBegin:
+    return RoleBegin("system")
+
+
+def system_end() -> RoleEnd:
+    return RoleEnd("system")
+
+
+def user_begin() -> RoleBegin:
+    return RoleBegin("user")
+
+
+def user_end() -> RoleEnd:
+    return RoleEnd("user")
+
+
+def assistant_begin() -> RoleBegin:
+    return RoleBegin("assistant")
+
+
+def assistant_end() -> RoleEnd:
+    return RoleEnd("assistant")

@@ -1,17 +1,29 @@
 """Scoring ``select`` choices by their tokens' logprobs given the prefix (SGLang's methods).
 
-Each choice is scored from one prefill-only request for ``prefix + choice`` with input
-logprobs; all choices go in one batch so the radix cache computes the prefix once. The
-prefix is tokenized alone and with each choice, and the choice's tokens start where the two
-stop agreeing, so a token merged across the boundary is scored with the choice.
+A backend supplies each choice's token logprobs (``Backend.choice_logprobs``); the methods
+here compare them. The default, ``token_choice_logprobs``, scores each choice from one
+prefill-only request for ``prefix + choice`` with input logprobs; all choices go in one batch
+so the radix cache computes the prefix once. The prefix is tokenized alone and with each
+choice, and the choice's tokens start where the two stop agreeing, so a token merged across
+the boundary is scored with the choice.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from frontend_dsl.backends.base import Backend
+if TYPE_CHECKING:
+    from frontend_dsl.backends.base import Backend
+
+
+@dataclass(slots=True)
+class ChoiceLogprobs:
+    """Per choice, its tokens' logprobs given the prefix (and given nothing, if asked)."""
+
+    conditional: list[list[float]]
+    unconditional: list[list[float]] | None = None
+    metas: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -29,36 +41,47 @@ class SelectResult:
 
 def choice_token_spans(backend: Backend, prefix: str, choices: list[str]) -> tuple[list[list[int]], list[int]]:
     """Token ids of ``prefix + choice`` for each choice, and where each choice's tokens start."""
-    prefix_ids = backend.tokenize(prefix) if prefix else []
-    full = [backend.tokenize(prefix + c) for c in choices]
+    ids = backend.tokenize_many(([prefix] if prefix else []) + [prefix + c for c in choices])
+    prefix_ids, full = (ids[0], ids[1:]) if prefix else ([], ids)
     starts = []
-    for choice, ids in zip(choices, full):
-        start = _common_prefix_len(prefix_ids, ids)
-        if start >= len(ids):
+    for choice, choice_ids in zip(choices, full):
+        start = _common_prefix_len(prefix_ids, choice_ids)
+        if start >= len(choice_ids):
             raise ValueError(f"choice {choice!r} adds no tokens to the prefix")
         starts.append(start)
     return full, starts
 
 
-def score_choices(backend: Backend, prefix: str, choices: list[str],
-                  method: str = "token_length_normalized") -> SelectResult:
+def token_choice_logprobs(backend: Backend, prefix: str, choices: list[str],
+                          unconditional: bool = False) -> ChoiceLogprobs:
+    """The default ``choice_logprobs``: through ``tokenize`` and prefill-only ``score``."""
     full, starts = choice_token_spans(backend, prefix, choices)
     lo = min(starts)
     metas = backend.score(full, lo)
     cond = [_logprobs(meta, s - lo) for meta, s in zip(metas, starts)]
+    if not unconditional:
+        return ChoiceLogprobs(cond, None, metas)
+    umetas = backend.score([ids[s:] for ids, s in zip(full, starts)], 0)
+    # The first token has no unconditional logprob (nothing before it): count it as 0.
+    uncond = [[lp or 0.0 for lp, _, _ in m["input_token_logprobs"]] for m in umetas]
+    return ChoiceLogprobs(cond, uncond, metas + umetas)
+
+
+def score_choices(backend: Backend, prefix: str, choices: list[str],
+                  method: str = "token_length_normalized") -> SelectResult:
+    unconditional = method == "unconditional_likelihood_normalized"
+    lps = backend.choice_logprobs(prefix, choices, unconditional=unconditional)
+    cond = lps.conditional
     if method == "token_length_normalized":
-        scores = [sum(lps) / len(lps) for lps in cond]
-        return SelectResult(_argmax(scores), scores, cond, metas=metas)
+        scores = [sum(c) / len(c) for c in cond]
+        return SelectResult(_argmax(scores), scores, cond, metas=lps.metas)
     if method == "greedy_token_selection":
-        scores = [sum(lps) / len(lps) for lps in cond]
-        return SelectResult(_greedy_pick(cond), scores, cond, metas=metas)
-    if method == "unconditional_likelihood_normalized":
-        choice_ids = [ids[s:] for ids, s in zip(full, starts)]
-        umetas = backend.score(choice_ids, 0)
-        # The first token has no unconditional logprob (nothing before it): count it as 0.
-        uncond = [[lp or 0.0 for lp, _, _ in m["input_token_logprobs"]] for m in umetas]
+        scores = [sum(c) / len(c) for c in cond]
+        return SelectResult(_greedy_pick(cond), scores, cond, metas=lps.metas)
+    if unconditional:
+        uncond = lps.unconditional
         scores = [sum(c - u for c, u in zip(cl, ul)) / len(cl) for cl, ul in zip(cond, uncond)]
-        return SelectResult(_argmax(scores), scores, cond, uncond, metas + umetas)
+        return SelectResult(_argmax(scores), scores, cond, uncond, lps.metas)
     raise ValueError(f"choices_method: unknown method {method!r}")
 
 

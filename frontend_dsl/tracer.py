@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 from frontend_dsl.chat_template import ChatTemplate
-from frontend_dsl.ir import Role
+from frontend_dsl.ir import Role, RoleBegin, RoleEnd, Seq, VarScopeBegin, VarScopeEnd
 
 _MARK = "\x1fSGLDSL-ARG\x1f"
 
@@ -47,12 +48,22 @@ class _Placeholder:
     __hash__ = object.__hash__
 
 
-class _TraceState:
+class TraceState:
+    """Stands for the state: appends constant text; anything model- or input-dependent stops."""
+
     def __init__(self, template: ChatTemplate):
         self.template = template
         self.text = ""
+        self._turns = 0
 
-    def __iadd__(self, expr: Any) -> _TraceState:
+    def _begin(self, role: str) -> None:
+        default = self.template.default_system_prompt
+        if role != "system" and default and not self._turns:  # as ProgramState does
+            self.text += self.template.begin("system") + default + self.template.end("system")
+        self._turns += 1
+        self.text += self.template.begin(role)
+
+    def __iadd__(self, expr: Any) -> TraceState:
         self._add(expr)
         return self
 
@@ -63,15 +74,51 @@ class _TraceState:
             if cut >= 0:
                 raise _StopTrace
         elif isinstance(expr, Role):
-            self.text += self.template.begin(expr.role)
+            self._begin(expr.role)
             for part in expr.content:
                 self._add(part)
             self.text += self.template.end(expr.role)
-        elif isinstance(expr, (list, tuple)):
+        elif isinstance(expr, RoleBegin):
+            self._begin(expr.role)
+        elif isinstance(expr, RoleEnd):
+            self.text += self.template.end(expr.role)
+        elif isinstance(expr, (VarScopeBegin, VarScopeEnd)):
+            pass
+        elif isinstance(expr, (list, Seq)) or type(expr) is tuple:
             for part in expr:
                 self._add(part)
         else:  # gen, select, anything else: from here on the text depends on the model
             raise _StopTrace
+
+    def _role(self, role: str, expr: Any = None):
+        if expr is not None:
+            self._add(Role(role, [expr]))
+            return expr
+        return self._block(RoleBegin(role), RoleEnd(role))
+
+    @contextmanager
+    def _block(self, begin: Any, end: Any):
+        self._add(begin)
+        yield self
+        self._add(end)
+
+    def system(self, expr: Any = None):
+        return self._role("system", expr)
+
+    def user(self, expr: Any = None):
+        return self._role("user", expr)
+
+    def assistant(self, expr: Any = None):
+        return self._role("assistant", expr)
+
+    def var_scope(self, name: str):
+        return self._block(VarScopeBegin(name), VarScopeEnd(name))
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        pass
+
+    def set_var(self, name: str, value: Any) -> None:
+        pass
 
     def __getattr__(self, name: str) -> Any:
         raise _StopTrace
@@ -82,7 +129,7 @@ def constant_prefix(func: Callable[..., Any], template: ChatTemplate) -> str:
     params = list(inspect.signature(func).parameters.values())[1:]
     kwargs = {p.name: _Placeholder() for p in params
               if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    state = _TraceState(template)
+    state = TraceState(template)
     try:
         func(state, **kwargs)
     except Exception:  # _StopTrace, or the program choked on a placeholder: stop here

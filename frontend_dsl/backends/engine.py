@@ -8,6 +8,8 @@ from typing import Any
 from frontend_dsl.backends.base import Backend, BackendError, check_finished
 from frontend_dsl.chat_template import ChatTemplate, from_tokenizer
 
+_LOGPROB_KEYS = ("output_token_logprobs", "input_token_logprobs")
+
 
 class EngineBackend(Backend):
     """``EngineBackend()`` builds the embedded model; ``EngineBackend(engine)`` wraps one.
@@ -16,6 +18,7 @@ class EngineBackend(Backend):
     """
 
     def __init__(self, engine=None, model: str | None = None, **options: Any):
+        super().__init__()
         if engine is None:
             from sglang_lite import Engine
 
@@ -29,11 +32,30 @@ class EngineBackend(Backend):
         except ValueError as e:  # the engine's "field: message" validation errors
             raise BackendError(str(e)) from e
 
-    def generate(self, text: str, sampling_params: dict[str, Any]) -> dict[str, Any]:
-        return check_finished(self._call(prompt=text, sampling_params=sampling_params))
+    def _request(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {k: request[k] for k in ("return_logprob", "top_logprobs_num", "logprob_start_len")
+                if request.get(k) is not None}
 
-    def generate_stream(self, text: str, sampling_params: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        for chunk in self._call(prompt=text, sampling_params=sampling_params, stream=True):
+    def _with_text(self, result: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+        """``return_text_in_logprobs``: each logprob entry carries its token's text."""
+        if request.get("return_text_in_logprobs"):
+            meta = result["meta_info"]
+            decode = self.engine.tokenizer.decode
+            for key in _LOGPROB_KEYS:
+                if key in meta:
+                    meta[key] = [(lp, t, decode([t])) for lp, t, _ in meta[key]]
+        return result
+
+    def generate(self, prompt: str, sampling_params: dict[str, Any], **request: Any) -> Any:
+        result = self._call(prompt=prompt, sampling_params=sampling_params, **self._request(request))
+        if isinstance(result, list):
+            return [self._with_text(check_finished(r), request) for r in result]
+        return self._with_text(check_finished(result), request)
+
+    def generate_stream(self, prompt: str, sampling_params: dict[str, Any],
+                        **request: Any) -> Iterator[dict[str, Any]]:
+        for chunk in self._call(prompt=prompt, sampling_params=sampling_params, stream=True,
+                                **self._request(request)):
             if chunk["finished"]:
                 check_finished(chunk)
             yield chunk

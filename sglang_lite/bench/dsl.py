@@ -95,14 +95,14 @@ def run_program(backend: EngineBackend, name: str, num_inputs: int, seed: int = 
     after = backend.get_stats()
     prompt = after["num_prompt_tokens"] - before["num_prompt_tokens"]
     cached = after["num_cached_prompt_tokens"] - before["num_cached_prompt_tokens"]
-    errors = [repr(s.error) for s in states if s.error is not None]
+    errors = [repr(s.error()) for s in states if s.error() is not None]
     return {
         "seconds": seconds, "prompt_tokens": prompt, "cached_tokens": cached,
         "cache_hit_rate": cached / prompt if prompt else 0.0,
-        "mean_program_hit_rate": sum(s.meta["cache_hit_rate"] for s in states if s.error is None)
+        "mean_program_hit_rate": sum(s.meta["cache_hit_rate"] for s in states if s.error() is None)
         / max(1, num_inputs - len(errors)),
         "errors": errors,
-        "outputs": [s.variables() for s in states[:3] if s.error is None],
+        "outputs": [s.variables() for s in states[:3] if s.error() is None],
     }
 
 

@@ -1,4 +1,4 @@
-"""SGLang's native routes: /generate, /health, /health_generate, /flush_cache,
+"""SGLang's native routes: /generate, /tokenize, /health, /health_generate, /flush_cache,
 /get_model_info, /get_server_info, /metrics."""
 
 from __future__ import annotations
@@ -103,6 +103,28 @@ async def generate(request: Request):
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request):
+    """SGLang's shape: ``{"prompt" | "text": str | [str]}`` -> ``{"tokens", "count",
+    "max_model_len"}``, the ids ``/generate`` would compute (a list in, lists out)."""
+    try:
+        body = await request.json()
+    except json.JSONDecodeError as e:
+        raise APIError(400, f"body: invalid JSON: {e}") from e
+    key = "prompt" if isinstance(body, dict) and "prompt" in body else "text"
+    prompt = body.get(key) if isinstance(body, dict) else None
+    single = isinstance(prompt, str)
+    if not single and not (isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt)):
+        raise APIError(400, f"{key}: must be a string or a non-empty list of strings", param=key)
+    engine = request.app.state.engine
+    try:
+        ids = [engine.tokenize(p) for p in ([prompt] if single else prompt)]
+    except ValueError as e:
+        raise APIError(400, str(e), param=key) from e
+    return {"tokens": ids[0] if single else ids, "count": len(ids[0]) if single else [len(i) for i in ids],
+            "max_model_len": engine.context_length}
 
 
 # ---- health, cache, info, metrics -------------------------------------------------------------

@@ -271,9 +271,9 @@ def test_run_batch_caches_constant_prefix_and_isolates_failures(engine_backend, 
              {"review": "Awful.", "pattern": "(unclosed"},
              {"review": "Fine.", "pattern": " (positive|negative)"}]
     states = prog.run_batch(batch, backend=engine_backend, num_threads=3)
-    assert states[0].error is None and states[2].error is None
+    assert states[0].error() is None and states[2].error() is None
     assert states[0]["label"] in (" positive", " negative")
-    err = states[1].error
+    err = states[1].error()
     assert isinstance(err, ProgramError) and err.variable == "label"
     assert 'gen("label")' in str(err) and "test_engine_backend.py" in str(err)
     with pytest.raises(ProgramError):
@@ -315,7 +315,14 @@ def test_role_blocks_as_context_managers(engine_backend):
             s += "Hello"
 
     state = prog.run(backend=engine_backend)
-    assert state.messages() == [{"role": "user", "content": "Hi there"},
+    # No system turn of its own: the template's default one opens the conversation, as the
+    # server's chat route renders it (SGLang's default_system_prompt).
+    default = engine_backend.chat_template.default_system_prompt
+    assert default and "SmolLM" in default
+    assert state.messages() == [{"role": "system", "content": default},
+                                {"role": "user", "content": "Hi there"},
                                 {"role": "assistant", "content": "Hello"}]
-    assert state.text() == "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
+    assert state.text() == (f"<|im_start|>system\n{default}<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                            "<|im_start|>assistant\nHello<|im_end|>\n")
+    assert state.text() == engine_backend.engine.apply_chat_template(state.messages()[1:], add_generation_prompt=False)
     assert state.meta["num_requests"] == 0

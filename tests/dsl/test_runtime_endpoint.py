@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import httpx
 import pytest
 
 from frontend_dsl import (
     ProgramError,
+    Runtime,
     RuntimeEndpoint,
     assistant,
     function,
@@ -23,48 +17,21 @@ from frontend_dsl import (
     user,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 PREFIX = ("You are a sentiment classifier. Read the review and answer with one word: positive "
           "or negative. Reviews that praise the product are positive; complaints are negative.\n")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@pytest.fixture(scope="module")
+def runtime():
+    """SGLang's ``sgl.Runtime``: a ``sglang-lite serve`` subprocess on a free loopback port."""
+    rt = Runtime(log_level="warning", dtype="float32", timeout=180)
+    yield rt
+    rt.shutdown()
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory):
-    port = _free_port()
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    # `python -m sglang_lite serve --port P`, through the server's entry point directly.
-    cmd = [sys.executable, "-c", "import sys; from sglang_lite.server import main; sys.exit(main(sys.argv[1:]))",
-           "--port", str(port), "--log-level", "warning", "--dtype", "float32"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=log.open("w"), text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited ({proc.returncode}): {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("server did not become healthy in 180 s")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+def server_url(runtime):
+    return runtime.url
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +41,39 @@ def backend(server_url):
     b.shutdown()
 
 
+def test_runtime_is_a_backend(runtime):
+    import frontend_dsl as sgl
+
+    @sgl.function
+    def prog(s):
+        s += "The capital of France is" + sgl.gen("x", max_tokens=3)
+
+    sgl.set_default_backend(runtime)
+    try:
+        state = prog(temperature=0)
+    finally:
+        sgl.set_default_backend(None)
+    direct = runtime.generate("The capital of France is", {"max_new_tokens": 3, "temperature": 0})
+    assert state["x"] == direct["text"]
+    assert runtime.endpoint.token_usage.completion_tokens == state.meta["completion_tokens"] > 0
+
+
 def test_uses_the_servers_chat_template(backend):
     assert backend.chat_template.begin("user") == "<|im_start|>user\n"
+
+
+def test_tokenizes_through_the_server_without_a_local_tokenizer(backend, server_url, model_dir):
+    from transformers import AutoTokenizer
+
+    assert backend._tokenizer is None  # nothing local: ids come from POST /tokenize
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    texts = ["Hello world", PREFIX + "Review: fine.\nSentiment: positive"]
+    assert backend.tokenize_many(texts) == [tok.encode(t) for t in texts]
+    assert backend.tokenize(texts[0]) == tok.encode(texts[0])
+    one = httpx.post(f"{server_url}/tokenize", json={"text": "Hello world"}, timeout=30).json()
+    assert one["tokens"] == tok.encode("Hello world") and one["count"] == len(one["tokens"])
+    bad = httpx.post(f"{server_url}/tokenize", json={"prompt": 3}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt"
 
 
 def test_greedy_gen_equals_server_greedy(backend, server_url):
@@ -180,8 +178,8 @@ def test_run_batch_and_stream(backend):
     states = prog.run_batch([{"review": "Great!", "pattern": " (positive|negative)"},
                              {"review": "Bad.", "pattern": "(unclosed"}], backend=backend)
     assert states[0]["label"] in (" positive", " negative")
-    assert isinstance(states[1].error, ProgramError) and states[1].error.variable == "label"
-    assert "HTTP 400" in str(states[1].error)
+    assert isinstance(states[1].error(), ProgramError) and states[1].error().variable == "label"
+    assert "HTTP 400" in str(states[1].error())
 
     @function
     def hello(s):

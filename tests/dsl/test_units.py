@@ -104,3 +104,68 @@ def test_constant_prefix_stops_at_arguments_and_gen():
         s += assistant(gen("x"))
 
     assert constant_prefix(prog3.func, PLAIN) == "User: Say hi.\nAssistant: "
+
+
+def test_sglang_names_are_importable_with_sglangs_values():
+    import frontend_dsl as sgl
+    from frontend_dsl.ir import REGEX_BOOL, REGEX_FLOAT, REGEX_INT, REGEX_STR
+
+    assert (REGEX_INT, REGEX_FLOAT, REGEX_BOOL, REGEX_STR) == (
+        r"[-+]?[0-9]+[ \n]*", r"[-+]?[0-9]*\.?[0-9]+[ \n]*", r"(True|False)", r"\"[\w\d\s]*\"")
+    for name in ("function", "gen", "gen_int", "gen_string", "select", "system", "user", "assistant",
+                 "system_begin", "system_end", "user_begin", "user_end", "assistant_begin",
+                 "assistant_end", "set_default_backend", "flush_cache", "get_server_info",
+                 "global_config", "RuntimeEndpoint", "OpenAI", "ProgramState", "ProgramStateGroup"):
+        assert hasattr(sgl, name), name
+    assert sgl.user_begin().role == "user" and sgl.assistant_end().role == "assistant"
+
+
+def test_gen_takes_sglangs_positional_order():
+    g = gen("x", 16, 2, 1, "\n")  # name, max_tokens, min_tokens, n, stop
+    assert g.sampling == {"max_new_tokens": 16, "min_new_tokens": 2, "n": 1, "stop": "\n"}
+    g = gen("y", return_logprob=True, top_logprobs_num=3, stop_regex="a+")
+    assert g.request == {"return_logprob": True, "top_logprobs_num": 3}
+    assert g.sampling == {"stop_regex": "a+"}
+    from frontend_dsl import gen_int, gen_string
+
+    assert gen_int("n", 4).sampling == {"max_new_tokens": 4, "regex": r"[-+]?[0-9]+"}
+    assert gen_string("s").sampling == {"regex": r'"[^"\\\n]*"'}
+    assert "test_units.py" in gen_int("n").where
+    with pytest.raises(ValueError, match="takes no regex"):
+        gen_int("n", regex="1")
+
+
+def test_bind_and_call_forms():
+    import frontend_dsl as sgl
+
+    @sgl.function
+    def prog(s, a, b="x"):
+        s += a + b
+
+    bound = prog.bind(b="y")
+    assert bound.bind_arguments == {"b": "y"} and bound.arg_names == ["a", "b"]
+    with pytest.raises(TypeError, match="no argument 'c'"):
+        prog.bind(c=1)
+    with pytest.raises(RuntimeError, match="no backend"):
+        prog(a="hi")  # a direct call is run(): it needs a backend
+    # Tracing sees through inline calls of other programs.
+    @sgl.function
+    def outer(s, q):
+        s += "Intro. "
+        prog(s, "More. ")
+        s += q
+
+    assert constant_prefix(outer.func, PLAIN) == "Intro. More. x"
+
+
+def test_constant_prefix_includes_the_templates_default_system_turn():
+    from frontend_dsl.chat_template import ChatTemplate
+
+    t = ChatTemplate({"system": "<s>", "user": "<u>", "assistant": "<a>"},
+                     {"system": "</s>", "user": "</u>", "assistant": "</a>"}, default_system_prompt="Be nice.")
+
+    @function
+    def prog(s, q):
+        s += user("Hello " + q)
+
+    assert constant_prefix(prog.func, t) == "<s>Be nice.</s><u>Hello "
