@@ -135,7 +135,7 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: torch.device, se
         model = LlamaForCausalLM(cfg).to(dtype)
     model = model.to_empty(device=device)
     model.tie_weights()
-    model.rope.build_tables(device)
+    model.build_rope_tables(device)
     if source.dummy_preset is not None:
         _init_random(model, seed)
     else:
