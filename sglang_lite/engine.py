@@ -43,7 +43,7 @@ class Engine:
         self.config = cfg = EngineConfig.create(model=model, **options)
         if cfg.num_threads and cfg.device == "cpu":
             torch.set_num_threads(cfg.num_threads)
-        self.source = resolve_model(cfg.model, cfg.tokenizer)
+        self.source = resolve_model(cfg.model, cfg.tokenizer, cfg.revision)
         self.model = load_model(self.source, cfg.torch_dtype, cfg.torch_device, cfg.seed)
         self.model_config = self.model.config
         self.config = cfg = fit_attention_backend(cfg, self.model_config, options.get("attention_backend", "auto"))
