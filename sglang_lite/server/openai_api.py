@@ -321,6 +321,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         params["json_schema"] = plan.schema()
     if plan.keeps_special_tokens:
         params.setdefault("skip_special_tokens", False)
+    thinker = getattr(state, "reasoning_parser", None)
+    if thinker and body.response_format is not None and body.response_format.type != "text":
+        # A reasoning model thinks first: the format applies once its <think> block has ended.
+        params["reasoning_prefix"] = "open" if thinker.starts_in_reasoning else "optional"
     try:
         group = await StreamGroup.open(state, request, _jobs([ids], params, body.n, body.seed),
                                        return_logprob=body.logprobs, top_logprobs_num=top or 0)

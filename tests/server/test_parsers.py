@@ -141,3 +141,35 @@ def test_separate_reasoning_false_keeps_the_block_in_content(parsing_client, mod
         model=model_name, messages=[{"role": "user", "content": "Hi"}], max_tokens=30, temperature=0,
         extra_body={"regex": r"<think>[a-z]{2,6}</think>Hello\.", "separate_reasoning": False})
     assert r.choices[0].message.content.startswith("<think>")
+
+
+@pytest.fixture(scope="module")
+def r1_client(engine):
+    from openai import OpenAI
+
+    live = LiveServer(create_app(engine, reasoning_parser="deepseek-r1")).start()
+    yield OpenAI(base_url=live.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    live.stop()
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("max_tokens", [40, 80])
+def test_response_format_applies_after_the_reasoning_block(r1_client, model_name, max_tokens):
+    """DeepSeek-R1's template opens <think> in the prompt: the reply reasons freely, must close
+    the block, and only then is held to the schema, within max_tokens."""
+    import jsonschema
+
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    kw = dict(model=model_name, messages=[{"role": "user", "content": "Invent a person."}], max_tokens=max_tokens,
+              temperature=0, response_format=fmt)
+    r = r1_client.chat.completions.create(**kw)
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "stop"
+    assert isinstance(msg.model_extra["reasoning_content"], str)
+    jsonschema.validate(json.loads(msg.content), PERSON)
+    raw = r1_client.chat.completions.create(**kw, extra_body={"separate_reasoning": False}).choices[0].message.content
+    thought, _, answer = raw.partition("</think>")
+    assert answer.strip() == msg.content and thought.strip() == msg.model_extra["reasoning_content"]
