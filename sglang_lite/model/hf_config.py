@@ -75,7 +75,7 @@ def _standardized(raw: dict[str, Any], model_type: str) -> dict[str, Any]:
 def _refuse_unsupported(hf: dict[str, Any]) -> None:
     if hf.get("use_bidirectional_attention"):
         raise ValueError("use_bidirectional_attention: bidirectional (encoder) attention is not supported")
-    if hf.get("attn_implementation") == "chunked" or hf.get("attention_chunk_size"):
+    if hf.get("attention_chunk_size"):
         raise ValueError("attention_chunk_size: chunked attention is not supported")
 
 

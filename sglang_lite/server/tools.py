@@ -11,7 +11,8 @@
     chat template's own ``tools`` support, else a system message in the Hermes
     ``<tool_call>`` format) and the reply is parsed: ``<tool_call>{...}</tool_call>`` blocks,
     or a bare JSON object / array of ``{"name", "arguments"}`` naming known tools, become
-    calls; anything else is ordinary content.
+    calls; anything else is ordinary content. With a family's parser (``parsers.tool_calls``:
+    ``--tool-call-parser`` or the chat template's format) its format is parsed instead.
 
 Constrained output is valid by construction; an "auto" reply that does not parse as calls of
 known tools is returned as content, never as a made-up call. Streamed, a named call's
