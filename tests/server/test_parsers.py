@@ -173,3 +173,14 @@ def test_response_format_applies_after_the_reasoning_block(r1_client, model_name
     raw = r1_client.chat.completions.create(**kw, extra_body={"separate_reasoning": False}).choices[0].message.content
     thought, _, answer = raw.partition("</think>")
     assert answer.strip() == msg.content and thought.strip() == msg.model_extra["reasoning_content"]
+
+
+def test_cli_flags_reach_the_server_args():
+    from sglang_lite.server.args import parse_args
+
+    args = parse_args(["--model", "Qwen/Qwen3-0.6B", "--revision", "main", "--tool-call-parser", "mistral",
+                       "--reasoning-parser", "qwen3"])
+    assert (args.model, args.tool_call_parser, args.reasoning_parser) == ("Qwen/Qwen3-0.6B", "mistral", "qwen3")
+    assert args.engine_options == {"revision": "main"}
+    with pytest.raises(SystemExit):
+        parse_args(["--reasoning-parser", "nope"])
