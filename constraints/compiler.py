@@ -54,6 +54,15 @@ class GrammarCompiler:
         return self._cached(("ebnf", grammar, start),
                             lambda b: ebnf_to_automaton(self.info, grammar, start, b))
 
+    def compile_after_think(self, grammar: CompiledGrammar, mode: str) -> CompiledGrammar:
+        """``grammar`` after a reasoning block (``constraints.after_think``): ``mode`` is
+        "optional" (the reply may open with <think> ... </think>) or "open" (the prompt opened
+        the block; the reply closes it first)."""
+        from .after_think import AfterThinkAutomaton
+
+        return self._cached((f"after_think:{mode}:{grammar.kind}", grammar.spec),
+                            lambda b: AfterThinkAutomaton(grammar.automaton, mode))
+
     def _cached(self, key: tuple, build: Callable[[CompileBudget], TokenAutomaton]) -> CompiledGrammar:
         with self._lock:
             hit = self._cache.get(key)

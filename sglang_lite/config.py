@@ -39,6 +39,7 @@ def native_cpu_bf16() -> bool:
 class EngineConfig:
     model: str | None = None
     tokenizer: str | None = None  # tokenizer dir for dummy models
+    revision: str | None = None  # hub models (org/name): branch, tag or commit; default main
     device: str = "auto"  # auto -> cuda if available else cpu
     dtype: str = "auto"  # auto -> bfloat16 on cuda and on CPUs with native bf16, else float32
     attention_backend: str = "auto"  # auto -> triton on cuda, torch on cpu

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from sglang_lite.attention import create_backend
+from sglang_lite.attention import create_backend, fit_attention_backend
 from sglang_lite.config import EngineConfig, parse_size
 from sglang_lite.mem.kv_pool import KVPool
 from sglang_lite.mem.req_to_token import ReqToTokenPool
@@ -43,9 +43,10 @@ class Engine:
         self.config = cfg = EngineConfig.create(model=model, **options)
         if cfg.num_threads and cfg.device == "cpu":
             torch.set_num_threads(cfg.num_threads)
-        self.source = resolve_model(cfg.model, cfg.tokenizer)
+        self.source = resolve_model(cfg.model, cfg.tokenizer, cfg.revision)
         self.model = load_model(self.source, cfg.torch_dtype, cfg.torch_device, cfg.seed)
         self.model_config = self.model.config
+        self.config = cfg = fit_attention_backend(cfg, self.model_config, options.get("attention_backend", "auto"))
         self.tokenizer = load_tokenizer(self.source)
         self.eos_token_ids = self._eos_ids()
         self.kv_pool = self._build_kv_pool()

@@ -47,12 +47,16 @@ class GrammarBackend:
         kind, spec = params.constraint
         try:
             if kind == "regex":
-                return self.compiler.compile_regex(spec)
-            if kind == "json_schema":
-                return self.compiler.compile_json_schema(spec)
-            return self.compiler.compile_ebnf(spec)
+                grammar = self.compiler.compile_regex(spec)
+            elif kind == "json_schema":
+                grammar = self.compiler.compile_json_schema(spec)
+            else:
+                grammar = self.compiler.compile_ebnf(spec)
         except ConstraintError as e:
             raise ValueError(f"{kind}: {e}") from e
+        if params.reasoning_prefix is None:
+            return grammar
+        return self.compiler.compile_after_think(grammar, params.reasoning_prefix)
 
     def admit(self, params: SamplingParams):
         """Compile ``params``' constraint (on the caller's thread) and check that

@@ -29,6 +29,9 @@ class SamplingParams:
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit, in [-100, 100]
+    # The constraint applies after a <think> block: "optional" (the output may open one) or
+    # "open" (the prompt opened it; the output closes it first).
+    reasoning_prefix: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
@@ -89,6 +92,8 @@ class SamplingParams:
         for k in constraints:
             if not isinstance(getattr(self, k), str):
                 raise ValueError(f"{k}: must be a string")
+        if self.reasoning_prefix not in (None, "optional", "open"):
+            raise ValueError(f"reasoning_prefix: must be 'optional' or 'open', got {self.reasoning_prefix!r}")
 
     @property
     def greedy(self) -> bool:

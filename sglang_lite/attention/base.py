@@ -68,6 +68,11 @@ class AttentionBackend(ABC):
       * Grouped-query attention: head h uses kv head ``h // (num_heads // num_kv_heads)``;
         kv is never repeated in memory by the caller.
       * Returns [T, num_heads, head_dim] in q's dtype.
+      * ``sliding_window`` W (when given): a token at position p sees only positions > p - W
+        (itself and the W - 1 before it), as transformers' sliding-window layers.
+        ``logit_softcap`` c: scores become ``c * tanh(scores / c)`` before the softmax (Gemma 2).
+        A backend that cannot do one raises ``UnsupportedAttention`` naming it (and
+        ``fit_attention_backend`` refuses such a model up front).
     ``init_forward_metadata`` is called once per step before the model runs, so a backend
     can precompute per-batch indices (and, on GPU, fill CUDA-graph input buffers).
     """
@@ -84,4 +89,21 @@ class AttentionBackend(ABC):
         layer_id: int,
         batch: ForwardBatch,
         sm_scale: float,
+        *,
+        sliding_window: int | None = None,
+        logit_softcap: float | None = None,
     ) -> torch.Tensor: ...
+
+
+class UnsupportedAttention(ValueError):
+    """An attention feature the backend does not implement."""
+
+
+def model_attention_features(model_config) -> list[str]:
+    """Config fields of ``model_config`` that ask for more than plain causal attention."""
+    features = []
+    if model_config.has_sliding_window:
+        features.append("sliding_window")
+    if model_config.attn_logit_softcap is not None:
+        features.append("attn_logit_softcapping")
+    return features

@@ -5,11 +5,15 @@ Rows with one new token (decode) are batched into one padded gather; rows with s
 (prefill / chunk) are processed one request at a time with a causal mask offset by the
 cached prefix. Grouped-query attention never repeats k/v: decode folds the q heads of a kv
 head into the query axis, extend lets SDPA broadcast (``enable_gqa``).
+
+Sliding-window layers narrow the mask (their KV stays in the pool: correct, not smaller);
+soft-capped scores (Gemma 2) need the scores themselves, so those layers compute attention
+by hand instead of through SDPA.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +28,16 @@ class _DecodeRows:
     pages: torch.Tensor  # [Bd * max_pages] KV pages, row-major (padding points at page 0)
     mask: torch.Tensor  # [Bd, 1, 1, max_pages * page_size] True = attend
     padded_len: int
+    seq_lens: torch.Tensor  # [Bd, 1, 1, 1]
+    windowed: dict[int, torch.Tensor] = field(default_factory=dict)  # window -> mask, built on first use
+
+    def mask_for(self, window: int | None) -> torch.Tensor:
+        if window is None:
+            return self.mask
+        if window not in self.windowed:
+            kv_pos = torch.arange(self.padded_len, device=self.mask.device)
+            self.windowed[window] = self.mask & (kv_pos >= self.seq_lens - window)  # query at seq_len - 1
+        return self.windowed[window]
 
 
 @dataclass(slots=True)
@@ -31,7 +45,17 @@ class _ExtendRow:
     start: int
     length: int
     slots: torch.Tensor  # [L] pool slots of the whole visible sequence
-    mask: torch.Tensor | None  # [n, L] True = attend; None when n == 1
+    mask: torch.Tensor  # [n, L] True = attend
+    q_pos: torch.Tensor  # [n, 1] absolute positions of the new tokens
+    windowed: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def mask_for(self, window: int | None) -> torch.Tensor:
+        if window is None:
+            return self.mask
+        if window not in self.windowed:
+            kv_pos = torch.arange(self.mask.shape[1], device=self.mask.device)
+            self.windowed[window] = self.mask & (kv_pos > self.q_pos - window)
+        return self.windowed[window]
 
 
 class TorchAttentionBackend(AttentionBackend):
@@ -52,20 +76,31 @@ class TorchAttentionBackend(AttentionBackend):
                 self._extend.append(_build_extend_row(batch, i, start, device))
             start += n
 
-    def forward(self, q, k, v, layer_id: int, batch: ForwardBatch, sm_scale: float) -> torch.Tensor:
+    def forward(self, q, k, v, layer_id: int, batch: ForwardBatch, sm_scale: float, *,
+                sliding_window: int | None = None, logit_softcap: float | None = None) -> torch.Tensor:
         self.kv_pool.store(layer_id, batch.out_cache_loc, k, v)
         k_buf = self.kv_pool.k_buffers[layer_id]
         v_buf = self.kv_pool.v_buffers[layer_id]
+        how = _How(sm_scale, sliding_window, logit_softcap)
         if not self._extend and self._decode is not None:  # all decode: rows in order, no gather
-            return _decode_attention(q, k_buf, v_buf, self._decode, sm_scale)
+            return _decode_attention(q, k_buf, v_buf, self._decode, how)
         out = torch.empty_like(q)
         if self._decode is not None:
             d = self._decode
-            out[d.token_rows] = _decode_attention(q[d.token_rows], k_buf, v_buf, d, sm_scale)
+            out[d.token_rows] = _decode_attention(q[d.token_rows], k_buf, v_buf, d, how)
         for row in self._extend:
             qs = q[row.start : row.start + row.length]
-            out[row.start : row.start + row.length] = _extend_attention(qs, k_buf, v_buf, row, sm_scale)
+            out[row.start : row.start + row.length] = _extend_attention(qs, k_buf, v_buf, row, how)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class _How:
+    """One layer's attention: scale, sliding window, score soft-cap."""
+
+    sm_scale: float
+    window: int | None = None
+    softcap: float | None = None
 
 
 def _build_decode_rows(batch: ForwardBatch, idx: list[int], page_size: int, device) -> _DecodeRows:
@@ -80,7 +115,8 @@ def _build_decode_rows(batch: ForwardBatch, idx: list[int], page_size: int, devi
     page_valid = torch.arange(max_pages, device=device)[None, :] * page_size < seq_lens[:, None]
     pages = torch.where(page_valid, first_slots // page_size, 0)
     mask = torch.arange(padded, device=device)[None, :] < seq_lens[:, None]  # [Bd, padded]
-    return _DecodeRows(batch.extend_start_loc[idx_t], pages.reshape(-1), mask[:, None, None, :], padded)
+    return _DecodeRows(batch.extend_start_loc[idx_t], pages.reshape(-1), mask[:, None, None, :], padded,
+                       seq_lens[:, None, None, None])
 
 
 def _build_extend_row(batch: ForwardBatch, i: int, start: int, device) -> _ExtendRow:
@@ -88,10 +124,10 @@ def _build_extend_row(batch: ForwardBatch, i: int, start: int, device) -> _Exten
     slots = batch.req_to_token[batch.req_pool_indices_cpu[i], :total].long()
     q_pos = torch.arange(total - n, total, device=device)  # absolute positions of the new tokens
     mask = torch.arange(total, device=device)[None, :] <= q_pos[:, None]  # [n, L]
-    return _ExtendRow(start, n, slots, mask)
+    return _ExtendRow(start, n, slots, mask, q_pos[:, None])
 
 
-def _decode_attention(q, k_buf, v_buf, rows: _DecodeRows, sm_scale: float) -> torch.Tensor:
+def _decode_attention(q, k_buf, v_buf, rows: _DecodeRows, how: _How) -> torch.Tensor:
     # q: [Bd, Hq, D] -> [Bd, Hkv, group, D] (the group of q heads sharing a kv head is the
     # query axis); k/v pages gathered: [Bd, Hkv, padded_len, D] (strided views, no copy)
     bd, hq, d = q.shape
@@ -100,18 +136,30 @@ def _decode_attention(q, k_buf, v_buf, rows: _DecodeRows, sm_scale: float) -> to
     k = k_buf.view(-1, page_size, hkv, d).index_select(0, rows.pages).view(bd, rows.padded_len, hkv, d)
     v = v_buf.view(-1, page_size, hkv, d).index_select(0, rows.pages).view(bd, rows.padded_len, hkv, d)
     qg = q.view(bd, hkv, hq // hkv, d)
-    o = F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=rows.mask,
-                                       scale=sm_scale)  # [Bd, Hkv, group, D]
+    o = _attend(qg, k.transpose(1, 2), v.transpose(1, 2), rows.mask_for(how.window), how)  # [Bd, Hkv, group, D]
     return o.reshape(bd, hq, d)
 
 
-def _extend_attention(q, k_buf, v_buf, row: _ExtendRow, sm_scale: float) -> torch.Tensor:
+def _extend_attention(q, k_buf, v_buf, row: _ExtendRow, how: _How) -> torch.Tensor:
     # q: [n, Hq, D] -> [1, Hq, n, D]; k/v: [L, Hkv, D] -> [1, Hkv, L, D], grouped-query through
     # enable_gqa (on CPU 1.4-1.5x faster than folding the group into the query axis at 128 new
     # tokens, 3.7x at 512).
     n, hq, d = q.shape
     k = k_buf[row.slots].transpose(0, 1)[None]
     v = v_buf[row.slots].transpose(0, 1)[None]
-    o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, attn_mask=row.mask, scale=sm_scale,
-                                       enable_gqa=True)  # [1, Hq, n, D]
+    o = _attend(q.transpose(0, 1)[None], k, v, row.mask_for(how.window), how)  # [1, Hq, n, D]
     return o[0].transpose(0, 1)
+
+
+def _attend(q, k, v, mask, how: _How) -> torch.Tensor:
+    # q: [B, Hq, n, D], k/v: [B, Hkv, L, D] (Hq a multiple of Hkv), mask broadcast to [B, Hq, n, L]
+    if how.softcap is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=how.sm_scale,
+                                              enable_gqa=q.shape[1] != k.shape[1])
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * how.sm_scale
+    scores = torch.tanh(scores / how.softcap) * how.softcap
+    probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return torch.matmul(probs, v.float()).to(q.dtype)

@@ -15,7 +15,12 @@ import torch
 from kernels.decode_attention import decode_attention, default_num_kv_splits
 from kernels.extend_attention import extend_attention
 from kernels.store_kv import store_kv
-from sglang_lite.attention.base import AttentionBackend, ForwardBatch, ForwardMode
+from sglang_lite.attention.base import (
+    AttentionBackend,
+    ForwardBatch,
+    ForwardMode,
+    UnsupportedAttention,
+)
 from sglang_lite.mem.kv_pool import KVPool
 
 
@@ -40,7 +45,13 @@ class TritonAttentionBackend(AttentionBackend):
         layer_id: int,
         batch: ForwardBatch,
         sm_scale: float,
+        *,
+        sliding_window: int | None = None,
+        logit_softcap: float | None = None,
     ) -> torch.Tensor:
+        if sliding_window is not None or logit_softcap is not None:
+            raise UnsupportedAttention("attention_backend: the triton kernels implement neither sliding_window "
+                                       "nor logit soft-capping; use attention_backend='torch'")
         k_buf = self.kv_pool.k_buffers[layer_id]  # [num_slots, num_kv_heads, head_dim]
         v_buf = self.kv_pool.v_buffers[layer_id]
         store_kv(_last_dim_contiguous(k), _last_dim_contiguous(v), k_buf, v_buf, batch.out_cache_loc)

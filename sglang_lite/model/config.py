@@ -8,7 +8,8 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """Architecture of a Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3)."""
+    """Architecture of a decoder of the Llama family: Llama 2/3, SmolLM2, Mistral, Qwen2/2.5,
+    Qwen3, Gemma 2/3 (text), Phi-3 / Phi-4-mini. Each family is a set of switches below."""
 
     vocab_size: int
     hidden_size: int
@@ -22,44 +23,45 @@ class ModelConfig:
     rope_scaling: dict[str, Any] | None = None
     max_position_embeddings: int = 4096
     tie_word_embeddings: bool = False
-    qkv_bias: bool = False  # Qwen2
-    qk_norm: bool = False  # Qwen3
+    qkv_bias: bool = False  # Qwen2, Llama with attention_bias
+    o_bias: bool = False  # Llama with attention_bias
+    mlp_bias: bool = False
+    qk_norm: bool = False  # Qwen3, Gemma 3
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = field(default_factory=tuple)
     architecture: str = "llama"
+    # Per layer: the sliding window (tokens a query sees, itself included), None = full
+    # attention. Empty: every layer full.
+    layer_windows: tuple[int | None, ...] = ()
+    rotary_dim: int | None = None  # partial rotary (Phi-4-mini): the first rotary_dim dims of a head
+    # Sliding layers with their own RoPE (Gemma 3's local base frequency); None: the global one.
+    local_rope_theta: float | None = None
+    local_rope_scaling: dict[str, Any] | None = None
+    hidden_act: str = "silu"  # or gelu_pytorch_tanh (Gemma)
+    attn_scale: float | None = None  # None: head_dim ** -0.5 (Gemma: query_pre_attn_scalar ** -0.5)
+    attn_logit_softcap: float | None = None  # Gemma 2: scores = cap * tanh(scores / cap)
+    final_logit_softcap: float | None = None  # Gemma 2
+    embed_scale: float | None = None  # Gemma: embeddings times sqrt(hidden_size)
+    norm_weight_offset: float = 0.0  # Gemma's norms scale by (1 + w): added to w at load
+    sandwich_norms: bool = False  # Gemma 2/3: norms after attention and MLP as well as before
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
-        model_type = hf.get("model_type", "llama")
-        if model_type not in _SUPPORTED_MODEL_TYPES:
-            raise ValueError(
-                f"model: unsupported model_type {model_type!r} (supported: {sorted(_SUPPORTED_MODEL_TYPES)})"
-            )
-        num_heads = hf["num_attention_heads"]
-        rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
-        rope_theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        eos = hf.get("eos_token_id")
-        eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if eos is not None else ())
-        return cls(
-            vocab_size=hf["vocab_size"],
-            hidden_size=hf["hidden_size"],
-            intermediate_size=hf["intermediate_size"],
-            num_layers=hf["num_hidden_layers"],
-            num_heads=num_heads,
-            num_kv_heads=hf.get("num_key_value_heads") or num_heads,
-            head_dim=hf.get("head_dim") or hf["hidden_size"] // num_heads,
-            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
-            rope_theta=rope_theta,
-            rope_scaling=rope if rope_type not in ("default", None) else None,
-            max_position_embeddings=hf.get("max_position_embeddings", 4096),
-            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-            qkv_bias=bool(hf.get("attention_bias", model_type == "qwen2")),
-            qk_norm=model_type == "qwen3",
-            bos_token_id=hf.get("bos_token_id"),
-            eos_token_ids=eos_ids,
-            architecture=model_type,
-        )
+        """Read a Hugging Face ``config.json``; a field we cannot run is a ValueError naming it."""
+        from sglang_lite.model.hf_config import parse_hf_config
+
+        return cls(**parse_hf_config(hf))
+
+    @property
+    def sm_scale(self) -> float:
+        return self.attn_scale if self.attn_scale is not None else self.head_dim**-0.5
+
+    def window(self, layer_id: int) -> int | None:
+        return self.layer_windows[layer_id] if self.layer_windows else None
+
+    @property
+    def has_sliding_window(self) -> bool:
+        return any(w is not None for w in self.layer_windows)
 
     def num_params(self) -> int:
         h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
@@ -69,8 +71,6 @@ class ModelConfig:
         head = 0 if self.tie_word_embeddings else v * h
         return v * h + self.num_layers * per_layer + h + head
 
-
-_SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
 
 # Shapes of public checkpoints, for `dummy` random-weight models (benchmarks: weights do
 # not change the work).

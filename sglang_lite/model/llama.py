@@ -1,8 +1,10 @@
 """Our Llama-family decoder, written against the paged-KV ``AttentionBackend`` seam.
 
 q/k/v and gate/up projections are merged into single matmuls; weights load from Hugging
-Face names through ``load_weights``. Qwen2's qkv bias and Qwen3's per-head qk-norm are
-switches in ``ModelConfig``.
+Face names through ``load_weights`` (Phi-3 ships them merged already). The families differ
+by switches in ``ModelConfig``: Qwen2's qkv bias, Qwen3's per-head qk-norm, Gemma's scaled
+embeddings, (1 + w) norms around attention and MLP, GELU, soft-capped attention scores and
+logits, sliding-window layers with their own RoPE; Phi-4-mini's partial rotary.
 
 On CUDA the elementwise work runs in fused Triton kernels (``kernels/``): residual add +
 RMSNorm, RoPE on q and k in place, SiLU-and-mul. A decode step of a small batch is a chain of
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from kernels._triton import runs_fused
@@ -46,20 +49,24 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int, rope: RotaryEmbedding):
+    def __init__(self, cfg: ModelConfig, layer_id: int, rope: RotaryEmbedding, rope_index: int):
         super().__init__()
         self.layer_id = layer_id
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=cfg.o_bias)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.rope = rope
-        self.sm_scale = cfg.head_dim**-0.5
+        self.rope, self.rope_index = rope, rope_index  # rope_index: its batch in the forward's list
+        self.sm_scale = cfg.sm_scale
+        # Only what differs from plain causal attention goes to the backend, so a backend
+        # that lacks a feature sees it asked for and refuses.
+        self.attn_options = {k: v for k, v in (("sliding_window", cfg.window(layer_id)),
+                                               ("logit_softcap", cfg.attn_logit_softcap)) if v is not None}
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend, rope_batch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend, rope_batches) -> torch.Tensor:
         # x: [T, hidden]
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -68,56 +75,86 @@ class Attention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rope(rope_batch, q, k)
-        o = backend.forward(q, k, v, self.layer_id, batch, self.sm_scale)  # [T, Hq, D]
+        q, k = self.rope(rope_batches[self.rope_index], q, k)
+        o = backend.forward(q, k, v, self.layer_id, batch, self.sm_scale, **self.attn_options)  # [T, Hq, D]
         return self.o_proj(o.reshape(-1, self.q_size))
 
 
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+        self.gelu = cfg.hidden_act == "gelu_pytorch_tanh"
         self.fused: bool | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
-        act = silu_and_mul(gate_up) if runs_fused(self.fused, x) else silu_and_mul_ref(gate_up)
+        if self.gelu:
+            gate, up = gate_up.chunk(2, dim=-1)
+            act = F.gelu(gate, approximate="tanh") * up
+        else:
+            act = silu_and_mul(gate_up) if runs_fused(self.fused, x) else silu_and_mul_ref(gate_up)
         return self.down_proj(act)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int, rope: RotaryEmbedding):
+    def __init__(self, cfg: ModelConfig, layer_id: int, rope: RotaryEmbedding, rope_index: int):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg, layer_id, rope)
+        self.self_attn = Attention(cfg, layer_id, rope, rope_index)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
+        # Gemma: post_attention_layernorm normalizes the attention output; the MLP has its own
+        # norms before and after.
+        self.pre_feedforward_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) if cfg.sandwich_norms else None
+        self.post_feedforward_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) if cfg.sandwich_norms else None
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch,
-                backend: AttentionBackend, rope_batch) -> tuple[torch.Tensor, torch.Tensor]:
+                backend: AttentionBackend, rope_batches) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (this layer's MLP output, the residual stream before it); their sum is the
         layer's output, formed by the next layer's fused add + norm."""
         if residual is None:
             h, residual = self.input_layernorm(x), x
         else:
             h, residual = self.input_layernorm(x, residual)
-        h = self.self_attn(h, batch, backend, rope_batch)
-        h, residual = self.post_attention_layernorm(h, residual)
-        return self.mlp(h), residual
+        h = self.self_attn(h, batch, backend, rope_batches)
+        if self.pre_feedforward_layernorm is None:
+            h, residual = self.post_attention_layernorm(h, residual)
+            return self.mlp(h), residual
+        h, residual = self.pre_feedforward_layernorm(self.post_attention_layernorm(h), residual)
+        return self.post_feedforward_layernorm(self.mlp(h)), residual
 
 
 class LlamaForCausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg
-        rope = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling)
-        self.rope = rope
+        rotary_dim = cfg.rotary_dim or cfg.head_dim
+        self.rope = RotaryEmbedding(rotary_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling)
+        # Gemma 3's sliding layers turn at their own base frequency.
+        self.local_rope = None
+        if cfg.local_rope_theta is not None and cfg.has_sliding_window:
+            self.local_rope = RotaryEmbedding(rotary_dim, cfg.max_position_embeddings, cfg.local_rope_theta,
+                                              cfg.local_rope_scaling)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i, rope) for i in range(cfg.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, *self._layer_rope(i)) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.tie_weights()
+
+    def _layer_rope(self, layer_id: int) -> tuple[RotaryEmbedding, int]:
+        if self.local_rope is not None and self.config.window(layer_id) is not None:
+            return self.local_rope, 1
+        return self.rope, 0
+
+    @property
+    def ropes(self) -> list[RotaryEmbedding]:
+        return [self.rope] if self.local_rope is None else [self.rope, self.local_rope]
+
+    def build_rope_tables(self, device: torch.device) -> None:
+        for rope in self.ropes:
+            rope.build_tables(device)
 
     def use_fused_ops(self, fused: bool | None) -> None:
         """Triton kernels for norms, RoPE and SiLU-and-mul: True, False, or None = on CUDA."""
@@ -134,13 +171,17 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
         """Logits [B, vocab] (fp32) at each request's last new token."""
         x = self.embed_tokens(batch.input_ids)  # [T, hidden]
-        rope_batch = self.rope.prepare(batch.positions)
+        if self.config.embed_scale is not None:
+            x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)
+        rope_batches = [rope.prepare(batch.positions) for rope in self.ropes]
         residual = None
         for layer in self.layers:
-            x, residual = layer(x, residual, batch, backend, rope_batch)
+            x, residual = layer(x, residual, batch, backend, rope_batches)
         rows = batch.logits_indices
         x, _ = self.norm(x[rows], residual[rows])  # [B, hidden]
-        return self.lm_head(x).float()
+        logits = self.lm_head(x).float()
+        cap = self.config.final_logit_softcap
+        return logits if cap is None else torch.tanh(logits / cap) * cap
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy Hugging Face-named tensors in, merging q/k/v and gate/up on the way."""
@@ -153,6 +194,8 @@ class LlamaForCausalLM(nn.Module):
             if target not in params:
                 raise ValueError(f"weights: unexpected tensor {name!r}")
             param = params[target]
+            if self.config.norm_weight_offset and target.endswith("norm.weight"):
+                tensor = tensor.float() + self.config.norm_weight_offset  # Gemma's (1 + w), in fp32
             with torch.no_grad():
                 if offset is None:
                     param.copy_(tensor.to(param.dtype))
@@ -168,10 +211,13 @@ class LlamaForCausalLM(nn.Module):
 
 def _map_hf_name(name: str, cfg: ModelConfig) -> tuple[str | None, int | None]:
     """HF tensor name -> (our parameter name, row offset inside a merged weight)."""
-    if "rotary_emb" in name:
+    if "rotary_emb" in name or name.startswith(_SKIPPED_PREFIXES):
         return None, None
-    if name == "lm_head.weight" and cfg.tie_word_embeddings:
-        return None, None
+    for prefix in _LANGUAGE_MODEL_PREFIXES:  # Gemma 3's multimodal checkpoints
+        if name.startswith(prefix):
+            name = "model." + name.removeprefix(prefix)
+    if name in ("lm_head.weight", "language_model.lm_head.weight"):
+        return (None, None) if cfg.tie_word_embeddings else ("lm_head.weight", None)
     name = name.removeprefix("model.")
     q = cfg.num_heads * cfg.head_dim
     kv = cfg.num_kv_heads * cfg.head_dim
@@ -186,3 +232,7 @@ def _map_hf_name(name: str, cfg: ModelConfig) -> tuple[str | None, int | None]:
         if f".{src}." in name:
             return name.replace(src, dst), offset
     return name, None
+
+
+_SKIPPED_PREFIXES = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector.")
+_LANGUAGE_MODEL_PREFIXES = ("model.language_model.", "language_model.model.")

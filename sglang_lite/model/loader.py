@@ -1,5 +1,6 @@
-"""Where a model comes from: a Hugging Face directory, a GGUF file, the embedded default,
-or random weights from a named preset (``dummy:<preset>``).
+"""Where a model comes from: a Hugging Face directory, a hub name (``org/name``, fetched
+through huggingface_hub into its standard cache), a GGUF file, the embedded default, or random
+weights from a named preset (``dummy:<preset>``).
 
 GGUF files are dequantized once through transformers and cached as safetensors plus
 tokenizer under the user's cache dir, so later starts read plain tensors.
@@ -11,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -43,7 +45,7 @@ def cache_root() -> Path:
     return Path(base) / "sglang-lite"
 
 
-def resolve_model(model: str | None, tokenizer: str | None = None) -> ModelSource:
+def resolve_model(model: str | None, tokenizer: str | None = None, revision: str | None = None) -> ModelSource:
     """Turn the user's ``model`` option into a ``ModelSource``, converting GGUF if needed."""
     if model is None or model in ("default", EMBEDDED_NAME):
         return ModelSource(EMBEDDED_NAME, embedded_model_dir())
@@ -60,10 +62,47 @@ def resolve_model(model: str | None, tokenizer: str | None = None) -> ModelSourc
         return ModelSource(path.stem, convert_gguf(path))
     if path.is_dir() and (path / "config.json").exists():
         return ModelSource(path.name, path)
+    if _HUB_NAME.match(model) and not path.exists():
+        return ModelSource(model, hub_snapshot(model, revision))
     raise ValueError(
-        f"model: {model!r} is neither a Hugging Face directory (with config.json), a .gguf file, "
-        "nor 'dummy:<preset>' (no network: hub names cannot be downloaded)"
+        f"model: {model!r} is neither a Hugging Face directory (with config.json), a hub name "
+        "(org/name), a .gguf file, nor 'dummy:<preset>'"
     )
+
+
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+# What serving needs from a hub repository: config, weights, tokenizer, chat template.
+_HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+
+
+def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
+    """The local snapshot of hub model ``repo_id`` in huggingface_hub's standard cache,
+    downloading what is missing (with a progress bar). ``HF_HOME`` / ``HF_HUB_CACHE`` and
+    ``HF_HUB_OFFLINE`` are read when this is called, not when huggingface_hub was imported."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    try:
+        path = snapshot_download(repo_id, revision=revision, cache_dir=_hub_cache_dir(),
+                                 local_files_only=offline, allow_patterns=_HUB_PATTERNS)
+    except LocalEntryNotFoundError as e:
+        where = "offline (HF_HUB_OFFLINE=1) and " if offline else ""
+        raise ValueError(f"model: {repo_id!r} is {where}not in the hub cache {_hub_cache_dir()}: {e}") from e
+    except (HfHubHTTPError, OSError) as e:
+        raise ValueError(f"model: cannot fetch {repo_id!r} from the hub: {e}") from e
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise ValueError(f"model: hub repository {repo_id!r} has no config.json (not a transformers model)")
+    return path
+
+
+def _hub_cache_dir() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
 
 
 def embedded_gguf_path() -> Path:
@@ -135,7 +174,7 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: torch.device, se
         model = LlamaForCausalLM(cfg).to(dtype)
     model = model.to_empty(device=device)
     model.tie_weights()
-    model.rope.build_tables(device)
+    model.build_rope_tables(device)
     if source.dummy_preset is not None:
         _init_random(model, seed)
     else:

@@ -26,7 +26,8 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"sglang-lite serve: {e}", file=sys.stderr)
         return 2
-    app = create_app(engine, args.served_model_name, args.api_key)
+    app = create_app(engine, args.served_model_name, args.api_key, tool_call_parser=args.tool_call_parser,
+                     reasoning_parser=args.reasoning_parser)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=args.shutdown_timeout, lifespan="off")
     server = _DrainingServer(config, app.state)

@@ -13,6 +13,8 @@ from sglang_lite.server import native_api, openai_api
 from sglang_lite.server.errors import RETRY_AFTER_SECONDS, error_response, install_error_handlers
 from sglang_lite.server.generation import ClientGone
 from sglang_lite.server.metrics import ServerMetrics
+from sglang_lite.server.parsers import reasoning_parser as pick_reasoning_parser
+from sglang_lite.server.parsers import select_tool_call_parser
 
 # Reachable without the API key (probes and scrapers), as in vLLM and SGLang.
 _OPEN_PATHS = frozenset({"/health", "/metrics"})
@@ -20,7 +22,8 @@ _OPEN_PATHS = frozenset({"/health", "/metrics"})
 _ADMISSION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate", "/health_generate"})
 
 
-def create_app(engine, served_model_name: str | None = None, api_key: str | None = None) -> FastAPI:
+def create_app(engine, served_model_name: str | None = None, api_key: str | None = None, *,
+               tool_call_parser: str | None = None, reasoning_parser: str | None = None) -> FastAPI:
     app = FastAPI(title="sglang-lite", docs_url=None, redoc_url=None, openapi_url=None)
     state = app.state
     state.engine = engine
@@ -31,6 +34,8 @@ def create_app(engine, served_model_name: str | None = None, api_key: str | None
     state.created = int(time.time())
     state.token_text = _TokenText(engine.tokenizer)
     state.engine_alive = lambda: _engine_alive(engine)
+    state.tool_parser = select_tool_call_parser(tool_call_parser, getattr(engine.tokenizer, "chat_template", None))
+    state.reasoning_parser = pick_reasoning_parser(reasoning_parser)
     install_error_handlers(app)
     app.add_exception_handler(ClientGone, _client_gone)
     app.include_router(openai_api.router)

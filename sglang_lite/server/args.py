@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sglang_lite.config import EngineConfig
+from sglang_lite.server.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
 
 
 @dataclass(slots=True)
@@ -19,6 +20,8 @@ class ServerArgs:
     served_model_name: str | None = None
     shutdown_timeout: float = 30.0
     log_level: str = "info"
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
     engine_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -33,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds running requests get to finish after SIGTERM before they are aborted")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--tool-call-parser", default=None, choices=sorted(TOOL_CALL_PARSERS),
+                   help="the model's tool-call format (default: from the chat template, else generic)")
+    p.add_argument("--reasoning-parser", default=None, choices=sorted(REASONING_PARSERS),
+                   help="split <think> blocks into reasoning_content")
     engine = p.add_argument_group("engine options")
     for f in fields(EngineConfig):
         if f.name == "model":

@@ -302,7 +302,8 @@ def _chat_logprobs(state, tokens: list[tuple], tops: list[list[tuple]]) -> dict:
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
     _check_model(state, body.model)
-    plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
+    plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, getattr(state, "tool_parser", None))
+    reasoner = getattr(state, "reasoning_parser", None) if body.separate_reasoning else None
     top = body.top_logprobs
     if top is not None and not 0 <= top <= 20:
         raise APIError(400, f"top_logprobs: must be in [0, 20], got {top}", param="top_logprobs")
@@ -318,6 +319,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
             raise APIError(400, "tool_choice: a required or named tool call cannot be combined with "
                                 "response_format, json_schema, regex or ebnf", param="tool_choice")
         params["json_schema"] = plan.schema()
+    if plan.keeps_special_tokens:
+        params.setdefault("skip_special_tokens", False)
+    thinker = getattr(state, "reasoning_parser", None)
+    if thinker and body.response_format is not None and body.response_format.type != "text":
+        # A reasoning model thinks first: the format applies once its <think> block has ended.
+        params["reasoning_prefix"] = "open" if thinker.starts_in_reasoning else "optional"
     try:
         group = await StreamGroup.open(state, request, _jobs([ids], params, body.n, body.seed),
                                        return_logprob=body.logprobs, top_logprobs_num=top or 0)
@@ -340,10 +347,13 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         choices = []
         for o in outputs:
             reason, matched = _finish(o)
-            message: dict[str, Any] = {"role": "assistant", "content": o.text}
-            calls = plan.calls(o.text)
+            reasoning, text = reasoner.split(o.text) if reasoner else (None, o.text)
+            content, calls = plan.split(text)
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if reasoner:
+                message["reasoning_content"] = reasoning
             if calls:
-                message = {"role": "assistant", "content": None, "tool_calls": calls}
+                message["tool_calls"] = calls
                 reason = "tool_calls" if reason == "stop" else reason
             choices.append({"index": o.index, "message": message,
                             "logprobs": _chat_logprobs(state, o.token_logprobs, o.top_logprobs)
@@ -355,6 +365,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                          "logprobs": None, "finish_reason": None}]) for j in range(body.n)]
 
     streaming_content: set[int] = set()  # choices known not to be tool calls
+    reasoning_streams = {j: reasoner.stream() for j in range(body.n)} if reasoner else {}
     call_ids: dict[int, str] = {}  # choice -> id of its streamed named call
 
     def named_call_event(out: Output, chunk: dict, reason, matched) -> dict | None:
@@ -372,28 +383,37 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 
     def event(out: Output, chunk: dict) -> dict | None:
         meta = chunk["meta_info"]
-        text = chunk["text"]
+        text, full, thought = chunk["text"], out.text, ""
         reason, matched = _finish(out) if chunk["finished"] else (None, None)
+        if out.index in reasoning_streams:  # the reasoning block streams apart; the rest is the reply
+            stream = reasoning_streams[out.index]
+            thought, text = stream.feed(chunk["text"], final=chunk["finished"])
+            full = stream.content
         if plan.streams_arguments:
             return named_call_event(out, chunk, reason, matched)
         if plan.mode != "none" and out.index not in streaming_content:
             # Tool calls go out whole, at the end; text held back while the reply could still
             # be one goes out as content once it cannot.
             if chunk["finished"]:
-                calls = plan.calls(out.text)
+                calls = plan.calls(full)
                 if calls:
                     delta = {"tool_calls": [{"index": k, **c} for k, c in enumerate(calls)]}
                     return completion([{"index": out.index, "delta": delta, "logprobs": None,
                                         "finish_reason": "tool_calls" if reason == "stop" else reason,
                                         "matched_stop": matched}])
-            elif plan.may_be_calls(out.text):
-                return None
+                text = full
+            elif plan.may_be_calls(full):
+                if not thought:
+                    return None
+                text = ""  # held back; the reasoning goes out
             else:
                 streaming_content.add(out.index)
-            text = out.text  # everything held so far, this chunk included
-        if not text and not chunk["finished"] and "output_token_logprobs" not in meta:
+                text = full  # everything held so far, this chunk included
+        if not text and not thought and not chunk["finished"] and "output_token_logprobs" not in meta:
             return None
         delta = {"content": text} if text else {}
+        if thought:
+            delta["reasoning_content"] = thought
         lp = (_chat_logprobs(state, meta.get("output_token_logprobs", []),
                              meta.get("output_top_logprobs", [])) if body.logprobs else None)
         return completion([{"index": out.index, "delta": delta, "logprobs": lp,

@@ -93,6 +93,7 @@ class ChatCompletionRequest(_SamplingFields):
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None  # "none" | "auto" | "required" | {"type": "function", "function": {"name"}}
     parallel_tool_calls: bool | None = None
+    separate_reasoning: bool = True  # with --reasoning-parser: the <think> block as reasoning_content
 
 
 class GenerateRequest(_Body):

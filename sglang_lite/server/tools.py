@@ -11,7 +11,8 @@
     chat template's own ``tools`` support, else a system message in the Hermes
     ``<tool_call>`` format) and the reply is parsed: ``<tool_call>{...}</tool_call>`` blocks,
     or a bare JSON object / array of ``{"name", "arguments"}`` naming known tools, become
-    calls; anything else is ordinary content.
+    calls; anything else is ordinary content. With a family's parser (``parsers.tool_calls``:
+    ``--tool-call-parser`` or the chat template's format) its format is parsed instead.
 
 Constrained output is valid by construction; an "auto" reply that does not parse as calls of
 known tools is returned as content, never as a made-up call. Streamed, a named call's
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_lite.server.errors import APIError
+from sglang_lite.server.parsers.tool_calls import ToolCallParser
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_TOOLS = 128
@@ -41,6 +43,21 @@ class ToolPlan:
     tools: list[dict[str, Any]]  # the validated {"type": "function", "function": {...}} entries
     function: str | None = None  # the named function
     parallel: bool = True
+    parser: ToolCallParser | None = None  # the model family's format in "auto" mode; None: generic
+
+    @property
+    def keeps_special_tokens(self) -> bool:
+        """The auto-mode parser reads markers that are special tokens."""
+        return self.mode == "auto" and self.parser is not None and self.parser.needs_special_tokens
+
+    def split(self, text: str) -> tuple[str | None, list[dict[str, Any]] | None]:
+        """(content, tool calls or None) of a whole reply: the text a family's parser finds
+        before its calls stays content."""
+        if self.mode == "auto" and self.parser is not None:
+            found = self.parser.parse(text, self.names)
+            return (text, None) if found is None else found
+        calls = self.calls(text)
+        return (None, calls) if calls else (text, None)
 
     @property
     def names(self) -> set[str]:
@@ -73,6 +90,9 @@ class ToolPlan:
                 return None
             return [_call(item["name"], json.dumps(item["arguments"], ensure_ascii=False)) for item in items]
         if self.mode == "auto":
+            if self.parser is not None:
+                found = self.parser.parse(text, self.names)
+                return found[1] if found else None
             return parse_tool_calls(text, self.names)
         return None
 
@@ -90,11 +110,15 @@ class ToolPlan:
         if self.mode != "auto":
             return False
         head = text.lstrip()
+        if self.parser is not None:
+            return self.parser.may_start(head)
         return not head or head[0] in "{[" or "<tool_call>".startswith(head[:11])
 
 
-def plan_tools(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel_tool_calls: bool | None) -> ToolPlan:
-    """Validate ``tools`` and ``tool_choice``; every error is a 400 naming the field."""
+def plan_tools(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel_tool_calls: bool | None,
+               parser: ToolCallParser | None = None) -> ToolPlan:
+    """Validate ``tools`` and ``tool_choice``; every error is a 400 naming the field. ``parser``:
+    the model family's tool-call format, for "auto" replies."""
     if not tools:
         if tool_choice not in (None, "none"):
             raise APIError(400, "tool_choice: requires tools", param="tool_choice")
@@ -122,12 +146,12 @@ def plan_tools(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel_to
     parallel = True if parallel_tool_calls is None else bool(parallel_tool_calls)
     choice = "auto" if tool_choice is None else tool_choice
     if choice in ("none", "auto", "required"):
-        return ToolPlan(choice, tools, parallel=parallel)
+        return ToolPlan(choice, tools, parallel=parallel, parser=parser)
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
         name = choice["function"].get("name")
         if name not in seen:
             raise APIError(400, f"tool_choice: no tool named {name!r}", param="tool_choice")
-        return ToolPlan("named", tools, function=name, parallel=parallel)
+        return ToolPlan("named", tools, function=name, parallel=parallel, parser=parser)
     raise APIError(400, "tool_choice: must be 'none', 'auto', 'required' or "
                         "{'type': 'function', 'function': {'name': ...}}", param="tool_choice")
 

@@ -43,3 +43,28 @@ def test_use_fused_ops_reaches_every_fused_module():
         assert all(m.fused is True for m in flagged)
     finally:
         eng.shutdown()
+
+
+@pytest.mark.parametrize("kind", ["phi4-mini", "gemma3"])
+def test_fused_ops_match_plain_torch_on_other_families(tmp_path, kind):
+    """Partial rotary through the fused RoPE kernel (a view of each head), and Gemma's
+    (1 + w) norms, sandwich norms and local RoPE through the fused norm kernels."""
+    from tests.unit.test_model_families import _family, _perturbed
+
+    torch.manual_seed(0)
+    _perturbed(_family(kind).float().eval()).save_pretrained(tmp_path)
+    prompt = [random.Random(1).randrange(3, 500) for _ in range(40)]
+    outs = {}
+    for fused in (False, True):
+        eng = Engine(str(tmp_path), dtype="float32", max_total_tokens=512, max_running_requests=2)
+        try:
+            eng.model.use_fused_ops(fused)
+            outs[fused] = eng.generate(input_ids=prompt, return_logprob=True, logprob_start_len=0,
+                                       sampling_params={"temperature": 0, "max_new_tokens": 4, "ignore_eos": True})
+        finally:
+            eng.shutdown()
+    assert outs[True]["output_ids"] == outs[False]["output_ids"]
+    for key in ("input_token_logprobs", "output_token_logprobs"):
+        a = [lp for lp, _, _ in outs[False]["meta_info"][key] if lp is not None]
+        b = [lp for lp, _, _ in outs[True]["meta_info"][key] if lp is not None]
+        torch.testing.assert_close(torch.tensor(b), torch.tensor(a), rtol=1e-4, atol=1e-4)
