@@ -200,9 +200,7 @@ class Engine:
         for ids, sp in zip(id_lists, params_list):
             params = SamplingParams.from_dict(sp)
             self._check_input_ids(ids)
-            if params.logit_bias and max(params.logit_bias) >= self.model_config.vocab_size:
-                raise ValueError(f"logit_bias: token id {max(params.logit_bias)} is not in "
-                                 f"[0, {self.model_config.vocab_size})")
+            params.check_limits(self.model_config.vocab_size, self.context_length)
             compiled = self._compile_constraint(params)
             for i in range(params.n):
                 seed = secrets.randbits(62) if params.seed is None else params.seed + i

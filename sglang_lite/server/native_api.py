@@ -11,8 +11,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
 
-from sglang_lite.server.errors import RETRY_AFTER_SECONDS, APIError, error_response
+from sglang_lite.server.errors import (
+    RETRY_AFTER_SECONDS,
+    APIError,
+    error_response,
+    from_validation_errors,
+)
 from sglang_lite.server.generation import Job, Output, StreamGroup
 
 router = APIRouter()
@@ -80,7 +86,9 @@ async def generate(request: Request):
     try:
         body = GenerateRequest.model_validate(await request.json())
     except json.JSONDecodeError as e:
-        raise APIError(400, f"body: invalid JSON: {e}") from e
+        raise APIError(400, f"body: invalid JSON: {e}", param="body", code="invalid_json") from e
+    except ValidationError as e:  # a list body, a wrong type
+        raise from_validation_errors(e.errors()) from e
     state = request.app.state
     prompts, single = _prompts(state, body)
     jobs = _jobs(prompts, body.sampling_params)

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    # strict: no bool read as an int (`n: true`), no numeric strings; finite floats only.
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True, allow_inf_nan=False)
 
 
 class StreamOptions(_Body):
