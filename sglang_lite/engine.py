@@ -112,8 +112,11 @@ class Engine:
             return None
         from sglang_lite.grammar import GrammarBackend
 
+        cfg = self.config
         return GrammarBackend(self.tokenizer, self.model_config.vocab_size, self.eos_token_ids,
-                              self.config.enable_jump_forward)
+                              cfg.enable_jump_forward, compile_workers=cfg.grammar_compile_workers,
+                              compile_timeout=cfg.grammar_compile_timeout,
+                              compile_queue=cfg.grammar_compile_queue)
 
     # ---- the scheduler thread ---------------------------------------------------------------
     def _loop(self) -> None:
@@ -176,7 +179,8 @@ class Engine:
                                                   add_generation_prompt=add_generation_prompt, **kw)
 
     def _make_reqs(self, prompt, input_ids, sampling_params, return_logprob, top_logprobs_num,
-                   stream, rid, logprob_start_len=None) -> tuple[list[tuple[Req, list]], bool]:
+                   stream, rid, logprob_start_len=None, cancel: threading.Event | None = None,
+                   ) -> tuple[list[tuple[Req, list]], bool]:
         """Validate everything first, so one bad item leaves nothing submitted."""
         single = not (isinstance(prompt, list) or (input_ids and isinstance(input_ids[0], list)))
         if prompt is None and input_ids is None:
@@ -201,7 +205,7 @@ class Engine:
             params = SamplingParams.from_dict(sp)
             self._check_input_ids(ids)
             params.check_limits(self.model_config.vocab_size, self.context_length)
-            compiled = self._compile_constraint(params)
+            compiled = self._compile_constraint(params, cancel)
             for i in range(params.n):
                 seed = secrets.randbits(62) if params.seed is None else params.seed + i
                 rid_i = rid if (rid and params.n == 1 and single) else uuid.uuid4().hex
@@ -212,7 +216,7 @@ class Engine:
                 out.append((req, ids))
         return out, single and out[0][0].sampling.n == 1
 
-    def _compile_constraint(self, params: SamplingParams):
+    def _compile_constraint(self, params: SamplingParams, cancel: threading.Event | None = None):
         """The request's compiled constraint (or None), made here on the caller's thread so
         the scheduler never compiles; compile errors and a max_new_tokens too small for any
         complete output surface here as ValueError."""
@@ -220,7 +224,7 @@ class Engine:
             return None
         if self.scheduler.grammar_backend is None:
             raise ValueError(f"{params.constraint[0]}: this model has no tokenizer to constrain with")
-        return self.scheduler.grammar_backend.admit(params)
+        return self.scheduler.grammar_backend.admit(params, cancel)
 
     def _check_input_ids(self, ids) -> None:
         if not isinstance(ids, list) or not ids or not all(isinstance(t, int) for t in ids):
@@ -287,9 +291,14 @@ class Engine:
         """Awaitable result, or (stream=True) an async iterator of chunks. Tokenizing and
         grammar compilation run in a worker thread, off the event loop."""
         loop = asyncio.get_running_loop()
-        reqs, single = await loop.run_in_executor(
-            None, self._make_reqs, prompt, input_ids, sampling_params, return_logprob,
-            top_logprobs_num, stream, rid, logprob_start_len)
+        cancel = threading.Event()  # set if this coroutine is cancelled: stops a compile
+        try:
+            reqs, single = await loop.run_in_executor(
+                None, self._make_reqs, prompt, input_ids, sampling_params, return_logprob,
+                top_logprobs_num, stream, rid, logprob_start_len, cancel)
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")

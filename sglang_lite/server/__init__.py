@@ -21,8 +21,10 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from sglang_lite.engine import Engine
 
+    # A server compiles constraints in worker processes unless told otherwise.
+    engine_options = {"grammar_compile_workers": 2, **args.engine_options}
     try:
-        engine = Engine(args.model, **args.engine_options)
+        engine = Engine(args.model, **engine_options)
     except ValueError as e:
         print(f"sglang-lite serve: {e}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from sglang_lite.compile_pool import CompileBusyError
 from sglang_lite.engine import QueueFullError
 
 RETRY_AFTER_SECONDS = "1"
@@ -41,6 +42,9 @@ def error_response(status: int, message: str, type: str = "invalid_request_error
 
 def from_engine_error(e: Exception, openai_names: bool = True) -> APIError:
     """Map an exception raised by ``Engine.async_generate`` (or its stream) to an APIError."""
+    if isinstance(e, CompileBusyError):
+        return APIError(429, str(e), type="rate_limit_error", code="compile_queue_full",
+                        headers={"Retry-After": RETRY_AFTER_SECONDS})
     if isinstance(e, QueueFullError):
         return APIError(429, str(e), type="rate_limit_error", code="rate_limit_exceeded",
                         headers={"Retry-After": RETRY_AFTER_SECONDS})
@@ -53,7 +57,10 @@ def from_engine_error(e: Exception, openai_names: bool = True) -> APIError:
             message = f"{param}:{rest}"
         if param == "prompt" and "context length" in message:
             return APIError(413, message, param="prompt", code="context_length_exceeded")
-        return APIError(400, message, param=param, code="invalid_value")
+        reason = getattr(e, "reason", None)  # a refused constraint: limit, timeout, ...
+        code = {"limit": "constraint_too_large", "timeout": "constraint_timeout",
+                "too_complex": "constraint_too_complex"}.get(reason, "invalid_value")
+        return APIError(400, message, param=param, code=code)
     if isinstance(e, RuntimeError) and str(e).startswith("engine: shut down"):
         return APIError(503, "server is shutting down", type="service_unavailable",
                         headers={"Retry-After": RETRY_AFTER_SECONDS})

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 
+from sglang_lite.compile_pool import CompileBusyError
 from sglang_lite.engine import QueueFullError
 from sglang_lite.server.errors import from_engine_error
 
@@ -73,15 +74,21 @@ class StreamGroup:
         agens: list = []
         try:
             for job in jobs:
-                agens.append(await engine.async_generate(
+                submit = engine.async_generate(
                     input_ids=job.input_ids, sampling_params=job.sampling_params,
                     return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, stream=True,
-                    **({"logprob_start_len": logprob_start_len} if logprob_start_len is not None else {})))
-                if len(agens) == 1 and _constrained(job.sampling_params):
+                    **({"logprob_start_len": logprob_start_len} if logprob_start_len is not None else {}))
+                constrained = _constrained(job.sampling_params)
+                # A compile can take seconds: a client that leaves meanwhile stops it.
+                agens.append(await (_unless_client_leaves(request, submit) if constrained else submit))
+                if len(agens) == 1 and constrained:
                     state.metrics.on_grammar_compile(time.monotonic() - start)
         except Exception as e:
             for agen in agens:
                 await agen.aclose()
+            if isinstance(e, ClientGone):
+                raise
+            state.metrics.on_grammar_refused(_refusal_reason(e))
             raise from_engine_error(e, openai_names) from e
         group = cls(state, request, jobs, agens, start)
         await group._prime()
@@ -261,6 +268,29 @@ async def _merge(agens: dict[int, Any]) -> AsyncIterator[tuple[int, dict]]:
             t.cancel()
         with anyio.CancelScope(shield=True):
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _unless_client_leaves(request, submit):
+    """Await ``submit``; if the client disconnects first, cancel it and raise ClientGone."""
+    task = asyncio.ensure_future(submit)
+    waiter = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise ClientGone()
+    return task.result()
+
+
+def _refusal_reason(e: Exception) -> str | None:
+    """The compile-refusal metric's label for an intake error, None if not a refusal."""
+    if isinstance(e, CompileBusyError):
+        return "busy"
+    return getattr(e, "reason", None)
 
 
 def _constrained(params: dict) -> bool:

@@ -4,12 +4,16 @@ request can end another's."""
 from __future__ import annotations
 
 import json
+import os
+import random
+import string
 import threading
+import time
 
 import httpx
 import pytest
 
-from tests.server.conftest import assert_no_leaked_pages
+from tests.server.conftest import assert_no_leaked_pages, scrape
 
 CHAT = [{"role": "user", "content": "x"}]
 
@@ -101,3 +105,119 @@ def test_overflowing_seed_does_not_end_streams_in_flight(server, http):
     for reasons, _text in results:
         assert reasons == ["length"], results
     assert_no_leaked_pages(http)
+
+
+# ---- constraint compiles ---------------------------------------------------------------------
+def _words(n: int, seed: int) -> list[str]:
+    rnd = random.Random(seed)
+    return ["".join(rnd.choices(string.ascii_lowercase, k=10)) for _ in range(n)]
+
+
+def _schema_body(schema: dict) -> dict:
+    return {"messages": CHAT, "max_tokens": 8, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+
+
+@pytest.mark.parametrize("path,body,limit", [
+    ("/v1/chat/completions", _schema_body({"enum": [str(i) for i in range(10_000)]}), "max_enum_values"),
+    ("/v1/chat/completions", _schema_body(json.loads('{"type": "array", "items": ' * 300 + "{}" + "}" * 300)),
+     "max_schema_depth"),
+    ("/v1/chat/completions", _schema_body({"type": "string", "pattern": "[a-z]{5000}"}), "max_repetition"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 8, "regex": "[a-z0-8]{5000}"}, "max_repetition"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 8, "regex": "a" * 10_000}, "max_regex_chars"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 8,
+                         "ebnf": "start: " + " | ".join(f'"w{i}"' for i in range(5000))}, "max_grammar_alternatives"),
+    ("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 8, "json_schema": json.dumps(
+        {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(40_000)}})}},
+     "max_spec_bytes"),
+])
+def test_constraint_over_a_size_limit_is_refused_at_once(http, path, body, limit):
+    t0 = time.monotonic()
+    r = http.post(path, json=body)
+    elapsed = time.monotonic() - t0
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] in ("json_schema", "regex", "ebnf") and err["code"] == "constraint_too_large", err
+    assert limit in err["message"], err
+    assert elapsed < 2.0, elapsed
+
+
+def _timed_chat(http, content: str) -> float:
+    t0 = time.monotonic()
+    r = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": content}],
+                                                "max_tokens": 8, "min_tokens": 8, "temperature": 0})
+    assert r.status_code == 200, r.text
+    return time.monotonic() - t0
+
+
+def test_heavy_compiles_do_not_stall_a_normal_request(server, http):
+    """Two schemas that take seconds to compile (enums of 1,024 unrelated words, within the
+    limits) run beside a normal request: it takes about what it takes on an idle server."""
+    _timed_chat(http, "warm up")
+    idle = min(_timed_chat(http, f"Say hello {i}") for i in range(3))
+    results: dict[int, httpx.Response] = {}
+
+    def heavy(i: int) -> None:
+        with httpx.Client(base_url=server.base_url, timeout=120) as c:
+            results[i] = c.post("/v1/chat/completions", json=_schema_body({"enum": _words(1024, seed=i)}))
+
+    threads = [threading.Thread(target=heavy, args=(i,)) for i in range(2)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    time.sleep(0.3)  # both compiles under way
+    loaded = [_timed_chat(http, f"Say hello {i}") for i in range(3)]
+    for t in threads:
+        t.join(120)
+    heavy_s = time.monotonic() - t0
+    print(f"normal request: idle {idle:.3f} s, beside two heavy compiles {max(loaded):.3f} s "
+          f"(the compiles took {heavy_s:.2f} s)")
+    for r in results.values():
+        assert r.status_code == 200, r.text
+        assert json.loads(r.json()["choices"][0]["message"]["content"]) is not None
+    assert max(loaded) < 3 * idle + 0.5, (idle, loaded, heavy_s)
+
+
+def test_compile_past_the_deadline_is_stopped(server, http):
+    pool = server.app.state.engine.scheduler.grammar_backend.pool
+    pids = set(pool.pids)
+    before = scrape(http).get("sglang_lite:grammar_compile_refusals_total", 0.0)
+    saved, pool.timeout_s = pool.timeout_s, 0.5  # the workers' own budget stays 10 s: only the kill stops it
+    try:
+        ebnf = "start: " + " | ".join(f'"{w}"' for w in _words(2000, seed=7))
+        t0 = time.monotonic()
+        r = http.post("/v1/completions", json={"prompt": "x", "max_tokens": 8, "ebnf": ebnf})
+        elapsed = time.monotonic() - t0
+    finally:
+        pool.timeout_s = saved
+    err = _error(r, 400, "ebnf")
+    assert err["code"] == "constraint_timeout", err
+    assert elapsed < 3.0, elapsed
+    assert pool.stats.timeouts >= 1
+    assert any(not _alive(pid) for pid in pids)  # the compiling process was ended
+    assert scrape(http)["sglang_lite:grammar_compile_refusals_total"] == before + 1
+    # the replacement compiles the next request
+    r = http.post("/v1/completions", json={"prompt": "x", "max_tokens": 8, "regex": "[ab]{3}"})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["choices"][0]["text"]) == 3
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_client_leaving_stops_its_compile(server, http):
+    pool = server.app.state.engine.scheduler.grammar_backend.pool
+    cancelled = pool.stats.cancelled
+    ebnf = "start: " + " | ".join(f'"{w}"' for w in _words(2000, seed=11))
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.base_url + "/v1/completions", json={"prompt": "x", "max_tokens": 8, "ebnf": ebnf},
+                   timeout=0.7)
+    deadline = time.monotonic() + 5
+    while pool.stats.cancelled == cancelled and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool.stats.cancelled == cancelled + 1
