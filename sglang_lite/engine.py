@@ -52,6 +52,7 @@ class Engine:
         usable_tokens = self.kv_pool.allocator.num_usable_pages * cfg.page_size
         self.context_length = min(cfg.context_length or self.model_config.max_position_embeddings,
                                   self.model_config.max_position_embeddings, usable_tokens)
+        self.max_prompt_chars = self.context_length * _max_token_chars(self.tokenizer)
         self.req_pool = ReqToTokenPool(cfg.max_running_requests, self.context_length, cfg.torch_device)
         backend = create_backend(cfg.attention_backend, self.kv_pool)
         runner = ModelRunner(self.model, backend, self.req_pool, cfg.torch_device,
@@ -168,13 +169,23 @@ class Engine:
     def tokenize(self, text: str) -> list[int]:
         if self.tokenizer is None:
             raise ValueError("prompt: this model has no tokenizer; pass input_ids")
+        self.check_prompt_chars(len(text))
         bos = self.tokenizer.bos_token
         add_special = not (bos and text.startswith(bos))
         return self.tokenizer.encode(text, add_special_tokens=add_special)
 
+    def check_prompt_chars(self, num_chars: int, field: str = "prompt") -> None:
+        """Refuse text that cannot fit the context before tokenizing it: no token decodes to
+        more than ``max_token_chars`` characters, so longer text has more tokens than fit."""
+        if num_chars > self.max_prompt_chars:
+            raise ValueError(f"{field}: {num_chars} characters cannot fit the context length "
+                             f"{self.context_length} (at most {self.max_prompt_chars} characters)")
+
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kw) -> str:
         if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
             raise ValueError("messages: this model has no chat template")
+        self.check_prompt_chars(sum(len(m.get("content") or "") for m in messages
+                                    if isinstance(m.get("content"), str)), "messages")
         return self.tokenizer.apply_chat_template(messages, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt, **kw)
 
@@ -428,6 +439,15 @@ class _AsyncChunkStream(_RequestStream):
 
     async def aclose(self) -> None:
         self.close()
+
+
+def _max_token_chars(tokenizer) -> int:
+    """The most characters one token's text can have (its vocabulary string: byte-level
+    and SentencePiece pieces spell a character with at least one character)."""
+    if tokenizer is None:
+        return 1
+    longest = max((len(t) for t in tokenizer.get_vocab()), default=1)
+    return max(longest, 1)
 
 
 def _input_logprob_start(return_logprob: bool, start: int | None, ids: list[int]) -> int | None:

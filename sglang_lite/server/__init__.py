@@ -10,6 +10,7 @@ import uvicorn
 
 from sglang_lite.server.app import create_app
 from sglang_lite.server.args import ServerArgs, parse_args
+from sglang_lite.server.limits import BodyLimits
 
 __all__ = ["create_app", "main", "ServerArgs"]
 
@@ -28,7 +29,8 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"sglang-lite serve: {e}", file=sys.stderr)
         return 2
-    app = create_app(engine, args.served_model_name, args.api_key)
+    app = create_app(engine, args.served_model_name, args.api_key,
+                     limits=BodyLimits(max_request_bytes=args.max_request_bytes))
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=args.shutdown_timeout, lifespan="off")
     server = _DrainingServer(config, app.state)

@@ -12,6 +12,7 @@ from fastapi.responses import Response
 from sglang_lite.server import native_api, openai_api
 from sglang_lite.server.errors import RETRY_AFTER_SECONDS, error_response, install_error_handlers
 from sglang_lite.server.generation import ClientGone
+from sglang_lite.server.limits import BodyLimitMiddleware, BodyLimits
 from sglang_lite.server.metrics import ServerMetrics
 
 # Reachable without the API key (probes and scrapers), as in vLLM and SGLang.
@@ -20,7 +21,8 @@ _OPEN_PATHS = frozenset({"/health", "/metrics"})
 _ADMISSION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate", "/health_generate"})
 
 
-def create_app(engine, served_model_name: str | None = None, api_key: str | None = None) -> FastAPI:
+def create_app(engine, served_model_name: str | None = None, api_key: str | None = None,
+               limits: BodyLimits | None = None) -> FastAPI:
     app = FastAPI(title="sglang-lite", docs_url=None, redoc_url=None, openapi_url=None)
     state = app.state
     state.engine = engine
@@ -35,7 +37,8 @@ def create_app(engine, served_model_name: str | None = None, api_key: str | None
     app.add_exception_handler(ClientGone, _client_gone)
     app.include_router(openai_api.router)
     app.include_router(native_api.router)
-    app.add_middleware(_Gate, state=state)
+    app.add_middleware(BodyLimitMiddleware, limits=limits or BodyLimits())
+    app.add_middleware(_Gate, state=state)  # outermost: refuses before any body is read
     return app
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sglang_lite.config import EngineConfig
+from sglang_lite.server.limits import DEFAULT_MAX_REQUEST_BYTES
 
 
 @dataclass(slots=True)
@@ -18,6 +19,7 @@ class ServerArgs:
     api_key: str | None = None
     served_model_name: str | None = None
     shutdown_timeout: float = 30.0
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     log_level: str = "info"
     engine_options: dict[str, Any] = field(default_factory=dict)
 
@@ -32,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", default=None, help="model name clients must use")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds running requests get to finish after SIGTERM before they are aborted")
+    p.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
+                   help="bodies larger than this are refused with 413 before they are read")
     p.add_argument("--log-level", default="info")
     engine = p.add_argument_group("engine options")
     for f in fields(EngineConfig):

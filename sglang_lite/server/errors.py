@@ -55,8 +55,8 @@ def from_engine_error(e: Exception, openai_names: bool = True) -> APIError:
         if param and openai_names and param in _OPENAI_FIELD_NAMES:
             param = _OPENAI_FIELD_NAMES[param]
             message = f"{param}:{rest}"
-        if param == "prompt" and "context length" in message:
-            return APIError(413, message, param="prompt", code="context_length_exceeded")
+        if param in ("prompt", "messages") and "context length" in message:
+            return APIError(413, message, param=param, code="context_length_exceeded")
         reason = getattr(e, "reason", None)  # a refused constraint: limit, timeout, ...
         code = {"limit": "constraint_too_large", "timeout": "constraint_timeout",
                 "too_complex": "constraint_too_complex"}.get(reason, "invalid_value")

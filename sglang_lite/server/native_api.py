@@ -17,6 +17,7 @@ from sglang_lite.server.errors import (
     RETRY_AFTER_SECONDS,
     APIError,
     error_response,
+    from_engine_error,
     from_validation_errors,
 )
 from sglang_lite.server.generation import Job, Output, StreamGroup
@@ -33,7 +34,7 @@ def _prompts(state, body) -> tuple[list[list[int]], bool]:
         try:
             return [state.engine.tokenize(t) for t in texts], isinstance(body.text, str)
         except ValueError as e:
-            raise APIError(400, str(e), param="text") from e
+            raise from_engine_error(e, openai_names=False) from e
     ids = body.input_ids
     if ids and isinstance(ids[0], list):
         return [list(x) for x in ids], False

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from sglang_lite.server.errors import APIError
+from sglang_lite.server.errors import APIError, from_engine_error
 from sglang_lite.server.generation import Job, Output, StreamGroup
 from sglang_lite.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingFields
 from sglang_lite.server.tools import (
@@ -172,8 +172,8 @@ def _best_of(outputs: list[Output], n: int, best_of: int) -> list[Output]:
 def _tokenize(state, text: str) -> list[int]:
     try:
         return state.engine.tokenize(text)
-    except ValueError as e:
-        raise APIError(400, str(e), param="prompt") from e
+    except ValueError as e:  # 413 for text that cannot fit the context
+        raise from_engine_error(e) from e
 
 
 def _completion_logprobs(state, tokens: list[tuple], tops: list[list[tuple]], offset: int) -> dict:
@@ -280,7 +280,7 @@ def _chat_prompt(state, body: ChatCompletionRequest, plan: ToolPlan) -> list[int
     try:
         text = state.engine.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt, **extra)
     except ValueError as e:
-        raise APIError(400, str(e), param="messages") from e
+        raise from_engine_error(e) from e
     except Exception as e:  # the template itself rejects the conversation (jinja errors)
         raise APIError(400, f"messages: {e}", param="messages") from e
     return _tokenize(state, text)

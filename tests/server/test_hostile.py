@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import string
 import threading
 import time
@@ -13,7 +14,9 @@ import time
 import httpx
 import pytest
 
-from tests.server.conftest import assert_no_leaked_pages, scrape
+from sglang_lite.server import create_app
+from sglang_lite.server.limits import BodyLimits
+from tests.server.conftest import LiveServer, assert_no_leaked_pages, scrape
 
 CHAT = [{"role": "user", "content": "x"}]
 
@@ -221,3 +224,74 @@ def test_client_leaving_stops_its_compile(server, http):
     while pool.stats.cancelled == cancelled and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pool.stats.cancelled == cancelled + 1
+
+
+# ---- request size and shape -------------------------------------------------------------------
+def _raw_request(port: int, head: bytes, body_part: bytes) -> bytes:
+    """Send headers and only part of the body; return what the server answers meanwhile."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head + body_part)
+        data = b""
+        while b"\r\n\r\n" not in data or len(data) < 200:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            if b"}}" in data:
+                break
+        return data
+
+
+def test_body_over_the_limit_is_413_before_it_is_read(server, engine):
+    limit = 64 * 1024
+    live = LiveServer(create_app(engine, limits=BodyLimits(max_request_bytes=limit))).start()
+    try:
+        declared = 50 * 1024 * 1024
+        head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {declared}\r\n\r\n").encode()
+        t0 = time.monotonic()
+        reply = _raw_request(live.port, head, b'{"prompt": "' + b"x" * 1000)
+        assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+        assert time.monotonic() - t0 < 2
+        assert b'"param":"body"' in reply and b"request_too_large" in reply
+        # chunked (no Content-Length): refused once the limit is passed
+        with httpx.Client(base_url=live.base_url, timeout=30) as c:
+            def chunks():
+                yield b'{"prompt": "'
+                for _ in range(40):
+                    yield b"x" * 4096
+                yield b'"}'
+            r = c.post("/v1/completions", content=chunks(), headers={"Content-Type": "application/json"})
+            assert r.status_code == 413, r.text
+            small = c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
+            assert small.status_code == 200, small.text
+    finally:
+        live.stop()
+
+
+def test_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(http, engine):
+    text = "ab " * (engine.max_prompt_chars // 3 + 10)
+    t0 = time.monotonic()
+    r = http.post("/v1/completions", json={"prompt": text, "max_tokens": 1})
+    elapsed = time.monotonic() - t0
+    _error(r, 413, "prompt")
+    chat = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": text}]})
+    _error(chat, 413, "messages")
+    print(f"{len(text)} characters refused in {elapsed:.3f} s")
+    assert elapsed < 2.0
+
+
+@pytest.mark.parametrize("raw,param", [
+    ('{"prompt": "x\\ud800y", "max_tokens": 2}', "prompt"),
+    ('{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}', "messages.0.content"),
+    ('{"text": ["ok", "a\\ud83d"], "sampling_params": {"max_new_tokens": 2}}', "text.1"),
+    ('{"prompt": "x", "user": ' + "[" * 5000 + "]" * 5000 + "}", "body"),
+    ('{"prompt": "x", "stop": ' + "[" * 150 + "]" * 150 + "}", "stop"),
+])
+def test_lone_surrogates_and_deep_nesting_are_400(http, raw, param):
+    path = "/generate" if '"text"' in raw else "/v1/chat/completions" if "messages" in raw else "/v1/completions"
+    r = http.post(path, content=raw.encode(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"].startswith(param) and err["code"], err
+    assert http.get("/health").status_code == 200
