@@ -1,7 +1,9 @@
 """The body of a compile worker process: a GrammarCompiler over a pipe.
 
-The parent passes the pickled TokenizerInfo at start; the worker says ``("ready",)`` once
-its tables are built, then takes ``(kind, spec)`` pairs; the
+Started as ``python -m constraints.compile_worker FD`` on one end of a socket pair (a fresh
+interpreter: nothing of the parent's ``__main__`` is re-run). The parent first sends the
+pickled TokenizerInfo and options; the worker says ``("ready",)`` once its tables are built,
+then takes ``(kind, spec)`` pairs; the
 worker answers each with ``("ok", payload)`` (the CompiledGrammar pickled with its
 TokenizerInfo left out, see ``dumps_grammar``) or ``("error", class name, message, limit)``.
 It runs until the pipe closes; a parent that gives up on a compile kills the process.
@@ -10,12 +12,12 @@ It runs until the pipe closes; a parent that gives up on a compile kills the pro
 from __future__ import annotations
 
 import io
+import os
 import pickle
 
 from .compiler import GrammarCompiler
 from .errors import ConstraintError
 from .grammar import CompiledGrammar
-from .limits import ConstraintLimits
 from .vocab import TokenizerInfo
 
 _INFO_ID = "tokenizer-info"
@@ -37,18 +39,30 @@ def loads_grammar(payload: bytes, info: TokenizerInfo) -> CompiledGrammar:
     return unpickler.load()
 
 
-def serve(conn, info_bytes: bytes, max_states: int, timeout_s: float, limits: ConstraintLimits) -> None:
-    """Process entry point (spawned): compile what arrives on ``conn`` until it closes."""
-    info: TokenizerInfo = pickle.loads(info_bytes)
-    compiler = GrammarCompiler(info, max_states=max_states, compile_timeout_s=timeout_s, limits=limits)
-    compiler.compile_regex("[a-z]")  # build the per-tokenizer tables before the first request
+def serve(conn) -> None:
+    """Compile what arrives on ``conn`` until it closes. The first message is the setup:
+    (pickled TokenizerInfo, max_states, timeout_s, ConstraintLimits)."""
+    if hasattr(os, "nice"):
+        os.nice(10)  # on a busy CPU, serving (the parent) comes first
     try:
+        info_bytes, max_states, timeout_s, limits = conn.recv()
+        info: TokenizerInfo = pickle.loads(info_bytes)
+        compiler = GrammarCompiler(info, max_states=max_states, compile_timeout_s=timeout_s, limits=limits)
+        compiler.compile_regex("[a-z]")  # build the per-tokenizer tables before the first request
         conn.send(("ready",))
         while True:
             kind, spec = conn.recv()
             conn.send(_compile(compiler, info, kind, spec))
     except (EOFError, OSError):  # the parent closed the pipe (shutdown) or went away
         return
+
+
+def main(argv: list[str]) -> int:
+    """``python -m constraints.compile_worker FD``: serve on the inherited socket FD."""
+    from multiprocessing.connection import Connection
+
+    serve(Connection(int(argv[0])))
+    return 0
 
 
 def _compile(compiler: GrammarCompiler, info: TokenizerInfo, kind: str, spec: str) -> tuple:
@@ -68,3 +82,9 @@ def _compile(compiler: GrammarCompiler, info: TokenizerInfo, kind: str, spec: st
         return "error", "GrammarTooComplexError", f"constraint too complex ({type(e).__name__})", ""
     except Exception as e:  # a compiler bug: the request fails, the worker lives on
         return "error", "InvalidConstraintError", f"{type(e).__name__}: {e}", ""
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,7 +1,7 @@
 """Constraint compiles in worker processes, so a hostile schema never holds the engine's
 interpreter (the scheduler thread, the event loop, other compiles).
 
-- A few workers (``constraints.compile_worker``, spawned), each one compile at a time; a
+- A few workers (``python -m constraints.compile_worker``), each one compile at a time; a
   bounded number of callers may wait for one (``CompileBusyError`` past it).
 - A real deadline: a compile still running ``timeout_s`` after it started has its process
   killed (and replaced); the caller gets ``CompileTimeoutError``.
@@ -16,22 +16,28 @@ on the scheduler thread.
 from __future__ import annotations
 
 import logging
-import multiprocessing
+import os
 import pickle
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 
+import constraints
 from constraints import CompileTimeoutError, ConstraintLimits
 from constraints import errors as constraint_errors
-from constraints.compile_worker import loads_grammar, serve
+from constraints.compile_worker import loads_grammar
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.02
 _KILL_GRACE_S = 0.5  # past the worker's own (cooperative) budget, before the kill
 _START_TIMEOUT_S = 120.0
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(constraints.__file__)))
 
 
 class CompileBusyError(RuntimeError):
@@ -52,21 +58,24 @@ class CompilePoolStats:
     restarts: int = 0
 
 
-class _Worker:
-    """One worker process and its pipe; ``restart`` replaces a killed one (non-blocking:
-    the new process loads while the next request waits in the pipe)."""
+class CompileWorkerError(RuntimeError):
+    """A compile worker process could not be started."""
 
-    def __init__(self, ctx, args: tuple):
-        self._ctx, self._args = ctx, args
-        self.process = None
-        self.conn = None
+
+class _Worker:
+    """One worker process (``python -m constraints.compile_worker``) and its socket;
+    ``restart`` replaces a killed one (from a thread: the caller never waits for the new
+    interpreter, only a later compile waits until it is ready)."""
+
+    def __init__(self, setup: tuple):
+        self._setup = setup
+        self.process: subprocess.Popen | None = None
+        self.conn: Connection | None = None
         self.ready = False
         self._started = threading.Event()
         self.start()
 
     def start(self) -> None:
-        """Spawn the process from a thread: writing its start-up data blocks until the new
-        interpreter has imported its modules (seconds), which no caller should wait for."""
         self._started.clear()
         self.ready = False
         threading.Thread(target=self._spawn, name="sglang-lite-compile-spawn", daemon=True).start()
@@ -74,16 +83,26 @@ class _Worker:
     def _spawn(self) -> None:
         try:
             self._start_process()
+        except Exception:
+            log.exception("starting a constraint compile worker failed")
+            self.process, self.conn = None, None
         finally:
             self._started.set()
 
     def _start_process(self) -> None:
-        parent, child = self._ctx.Pipe()
-        self.process = self._ctx.Process(target=serve, args=(child, *self._args), daemon=True,
-                                         name="sglang-lite-compile")
-        self.process.start()
-        child.close()
-        self.conn = parent
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [_PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "constraints.compile_worker", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+        self.conn = Connection(ours.detach())
+        self.conn.send(self._setup)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def wait_ready(self, cancel: threading.Event | None) -> None:
         """Until the process has loaded (not part of any compile's deadline)."""
@@ -92,30 +111,32 @@ class _Worker:
             if cancel is not None and cancel.is_set():
                 raise CompileCancelled()
         if self.process is None:
-            raise RuntimeError("constraint compile worker did not start")
+            raise CompileWorkerError("constraint compile worker did not start")
         while not self.ready:
             if self.conn.poll(_POLL_S):
                 self.ready = self.conn.recv() == ("ready",)
             elif cancel is not None and cancel.is_set():
                 raise CompileCancelled()
-            elif time.monotonic() > deadline or not self.process.is_alive():
-                raise RuntimeError("constraint compile worker did not start")
+            elif time.monotonic() > deadline or not self.alive:
+                raise CompileWorkerError("constraint compile worker did not start")
 
     def kill(self) -> None:
         self._started.wait()
-        self.process.kill()
-        self.process.join(timeout=5)
-        self.conn.close()
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=5)
+            self.conn.close()
 
     def close(self) -> None:
         self._started.wait(_START_TIMEOUT_S)
         if self.process is None:
             return
         self.conn.close()  # the worker sees EOF and returns
-        self.process.join(timeout=2)
-        if self.process.is_alive():
+        try:
+            self.process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
             self.process.kill()
-            self.process.join(timeout=5)
+            self.process.wait(timeout=5)
 
 
 class CompilePool:
@@ -126,9 +147,8 @@ class CompilePool:
         self.timeout_s = timeout_s
         self.max_queue = max_queue
         self.stats = CompilePoolStats()
-        args = (pickle.dumps(info), max_states, timeout_s, limits or ConstraintLimits())
-        ctx = multiprocessing.get_context("spawn")
-        self._workers = [_Worker(ctx, args) for _ in range(workers)]
+        setup = (pickle.dumps(info), max_states, timeout_s, limits or ConstraintLimits())
+        self._workers = [_Worker(setup) for _ in range(workers)]
         self._idle = list(self._workers)
         self._cond = threading.Condition()
         self._waiting = 0
@@ -139,6 +159,13 @@ class CompilePool:
     @property
     def pids(self) -> list[int | None]:
         return [w.process.pid if w.process is not None else None for w in self._workers]
+
+    def wait_ready(self) -> None:
+        """Until every idle worker has loaded (tests, and callers that time compiles)."""
+        with self._cond:
+            idle = list(self._idle)
+        for w in idle:
+            w.wait_ready(None)
 
     def compile(self, kind: str, spec: str, cancel: threading.Event | None = None):
         """The CompiledGrammar for (kind, spec); a ConstraintError subclass if the worker
@@ -192,7 +219,7 @@ class CompilePool:
         deadline = time.monotonic() + self.timeout_s + _KILL_GRACE_S
         while not worker.conn.poll(_POLL_S):
             gone = cancel is not None and cancel.is_set()
-            if gone or time.monotonic() > deadline or not worker.process.is_alive():
+            if gone or time.monotonic() > deadline or not worker.alive:
                 self._replace(worker, "cancelled" if gone else "timeouts")
                 if gone:
                     raise CompileCancelled()

@@ -16,14 +16,14 @@ from sglang_lite.server.limits import BodyLimitMiddleware, BodyLimits
 from sglang_lite.server.metrics import ServerMetrics
 
 # Reachable without the API key (probes and scrapers), as in vLLM and SGLang.
-_OPEN_PATHS = frozenset({"/health", "/metrics"})
+_OPEN_PATHS = frozenset({"/health", "/metrics", "/openapi.json", "/docs"})
 # Refused with 503 while draining: everything that would start new work.
 _ADMISSION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate", "/health_generate"})
 
 
 def create_app(engine, served_model_name: str | None = None, api_key: str | None = None,
                limits: BodyLimits | None = None) -> FastAPI:
-    app = FastAPI(title="sglang-lite", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="sglang-lite", docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
     state = app.state
     state.engine = engine
     state.served_model_name = served_model_name or engine.source.name

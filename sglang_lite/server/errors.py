@@ -7,7 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sglang_lite.compile_pool import CompileBusyError
+from sglang_lite.compile_pool import CompileBusyError, CompileWorkerError
 from sglang_lite.engine import QueueFullError
 
 RETRY_AFTER_SECONDS = "1"
@@ -42,6 +42,9 @@ def error_response(status: int, message: str, type: str = "invalid_request_error
 
 def from_engine_error(e: Exception, openai_names: bool = True) -> APIError:
     """Map an exception raised by ``Engine.async_generate`` (or its stream) to an APIError."""
+    if isinstance(e, CompileWorkerError):
+        return APIError(503, str(e), type="service_unavailable", code="compile_unavailable",
+                        headers={"Retry-After": RETRY_AFTER_SECONDS})
     if isinstance(e, CompileBusyError):
         return APIError(429, str(e), type="rate_limit_error", code="compile_queue_full",
                         headers={"Retry-After": RETRY_AFTER_SECONDS})

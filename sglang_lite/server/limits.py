@@ -66,6 +66,8 @@ class BodyLimitMiddleware:
             return None
         try:
             doc = json.loads(body)
+        except UnicodeDecodeError:
+            return _bad("body: not valid UTF-8", "body", "invalid_json")
         except RecursionError:
             return _bad(f"body: JSON nested deeper than {self.limits.max_json_depth} levels", "body",
                         "too_deep")
@@ -84,7 +86,7 @@ def check_document(doc, max_depth: int) -> tuple[str, str, str] | None:
     while stack:
         node, path, depth = stack.pop()
         if depth > max_depth:
-            return _dotted(path) or "body", f"nested deeper than {max_depth} levels", "too_deep"
+            return _dotted(path[:4]) or "body", f"nested deeper than {max_depth} levels", "too_deep"
         if isinstance(node, str):
             if not _valid_unicode(node):
                 return _dotted(path) or "body", "not valid Unicode (a lone surrogate)", "invalid_unicode"

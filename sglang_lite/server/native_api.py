@@ -80,16 +80,25 @@ def _result(state, out: Output, body) -> dict[str, Any]:
     return {"text": out.text, "output_ids": out.output_ids, "meta_info": meta, "index": out.index}
 
 
-@router.post("/generate")
+def _generate_body_schema() -> dict:
+    from sglang_lite.server.protocol import GenerateRequest
+
+    schema = GenerateRequest.model_json_schema()
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+# The body is parsed by hand (a list body must be a 400, not FastAPI's 422), so its schema
+# is given to the OpenAPI document here.
+@router.post("/generate", openapi_extra=_generate_body_schema())
 async def generate(request: Request):
     from sglang_lite.server.protocol import GenerateRequest
 
     try:
         body = GenerateRequest.model_validate(await request.json())
-    except json.JSONDecodeError as e:
-        raise APIError(400, f"body: invalid JSON: {e}", param="body", code="invalid_json") from e
     except ValidationError as e:  # a list body, a wrong type
         raise from_validation_errors(e.errors()) from e
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise APIError(400, f"body: invalid JSON: {e}", param="body", code="invalid_json") from e
     state = request.app.state
     prompts, single = _prompts(state, body)
     jobs = _jobs(prompts, body.sampling_params)
