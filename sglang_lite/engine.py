@@ -324,7 +324,12 @@ class Engine:
 
     def _astream(self, req: Req, loop: asyncio.AbstractEventLoop) -> _AsyncChunkStream:
         aq: asyncio.Queue = asyncio.Queue()
-        self._submit(req, lambda c: loop.call_soon_threadsafe(aq.put_nowait, c))
+
+        def sink(chunk: dict) -> None:
+            if not loop.is_closed():  # a closed loop has no consumer left to tell
+                loop.call_soon_threadsafe(aq.put_nowait, chunk)
+
+        self._submit(req, sink)
         return _AsyncChunkStream(self, req, aq)
 
     def abort(self, rid: str) -> None:
@@ -391,6 +396,10 @@ class _RequestStream:
 
     def __init__(self, engine: Engine, req: Req):
         self._engine, self._req, self._done = engine, req, False
+
+    @property
+    def rid(self) -> str:
+        return self._req.rid
 
     def _mark(self, chunk: dict) -> dict:
         self._done = chunk["finished"]

@@ -30,6 +30,7 @@ def create_app(engine, served_model_name: str | None = None, api_key: str | None
     state.api_key = api_key
     state.metrics = ServerMetrics(state.served_model_name)
     state.draining = False
+    state.open_groups = set()  # StreamGroups answering now (shutdown stops them)
     state.created = int(time.time())
     state.token_text = _TokenText(engine.tokenizer)
     state.engine_alive = lambda: _engine_alive(engine)

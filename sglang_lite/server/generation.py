@@ -15,7 +15,7 @@ import anyio
 
 from sglang_lite.compile_pool import CompileBusyError
 from sglang_lite.engine import QueueFullError
-from sglang_lite.server.errors import from_engine_error
+from sglang_lite.server.errors import RETRY_AFTER_SECONDS, APIError, from_engine_error
 
 
 class ClientGone(Exception):
@@ -64,6 +64,8 @@ class StreamGroup:
         self._primed: list[dict] = []
         self._waiter: asyncio.Task | None = None
         self._closed = False
+        self.shutdown_message: str | None = None  # set by ``stop``: the server is going down
+        state.open_groups.add(self)
 
     @classmethod
     async def open(cls, state, request, jobs: list[Job], return_logprob: bool = False,
@@ -150,6 +152,9 @@ class StreamGroup:
             elif live:
                 async for i, chunk in _merge({i: self.agens[i] for i in live}):
                     yield self._absorb(i, chunk), chunk
+            if self.shutdown_message is not None:  # streams: an error event, then [DONE]
+                raise APIError(503, self.shutdown_message, type="service_unavailable",
+                               code="server_shutdown", headers={"Retry-After": RETRY_AFTER_SECONDS})
         finally:
             await self.close()
 
@@ -207,11 +212,20 @@ class StreamGroup:
             self._waiter.cancel()
         self._waiter = None
 
+    def stop(self, message: str) -> None:
+        """Server shutdown past its timeout: abort what still runs; the consumer ends with
+        ``message`` (an error event on a stream, a 503 otherwise)."""
+        self.shutdown_message = message
+        for out, agen in zip(self.outputs, self.agens):
+            if not out.finished:
+                self.state.engine.abort(agen.rid)
+
     async def close(self) -> None:
         """Abort every stream still running (its KV pages are freed by the engine)."""
         if self._closed:
             return
         self._closed = True
+        self.state.open_groups.discard(self)
         self._stop_waiter()
         with anyio.CancelScope(shield=True):
             for out, agen in zip(self.outputs, self.agens):

@@ -115,6 +115,9 @@ async def generate(request: Request):
         try:
             async for out, _ in group.chunks():
                 yield f"data: {json.dumps(_result(state, out, body), ensure_ascii=False)}\n\n"
+        except APIError as e:
+            err = {"error": {"message": e.message, "type": e.type, "param": e.param, "code": e.code}}
+            yield f"data: {json.dumps(err)}\n\n"
         except Exception as e:
             err = {"error": {"message": f"{type(e).__name__}: {e}", "type": "internal_error"}}
             yield f"data: {json.dumps(err)}\n\n"

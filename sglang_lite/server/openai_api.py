@@ -126,7 +126,9 @@ async def _sse_stream(group: StreamGroup, head: list[dict], event: Callable[[Out
                 yield _sse(ev)
         for ev in tail():
             yield _sse(ev)
-    except Exception as e:  # headers are sent: report in-band, as OpenAI does
+    except APIError as e:  # headers are sent: report in-band, as OpenAI does
+        yield _sse({"error": {"message": e.message, "type": e.type, "param": e.param, "code": e.code}})
+    except Exception as e:
         yield _sse({"error": {"message": f"{type(e).__name__}: {e}", "type": "internal_error",
                               "param": None, "code": None}})
     yield "data: [DONE]\n\n"
