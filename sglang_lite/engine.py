@@ -191,7 +191,7 @@ class Engine:
 
     def _make_reqs(self, prompt, input_ids, sampling_params, return_logprob, top_logprobs_num,
                    stream, rid, logprob_start_len=None, cancel: threading.Event | None = None,
-                   ) -> tuple[list[tuple[Req, list]], bool]:
+                   cache_salt: str | None = None) -> tuple[list[tuple[Req, list]], bool]:
         """Validate everything first, so one bad item leaves nothing submitted."""
         single = not (isinstance(prompt, list) or (input_ids and isinstance(input_ids[0], list)))
         if prompt is None and input_ids is None:
@@ -223,7 +223,8 @@ class Engine:
                 req = Req(rid_i, list(ids), params, seed, on_output=None, compiled_grammar=compiled,
                           return_logprob=return_logprob,
                           top_logprobs_num=top_logprobs_num if return_logprob else 0, stream=stream,
-                          logprob_start_len=_input_logprob_start(return_logprob, logprob_start_len, ids))
+                          logprob_start_len=_input_logprob_start(return_logprob, logprob_start_len, ids),
+                          cache_salt=_check_salt(cache_salt))
                 out.append((req, ids))
         return out, single and out[0][0].sampling.n == 1
 
@@ -267,12 +268,13 @@ class Engine:
     # ---- public API -------------------------------------------------------------------------
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob: bool = False,
                  top_logprobs_num: int = 0, stream: bool = False, rid: str | None = None,
-                 logprob_start_len: int | None = None):
+                 logprob_start_len: int | None = None, cache_salt: str | None = None):
         """A dict for one prompt (n == 1), else a list of dicts; an iterator of chunks if stream.
         With return_logprob and logprob_start_len=k, prompt tokens from k on get
         ``input_token_logprobs`` (the first prompt token's is None)."""
         reqs, single = self._make_reqs(prompt, input_ids, sampling_params, return_logprob,
-                                       top_logprobs_num, stream, rid, logprob_start_len)
+                                       top_logprobs_num, stream, rid, logprob_start_len,
+                                       cache_salt=cache_salt)
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")
@@ -298,7 +300,7 @@ class Engine:
     async def async_generate(self, prompt=None, sampling_params=None, input_ids=None,
                              return_logprob: bool = False, top_logprobs_num: int = 0,
                              stream: bool = False, rid: str | None = None,
-                             logprob_start_len: int | None = None):
+                             logprob_start_len: int | None = None, cache_salt: str | None = None):
         """Awaitable result, or (stream=True) an async iterator of chunks. Tokenizing and
         grammar compilation run in a worker thread, off the event loop."""
         loop = asyncio.get_running_loop()
@@ -306,7 +308,7 @@ class Engine:
         try:
             reqs, single = await loop.run_in_executor(
                 None, self._make_reqs, prompt, input_ids, sampling_params, return_logprob,
-                top_logprobs_num, stream, rid, logprob_start_len, cancel)
+                top_logprobs_num, stream, rid, logprob_start_len, cancel, cache_salt)
         except asyncio.CancelledError:
             cancel.set()
             raise
@@ -448,6 +450,17 @@ class _AsyncChunkStream(_RequestStream):
 
     async def aclose(self) -> None:
         self.close()
+
+
+MAX_CACHE_SALT_CHARS = 256
+
+
+def _check_salt(salt) -> str | None:
+    if salt is None:
+        return None
+    if not isinstance(salt, str) or not salt or len(salt) > MAX_CACHE_SALT_CHARS:
+        raise ValueError(f"cache_salt: must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters")
+    return salt
 
 
 def _max_token_chars(tokenizer) -> int:

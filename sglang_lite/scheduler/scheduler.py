@@ -313,7 +313,7 @@ class Scheduler:
         n = _DEDUP_TOKENS
         if req.extend_len <= n:
             return None
-        return req.kv_len, tuple(req.tokens(req.kv_len, req.kv_len + n))
+        return req.kv_len, req.cache_salt, tuple(req.tokens(req.kv_len, req.kv_len + n))
 
     def _reserved_tokens(self) -> float:
         return sum(r.remaining_new_tokens for r in self.running) * self.new_token_ratio

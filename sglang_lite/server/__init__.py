@@ -31,7 +31,8 @@ def main(argv: list[str]) -> int:
         print(f"sglang-lite serve: {e}", file=sys.stderr)
         return 2
     app = create_app(engine, args.served_model_name, args.api_key,
-                     limits=BodyLimits(max_request_bytes=args.max_request_bytes))
+                     limits=BodyLimits(max_request_bytes=args.max_request_bytes),
+                     cache_salt_by=args.cache_salt_by)
     # Draining is ours (DrainingServer); uvicorn's own grace is for the last bytes.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=5, lifespan="off")

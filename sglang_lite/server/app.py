@@ -22,7 +22,7 @@ _ADMISSION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/gener
 
 
 def create_app(engine, served_model_name: str | None = None, api_key: str | None = None,
-               limits: BodyLimits | None = None) -> FastAPI:
+               limits: BodyLimits | None = None, cache_salt_by: str = "none") -> FastAPI:
     app = FastAPI(title="sglang-lite", docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
     state = app.state
     state.engine = engine
@@ -31,6 +31,7 @@ def create_app(engine, served_model_name: str | None = None, api_key: str | None
     state.metrics = ServerMetrics(state.served_model_name)
     state.draining = False
     state.open_groups = set()  # StreamGroups answering now (shutdown stops them)
+    state.cache_salt_by = cache_salt_by  # none | api_key | user (server/tenancy.py)
     state.created = int(time.time())
     state.token_text = _TokenText(engine.tokenizer)
     state.engine_alive = lambda: _engine_alive(engine)

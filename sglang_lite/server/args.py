@@ -9,6 +9,7 @@ from typing import Any
 
 from sglang_lite.config import EngineConfig
 from sglang_lite.server.limits import DEFAULT_MAX_REQUEST_BYTES
+from sglang_lite.server.tenancy import SALT_BY
 
 
 @dataclass(slots=True)
@@ -20,6 +21,7 @@ class ServerArgs:
     served_model_name: str | None = None
     shutdown_timeout: float = 30.0
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    cache_salt_by: str = "none"
     log_level: str = "info"
     engine_options: dict[str, Any] = field(default_factory=dict)
 
@@ -36,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds running requests get to finish after SIGTERM before they are aborted")
     p.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
                    help="bodies larger than this are refused with 413 before they are read")
+    p.add_argument("--cache-salt-by", choices=SALT_BY, default="none",
+                   help="give each API key (or each `user`) its own prefix-cache namespace")
     p.add_argument("--log-level", default="info")
     engine = p.add_argument_group("engine options")
     for f in fields(EngineConfig):

@@ -28,6 +28,7 @@ class Job:
     sampling_params: dict[str, Any]
     index: int = 0  # choice index in the response
     prompt_index: int = 0
+    cache_salt: str | None = None  # prefix-cache namespace (server/tenancy.py)
 
 
 @dataclass(slots=True)
@@ -79,6 +80,7 @@ class StreamGroup:
                 submit = engine.async_generate(
                     input_ids=job.input_ids, sampling_params=job.sampling_params,
                     return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, stream=True,
+                    **({"cache_salt": job.cache_salt} if job.cache_salt is not None else {}),
                     **({"logprob_start_len": logprob_start_len} if logprob_start_len is not None else {}))
                 constrained = _constrained(job.sampling_params)
                 # A compile can take seconds: a client that leaves meanwhile stops it.

@@ -21,6 +21,7 @@ from sglang_lite.server.errors import (
     from_validation_errors,
 )
 from sglang_lite.server.generation import Job, Output, StreamGroup
+from sglang_lite.server.tenancy import effective_salt
 
 router = APIRouter()
 
@@ -41,7 +42,7 @@ def _prompts(state, body) -> tuple[list[list[int]], bool]:
     return [list(ids)], True
 
 
-def _jobs(prompts: list[list[int]], sampling_params) -> list[Job]:
+def _jobs(prompts: list[list[int]], sampling_params, salt: str | None = None) -> list[Job]:
     if isinstance(sampling_params, list):
         if len(sampling_params) != len(prompts):
             raise APIError(400, "sampling_params: a list must have one entry per prompt",
@@ -58,7 +59,7 @@ def _jobs(prompts: list[list[int]], sampling_params) -> list[Job]:
         seed = params.get("seed")
         for j in range(n):
             choice = dict(params, seed=seed + j) if isinstance(seed, int) and n > 1 else params
-            jobs.append(Job(ids, choice, index=len(jobs), prompt_index=p))
+            jobs.append(Job(ids, choice, index=len(jobs), prompt_index=p, cache_salt=salt))
     return jobs
 
 
@@ -101,7 +102,7 @@ async def generate(request: Request):
         raise APIError(400, f"body: invalid JSON: {e}", param="body", code="invalid_json") from e
     state = request.app.state
     prompts, single = _prompts(state, body)
-    jobs = _jobs(prompts, body.sampling_params)
+    jobs = _jobs(prompts, body.sampling_params, effective_salt(state, request, body.cache_salt))
     group = await StreamGroup.open(state, request, jobs, return_logprob=body.return_logprob,
                                    top_logprobs_num=body.top_logprobs_num, openai_names=False,
                                    logprob_start_len=body.logprob_start_len

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from sglang_lite.server.errors import APIError, from_engine_error
 from sglang_lite.server.generation import Job, Output, StreamGroup
 from sglang_lite.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingFields
+from sglang_lite.server.tenancy import effective_salt
 from sglang_lite.server.tools import (
     ToolPlan,
     history_message,
@@ -82,12 +83,13 @@ def _sampling_params(body: _SamplingFields, max_tokens: int | None) -> dict[str,
     return {k: v for k, v in params.items() if v is not None}
 
 
-def _jobs(prompts: list[list[int]], params: dict[str, Any], n: int, seed: int | None) -> list[Job]:
+def _jobs(prompts: list[list[int]], params: dict[str, Any], n: int, seed: int | None,
+          salt: str | None = None) -> list[Job]:
     jobs = []
     for p, ids in enumerate(prompts):
         for j in range(n):
             choice_params = dict(params, seed=seed + j) if seed is not None else params
-            jobs.append(Job(ids, choice_params, index=p * n + j, prompt_index=p))
+            jobs.append(Job(ids, choice_params, index=p * n + j, prompt_index=p, cache_salt=salt))
     return jobs
 
 
@@ -209,7 +211,8 @@ async def completions(body: CompletionRequest, request: Request):
         raise APIError(400, "echo: prompt logprobs (echo with logprobs) need stream=false", param="echo")
     prompts, texts = _completion_prompts(state, body.prompt)
     params = _sampling_params(body, body.max_tokens)
-    group = await StreamGroup.open(state, request, _jobs(prompts, params, best_of, body.seed),
+    salt = effective_salt(state, request, body.cache_salt, body.user)
+    group = await StreamGroup.open(state, request, _jobs(prompts, params, best_of, body.seed, salt),
                                    return_logprob=body.logprobs is not None or best_of > body.n,
                                    top_logprobs_num=body.logprobs or 0,
                                    logprob_start_len=0 if prompt_logprobs else None)
@@ -321,7 +324,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                                 "response_format, json_schema, regex or ebnf", param="tool_choice")
         params["json_schema"] = plan.schema()
     try:
-        group = await StreamGroup.open(state, request, _jobs([ids], params, body.n, body.seed),
+        salt = effective_salt(state, request, body.cache_salt, body.user)
+        group = await StreamGroup.open(state, request, _jobs([ids], params, body.n, body.seed, salt),
                                        return_logprob=body.logprobs, top_logprobs_num=top or 0)
     except APIError as e:
         if plan.constrained and e.param == "json_schema":  # the tools' parameter schemas

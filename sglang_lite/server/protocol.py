@@ -60,6 +60,7 @@ class _SamplingFields(_Body):
     regex: str | None = None
     ebnf: str | None = None
     json_schema: str | dict[str, Any] | None = None
+    cache_salt: str | None = None  # prefix-cache namespace (vLLM's field)
 
 
 class CompletionRequest(_SamplingFields):
@@ -108,3 +109,4 @@ class GenerateRequest(_Body):
     logprob_start_len: int = -1
     return_text_in_logprobs: bool = False
     rid: str | None = None
+    cache_salt: str | None = None
