@@ -10,6 +10,7 @@ import uvicorn
 
 from sglang_lite.server.app import create_app
 from sglang_lite.server.args import ServerArgs, parse_args
+from sglang_lite.server.auth import load_api_keys
 from sglang_lite.server.limits import BodyLimits
 from sglang_lite.server.shutdown import DrainingServer
 
@@ -23,6 +24,11 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from sglang_lite.engine import Engine
 
+    try:
+        api_keys = load_api_keys(args.api_key, args.api_key_file)
+    except ValueError as e:
+        print(f"sglang-lite serve: {e}", file=sys.stderr)
+        return 2
     # A server compiles constraints in worker processes unless told otherwise.
     engine_options = {"grammar_compile_workers": 2, **args.engine_options}
     try:
@@ -30,7 +36,7 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"sglang-lite serve: {e}", file=sys.stderr)
         return 2
-    app = create_app(engine, args.served_model_name, args.api_key,
+    app = create_app(engine, args.served_model_name, api_keys, open_metrics=args.open_metrics,
                      limits=BodyLimits(max_request_bytes=args.max_request_bytes),
                      cache_salt_by=args.cache_salt_by)
     # Draining is ours (DrainingServer); uvicorn's own grace is for the last bytes.
