@@ -16,7 +16,7 @@ import pytest
 
 from sglang_lite.server import create_app
 from sglang_lite.server.limits import BodyLimits
-from tests.server.conftest import LiveServer, assert_no_leaked_pages, scrape
+from tests.server.conftest import LiveServer, assert_no_leaked_pages
 
 CHAT = [{"role": "user", "content": "x"}]
 
@@ -185,7 +185,7 @@ def test_compile_past_the_deadline_is_stopped(server, http):
     pool = server.app.state.engine.scheduler.grammar_backend.pool
     pool.wait_ready()
     pids = set(pool.pids)
-    before = scrape(http).get("sglang_lite:grammar_compile_refusals_total", 0.0)
+    before = _refusals(http, "timeout")
     saved, pool.timeout_s = pool.timeout_s, 0.5  # the workers' own budget stays 10 s: only the kill stops it
     try:
         ebnf = "start: " + " | ".join(f'"{w}"' for w in _words(2000, seed=7))
@@ -199,11 +199,19 @@ def test_compile_past_the_deadline_is_stopped(server, http):
     assert elapsed < 3.0, elapsed
     assert pool.stats.timeouts >= 1
     assert any(not _alive(pid) for pid in pids)  # the compiling process was ended
-    assert scrape(http)["sglang_lite:grammar_compile_refusals_total"] == before + 1
+    assert _refusals(http, "timeout") == before + 1
     # the replacement compiles the next request
     r = http.post("/v1/completions", json={"prompt": "x", "max_tokens": 8, "regex": "[ab]{3}"})
     assert r.status_code == 200, r.text
     assert len(r.json()["choices"][0]["text"]) == 3
+
+
+def _refusals(http, reason: str) -> float:
+    """sglang_lite:grammar_compile_refusals_total for one reason label."""
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith("sglang_lite:grammar_compile_refusals_total{") and f'reason="{reason}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def _alive(pid: int) -> bool:
