@@ -8,11 +8,13 @@ from .compiler import GrammarCompiler
 from .errors import (
     CompileTimeoutError,
     ConstraintError,
+    ConstraintLimitError,
     GrammarTooComplexError,
     InvalidConstraintError,
     UnsupportedSchemaError,
 )
 from .grammar import CompiledGrammar
+from .limits import ConstraintLimits
 from .matcher import GrammarMatcher
 from .vocab import TokenizerInfo
 
@@ -20,6 +22,8 @@ __all__ = [
     "CompileTimeoutError",
     "CompiledGrammar",
     "ConstraintError",
+    "ConstraintLimitError",
+    "ConstraintLimits",
     "GrammarCompiler",
     "GrammarMatcher",
     "GrammarTooComplexError",

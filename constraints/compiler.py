@@ -12,6 +12,7 @@ from .automaton import DFAAutomaton, TokenAutomaton
 from .budget import CompileBudget
 from .errors import InvalidConstraintError
 from .grammar import CompiledGrammar
+from .limits import ConstraintLimits, check_ebnf, check_json_schema, check_regex
 from .regex import regex_to_dfa
 from .vocab import TokenizerInfo
 
@@ -20,8 +21,10 @@ class GrammarCompiler:
     """Compiles constraints for one tokenizer; thread-safe; LRU cache by (kind, spec, options)."""
 
     def __init__(self, info: TokenizerInfo, max_states: int = 20_000,
-                 compile_timeout_s: float = 10.0, cache_size: int = 256):
+                 compile_timeout_s: float = 10.0, cache_size: int = 256,
+                 limits: ConstraintLimits | None = None):
         self.info = info
+        self.limits = limits or ConstraintLimits()
         self.max_states = max_states
         self.compile_timeout_s = compile_timeout_s
         self.cache_size = cache_size
@@ -29,6 +32,7 @@ class GrammarCompiler:
         self._lock = threading.Lock()
 
     def compile_regex(self, pattern: str) -> CompiledGrammar:
+        check_regex(pattern, self.limits)
         return self._cached(("regex", pattern), lambda b: DFAAutomaton(
             self.info, regex_to_dfa(pattern, b)))
 
@@ -45,12 +49,14 @@ class GrammarCompiler:
         from .json_schema import json_schema_to_automaton
 
         spec = schema if isinstance(schema, str) else json.dumps(schema)  # key order is output order
+        check_json_schema(spec, self.limits)
         return self._cached(("json_schema", spec, whitespace, lenient),
                             lambda b: json_schema_to_automaton(self.info, spec, whitespace, lenient, b))
 
     def compile_ebnf(self, grammar: str, start: str = "start") -> CompiledGrammar:
         from .ebnf import ebnf_to_automaton
 
+        check_ebnf(grammar, self.limits)
         return self._cached(("ebnf", grammar, start),
                             lambda b: ebnf_to_automaton(self.info, grammar, start, b))
 

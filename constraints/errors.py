@@ -31,3 +31,11 @@ class GrammarTooComplexError(ConstraintError):
 
 class CompileTimeoutError(ConstraintError):
     """Compilation ran past its time budget."""
+
+
+class ConstraintLimitError(ConstraintError):
+    """The spec is larger than a configured size limit (checked before any compile work)."""
+
+    def __init__(self, message: str, limit: str = ""):
+        super().__init__(message)
+        self.limit = limit

@@ -66,6 +66,11 @@ class EngineConfig:
     seed: int = 0  # dummy weights
     stream_interval: int = 1
     num_threads: int | None = None  # CPU torch threads
+    # Constraint compiles: 0 -> in the caller's thread (offline use); N -> N worker processes
+    # (the server's default), each compile killed past grammar_compile_timeout seconds.
+    grammar_compile_workers: int = 0
+    grammar_compile_timeout: float = 10.0
+    grammar_compile_queue: int = 32  # compiles waiting for a worker before new ones are refused
 
     @classmethod
     def create(cls, **options: Any) -> EngineConfig:
@@ -107,6 +112,10 @@ class EngineConfig:
             raise ValueError(f"num_continuous_decode_steps: must be in [1, {MAX_CONTINUOUS_DECODE_STEPS}]")
         if self.chunked_prefill_size > self.max_prefill_tokens:
             raise ValueError("chunked_prefill_size: must be <= max_prefill_tokens")
+        if self.grammar_compile_workers < 0 or self.grammar_compile_queue < 0:
+            raise ValueError("grammar_compile_workers: must be >= 0")
+        if not self.grammar_compile_timeout > 0:
+            raise ValueError("grammar_compile_timeout: must be > 0")
         if not 0 < self.mem_fraction_static < 1:
             raise ValueError("mem_fraction_static: must be in (0, 1)")
         if self.schedule_policy not in ("lpm", "fcfs"):

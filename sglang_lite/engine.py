@@ -53,6 +53,7 @@ class Engine:
         usable_tokens = self.kv_pool.allocator.num_usable_pages * cfg.page_size
         self.context_length = min(cfg.context_length or self.model_config.max_position_embeddings,
                                   self.model_config.max_position_embeddings, usable_tokens)
+        self.max_prompt_chars = self.context_length * _max_token_chars(self.tokenizer)
         self.req_pool = ReqToTokenPool(cfg.max_running_requests, self.context_length, cfg.torch_device)
         backend = create_backend(cfg.attention_backend, self.kv_pool)
         runner = ModelRunner(self.model, backend, self.req_pool, cfg.torch_device,
@@ -113,8 +114,11 @@ class Engine:
             return None
         from sglang_lite.grammar import GrammarBackend
 
+        cfg = self.config
         return GrammarBackend(self.tokenizer, self.model_config.vocab_size, self.eos_token_ids,
-                              self.config.enable_jump_forward)
+                              cfg.enable_jump_forward, compile_workers=cfg.grammar_compile_workers,
+                              compile_timeout=cfg.grammar_compile_timeout,
+                              compile_queue=cfg.grammar_compile_queue)
 
     # ---- the scheduler thread ---------------------------------------------------------------
     def _loop(self) -> None:
@@ -166,18 +170,29 @@ class Engine:
     def tokenize(self, text: str) -> list[int]:
         if self.tokenizer is None:
             raise ValueError("prompt: this model has no tokenizer; pass input_ids")
+        self.check_prompt_chars(len(text))
         bos = self.tokenizer.bos_token
         add_special = not (bos and text.startswith(bos))
         return self.tokenizer.encode(text, add_special_tokens=add_special)
 
+    def check_prompt_chars(self, num_chars: int, field: str = "prompt") -> None:
+        """Refuse text that cannot fit the context before tokenizing it: no token decodes to
+        more than ``max_token_chars`` characters, so longer text has more tokens than fit."""
+        if num_chars > self.max_prompt_chars:
+            raise ValueError(f"{field}: {num_chars} characters cannot fit the context length "
+                             f"{self.context_length} (at most {self.max_prompt_chars} characters)")
+
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kw) -> str:
         if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
             raise ValueError("messages: this model has no chat template")
+        self.check_prompt_chars(sum(len(m.get("content") or "") for m in messages
+                                    if isinstance(m.get("content"), str)), "messages")
         return self.tokenizer.apply_chat_template(messages, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt, **kw)
 
     def _make_reqs(self, prompt, input_ids, sampling_params, return_logprob, top_logprobs_num,
-                   stream, rid, logprob_start_len=None) -> tuple[list[tuple[Req, list]], bool]:
+                   stream, rid, logprob_start_len=None, cancel: threading.Event | None = None,
+                   cache_salt: str | None = None) -> tuple[list[tuple[Req, list]], bool]:
         """Validate everything first, so one bad item leaves nothing submitted."""
         single = not (isinstance(prompt, list) or (input_ids and isinstance(input_ids[0], list)))
         if prompt is None and input_ids is None:
@@ -201,21 +216,20 @@ class Engine:
         for ids, sp in zip(id_lists, params_list):
             params = SamplingParams.from_dict(sp)
             self._check_input_ids(ids)
-            if params.logit_bias and max(params.logit_bias) >= self.model_config.vocab_size:
-                raise ValueError(f"logit_bias: token id {max(params.logit_bias)} is not in "
-                                 f"[0, {self.model_config.vocab_size})")
-            compiled = self._compile_constraint(params)
+            params.check_limits(self.model_config.vocab_size, self.context_length)
+            compiled = self._compile_constraint(params, cancel)
             for i in range(params.n):
                 seed = secrets.randbits(62) if params.seed is None else params.seed + i
                 rid_i = rid if (rid and params.n == 1 and single) else uuid.uuid4().hex
                 req = Req(rid_i, list(ids), params, seed, on_output=None, compiled_grammar=compiled,
                           return_logprob=return_logprob,
                           top_logprobs_num=top_logprobs_num if return_logprob else 0, stream=stream,
-                          logprob_start_len=_input_logprob_start(return_logprob, logprob_start_len, ids))
+                          logprob_start_len=_input_logprob_start(return_logprob, logprob_start_len, ids),
+                          cache_salt=_check_salt(cache_salt))
                 out.append((req, ids))
         return out, single and out[0][0].sampling.n == 1
 
-    def _compile_constraint(self, params: SamplingParams):
+    def _compile_constraint(self, params: SamplingParams, cancel: threading.Event | None = None):
         """The request's compiled constraint (or None), made here on the caller's thread so
         the scheduler never compiles; compile errors and a max_new_tokens too small for any
         complete output surface here as ValueError."""
@@ -223,7 +237,7 @@ class Engine:
             return None
         if self.scheduler.grammar_backend is None:
             raise ValueError(f"{params.constraint[0]}: this model has no tokenizer to constrain with")
-        return self.scheduler.grammar_backend.admit(params)
+        return self.scheduler.grammar_backend.admit(params, cancel)
 
     def _check_input_ids(self, ids) -> None:
         if not isinstance(ids, list) or not ids or not all(isinstance(t, int) for t in ids):
@@ -255,12 +269,13 @@ class Engine:
     # ---- public API -------------------------------------------------------------------------
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob: bool = False,
                  top_logprobs_num: int = 0, stream: bool = False, rid: str | None = None,
-                 logprob_start_len: int | None = None):
+                 logprob_start_len: int | None = None, cache_salt: str | None = None):
         """A dict for one prompt (n == 1), else a list of dicts; an iterator of chunks if stream.
         With return_logprob and logprob_start_len=k, prompt tokens from k on get
         ``input_token_logprobs`` (the first prompt token's is None)."""
         reqs, single = self._make_reqs(prompt, input_ids, sampling_params, return_logprob,
-                                       top_logprobs_num, stream, rid, logprob_start_len)
+                                       top_logprobs_num, stream, rid, logprob_start_len,
+                                       cache_salt=cache_salt)
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")
@@ -286,13 +301,18 @@ class Engine:
     async def async_generate(self, prompt=None, sampling_params=None, input_ids=None,
                              return_logprob: bool = False, top_logprobs_num: int = 0,
                              stream: bool = False, rid: str | None = None,
-                             logprob_start_len: int | None = None):
+                             logprob_start_len: int | None = None, cache_salt: str | None = None):
         """Awaitable result, or (stream=True) an async iterator of chunks. Tokenizing and
         grammar compilation run in a worker thread, off the event loop."""
         loop = asyncio.get_running_loop()
-        reqs, single = await loop.run_in_executor(
-            None, self._make_reqs, prompt, input_ids, sampling_params, return_logprob,
-            top_logprobs_num, stream, rid, logprob_start_len)
+        cancel = threading.Event()  # set if this coroutine is cancelled: stops a compile
+        try:
+            reqs, single = await loop.run_in_executor(
+                None, self._make_reqs, prompt, input_ids, sampling_params, return_logprob,
+                top_logprobs_num, stream, rid, logprob_start_len, cancel, cache_salt)
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")
@@ -307,7 +327,12 @@ class Engine:
 
     def _astream(self, req: Req, loop: asyncio.AbstractEventLoop) -> _AsyncChunkStream:
         aq: asyncio.Queue = asyncio.Queue()
-        self._submit(req, lambda c: loop.call_soon_threadsafe(aq.put_nowait, c))
+
+        def sink(chunk: dict) -> None:
+            if not loop.is_closed():  # a closed loop has no consumer left to tell
+                loop.call_soon_threadsafe(aq.put_nowait, chunk)
+
+        self._submit(req, sink)
         return _AsyncChunkStream(self, req, aq)
 
     def abort(self, rid: str) -> None:
@@ -375,6 +400,10 @@ class _RequestStream:
     def __init__(self, engine: Engine, req: Req):
         self._engine, self._req, self._done = engine, req, False
 
+    @property
+    def rid(self) -> str:
+        return self._req.rid
+
     def _mark(self, chunk: dict) -> dict:
         self._done = chunk["finished"]
         return chunk
@@ -422,6 +451,26 @@ class _AsyncChunkStream(_RequestStream):
 
     async def aclose(self) -> None:
         self.close()
+
+
+MAX_CACHE_SALT_CHARS = 256
+
+
+def _check_salt(salt) -> str | None:
+    if salt is None:
+        return None
+    if not isinstance(salt, str) or not salt or len(salt) > MAX_CACHE_SALT_CHARS:
+        raise ValueError(f"cache_salt: must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters")
+    return salt
+
+
+def _max_token_chars(tokenizer) -> int:
+    """The most characters one token's text can have (its vocabulary string: byte-level
+    and SentencePiece pieces spell a character with at least one character)."""
+    if tokenizer is None:
+        return 1
+    longest = max((len(t) for t in tokenizer.get_vocab()), default=1)
+    return max(longest, 1)
 
 
 def _input_logprob_start(return_logprob: bool, start: int | None, ids: list[int]) -> int | None:

@@ -20,15 +20,26 @@ from sglang_lite.sampling_params import SamplingParams
 
 
 class GrammarBackend:
-    def __init__(self, tokenizer, vocab_size: int, eos_token_ids: tuple[int, ...], jump_forward: bool):
+    def __init__(self, tokenizer, vocab_size: int, eos_token_ids: tuple[int, ...], jump_forward: bool,
+                 compile_workers: int = 0, compile_timeout: float = 10.0, compile_queue: int = 32):
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_token_ids = eos_token_ids
         self.jump_forward_enabled = jump_forward
+        self.compile_timeout = compile_timeout
         self._compiler = None
         self._lock = threading.Lock()  # compile from caller threads, match on the scheduler's
         self._mask: torch.Tensor | None = None  # [capacity, ceil(V/32)], reused every step
         self._worker: ThreadPoolExecutor | None = None
+        self.pool = None  # CompilePool: compiles in worker processes
+        if compile_workers > 0:
+            from sglang_lite.compile_pool import CompilePool
+
+            self.pool = CompilePool(self.compiler.info, compile_workers, compile_queue, compile_timeout)
+            # This process's per-tokenizer tables (the masks of pool-compiled grammars use
+            # them), built now, in the background, rather than on the first request's step.
+            threading.Thread(target=self.compiler.compile_regex, args=("[a-z]",), daemon=True,
+                             name="sglang-lite-grammar-warmup").start()
 
     @property
     def compiler(self):
@@ -37,31 +48,38 @@ class GrammarBackend:
                 from constraints import GrammarCompiler, TokenizerInfo
 
                 info = TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab_size)
-                self._compiler = GrammarCompiler(info)
+                self._compiler = GrammarCompiler(info, compile_timeout_s=self.compile_timeout)
             return self._compiler
 
-    def compile(self, params: SamplingParams):
-        """The compiled grammar for ``params``; ValueError naming the field if it cannot be."""
+    def compile(self, params: SamplingParams, cancel: threading.Event | None = None):
+        """The compiled grammar for ``params`` (in a worker process when there is a pool);
+        ConstraintRefused naming the field if it cannot be."""
         from constraints import ConstraintError
+        from constraints.limits import check_spec
 
         kind, spec = params.constraint
         try:
-            if kind == "regex":
+            if self.pool is not None:
+                check_spec(kind, spec, self.compiler.limits)  # here: a refusal needs no worker
+                grammar = self.pool.compile(kind, spec, cancel)
+            elif kind == "regex":
                 grammar = self.compiler.compile_regex(spec)
             elif kind == "json_schema":
                 grammar = self.compiler.compile_json_schema(spec)
             else:
                 grammar = self.compiler.compile_ebnf(spec)
         except ConstraintError as e:
-            raise ValueError(f"{kind}: {e}") from e
+            raise ConstraintRefused(f"{kind}: {e}", refusal_reason(e)) from e
+        except RecursionError as e:
+            raise ConstraintRefused(f"{kind}: nested too deeply to compile", "too_complex") from e
         if params.reasoning_prefix is None:
             return grammar
         return self.compiler.compile_after_think(grammar, params.reasoning_prefix)
 
-    def admit(self, params: SamplingParams):
-        """Compile ``params``' constraint (on the caller's thread) and check that
+    def admit(self, params: SamplingParams, cancel: threading.Event | None = None):
+        """Compile ``params``' constraint (never on the scheduler thread) and check that
         max_new_tokens leaves room for a complete output; ValueError naming the field."""
-        grammar = self.compile(params)
+        grammar = self.compile(params, cancel)
         need = grammar.matcher().min_tokens_to_finish()
         if math.isfinite(need) and params.max_new_tokens < need:
             raise ValueError(
@@ -115,6 +133,8 @@ class GrammarBackend:
         return self._mask[:rows]
 
     def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
         if self._worker is not None:
             self._worker.shutdown(wait=True)
             self._worker = None
@@ -174,6 +194,30 @@ class GrammarBackend:
         if req.grammar.is_terminated():
             return {"type": "stop", "matched": token}
         return None
+
+
+class ConstraintRefused(ValueError):
+    """A constraint that will not be compiled; ``reason`` labels the refusal metric."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def refusal_reason(e: Exception) -> str:
+    """limit | timeout | too_complex | unsupported | invalid, from the compiler's error type."""
+    from constraints import (
+        CompileTimeoutError,
+        ConstraintLimitError,
+        GrammarTooComplexError,
+        UnsupportedSchemaError,
+    )
+
+    for cls, reason in ((ConstraintLimitError, "limit"), (CompileTimeoutError, "timeout"),
+                        (GrammarTooComplexError, "too_complex"), (UnsupportedSchemaError, "unsupported")):
+        if isinstance(e, cls):
+            return reason
+    return "invalid"
 
 
 class _BrokenMatcher:

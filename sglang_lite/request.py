@@ -28,6 +28,7 @@ class Req:
     top_logprobs_num: int = 0
     stream: bool = False
     logprob_start_len: int | None = None  # prompt positions from here get input logprobs
+    cache_salt: str | None = None  # prefix-cache namespace: only equal salts share prefixes
     arrival_time: float = field(default_factory=time.monotonic)
 
     output_ids: list[int] = field(default_factory=list)
@@ -59,6 +60,15 @@ class Req:
     def fill_ids(self) -> list[int]:
         """Every token whose k/v must exist before the next token is sampled."""
         return self.origin_input_ids + self.output_ids
+
+    @property
+    def cache_ids(self) -> list:
+        """``fill_ids`` as the prefix cache keys them: with a salt, the first token becomes
+        (salt, token), so no key of one salt is ever a prefix of another salt's."""
+        ids = self.fill_ids
+        if self.cache_salt is None or not ids:
+            return ids
+        return [(self.cache_salt, ids[0]), *ids[1:]]
 
     def tokens(self, start: int, end: int) -> list[int]:
         """fill_ids[start:end] without building the whole concatenation (hot path)."""

@@ -24,8 +24,10 @@ class Sampler:
         self.vocab_size = vocab_size
         self.eos_token_ids = eos_token_ids
 
-    def __call__(self, logits: torch.Tensor, reqs: list[Req], bitmask: torch.Tensor | None = None) -> SampleOutput:
-        # logits: [B, V] fp32, one row per request in ``reqs``
+    def __call__(self, logits: torch.Tensor, reqs: list[Req], bitmask: torch.Tensor | None = None,
+                 params: RowParams | None = None) -> SampleOutput:
+        # logits: [B, V] fp32, one row per request in ``reqs``; ``params``: ``row_params(reqs)``
+        # built before the forward pass (where a request's bad data fails the step early)
         device = logits.device
         if bitmask is not None and bitmask.device != device:
             bitmask = bitmask.to(device, non_blocking=True)
@@ -40,11 +42,17 @@ class Sampler:
             if penalties:
                 Penalties(reqs, self.vocab_size, device).apply(logits)
             self._mask_early_stop(logits, reqs)
-        next_ids = RowParams.of(reqs, device).sample(logits, bitmask)
+        next_ids = (params or RowParams.of(reqs, device)).sample(logits, bitmask)
         out = SampleOutput(next_ids.tolist(), None, None)
         if any(r.return_logprob for r in reqs):
             self._logprobs(raw, next_ids, reqs, out)
         return out
+
+    @staticmethod
+    def row_params(reqs: list[Req], device: torch.device) -> RowParams:
+        """The rows' sampling parameters as device tensors; raises (OverflowError, ...) if a
+        request's values do not fit them, before any request state has changed."""
+        return RowParams.of(reqs, device)
 
     def continuous(self, reqs: list[Req], device: torch.device) -> ContinuousSampler:
         """A sampler for back-to-back decode steps of ``reqs`` (all ``can_sample_on_device``)."""

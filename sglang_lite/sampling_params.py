@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -62,7 +63,7 @@ class SamplingParams:
             raise ValueError("min_new_tokens: must be <= max_new_tokens")
         _check_num("temperature", self.temperature, lo=0.0)
         _check_num("top_p", self.top_p, lo=0.0, lo_open=True, hi=1.0)
-        _check_int("top_k", self.top_k, lo=-1)
+        _check_int("top_k", self.top_k, lo=-1, hi=INT32_MAX)
         if self.top_k == 0:
             raise ValueError("top_k: must be -1 (disabled) or >= 1, got 0")
         _check_num("min_p", self.min_p, lo=0.0, hi=1.0)
@@ -71,13 +72,16 @@ class SamplingParams:
         _check_num("repetition_penalty", self.repetition_penalty, lo=0.0, lo_open=True, hi=2.0)
         _check_int("n", self.n, lo=1, hi=128)
         if self.seed is not None:
-            _check_int("seed", self.seed, lo=0)
+            _check_int("seed", self.seed, lo=0, hi=INT64_MAX)
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise ValueError("stop: must be a non-empty string or a list of non-empty strings")
         if len(self.stop) > 16:
             raise ValueError("stop: at most 16 stop strings")
-        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids):
+        if not isinstance(self.stop_token_ids, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= INT32_MAX for t in self.stop_token_ids):
             raise ValueError("stop_token_ids: must be a list of non-negative integers")
+        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+            raise ValueError(f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} token ids")
         if self.logit_bias is not None:
             if not isinstance(self.logit_bias, dict) or len(self.logit_bias) > MAX_LOGIT_BIAS:
                 raise ValueError(f"logit_bias: must map at most {MAX_LOGIT_BIAS} token ids to numbers")
@@ -94,6 +98,18 @@ class SamplingParams:
                 raise ValueError(f"{k}: must be a string")
         if self.reasoning_prefix not in (None, "optional", "open"):
             raise ValueError(f"reasoning_prefix: must be 'optional' or 'open', got {self.reasoning_prefix!r}")
+
+    def check_limits(self, vocab_size: int, context_length: int) -> None:
+        """The checks that need the model: token counts within the context, token ids
+        within the vocabulary (so no value reaches a tensor it does not fit)."""
+        _check_int("max_new_tokens", self.max_new_tokens, hi=context_length)
+        _check_int("min_new_tokens", self.min_new_tokens, hi=context_length)
+        _check_int("top_k", self.top_k, hi=vocab_size)
+        bad = [t for t in self.stop_token_ids if t >= vocab_size]
+        if bad:
+            raise ValueError(f"stop_token_ids: token id {bad[0]} is not in [0, {vocab_size})")
+        if self.logit_bias and max(self.logit_bias) >= vocab_size:
+            raise ValueError(f"logit_bias: token id {max(self.logit_bias)} is not in [0, {vocab_size})")
 
     @property
     def greedy(self) -> bool:
@@ -113,6 +129,9 @@ class SamplingParams:
 
 
 MAX_LOGIT_BIAS = 1024
+MAX_STOP_TOKEN_IDS = 1024
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1  # seeds become int64 tensors
 
 
 def _token_id_key(key: Any) -> Any:
@@ -134,8 +153,8 @@ def _check_int(name: str, value: Any, lo: int | None = None, hi: int | None = No
 
 
 def _check_num(name: str, value: Any, lo: float, hi: float | None = None, lo_open: bool = False) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-        raise ValueError(f"{name}: must be a number, got {value!r}")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+        raise ValueError(f"{name}: must be a finite number, got {value!r}")
     if value < lo or (lo_open and value == lo):
         raise ValueError(f"{name}: must be {'>' if lo_open else '>='} {lo}, got {value}")
     if hi is not None and value > hi:

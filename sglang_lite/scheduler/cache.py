@@ -47,8 +47,7 @@ class KVCacheManager:
         req.pages, req.kv_len, req.num_cached_pages = [], 0, 0
         if self.radix is None:
             return
-        fill = req.fill_ids
-        m = self.radix.match_prefix(fill[: req.cacheable_prefix_limit])
+        m = self.radix.match_prefix(req.cache_ids[: req.cacheable_prefix_limit])
         n = len(m.slots)
         if n:
             self.radix.inc_lock_ref(m.last_node)
@@ -99,7 +98,7 @@ class KVCacheManager:
         aligned = req.kv_len // self.page_size * self.page_size
         if aligned <= req.num_cached_pages * self.page_size:
             return
-        tokens = req.fill_ids[:aligned]
+        tokens = req.cache_ids[:aligned]
         self._insert_and_free_duplicates(req, tokens, aligned)
         m = self.radix.match_prefix(tokens)
         self.radix.inc_lock_ref(m.last_node)
@@ -116,7 +115,7 @@ class KVCacheManager:
         page-aligned tokens go into the prefix cache; the rest is freed."""
         if self.radix is not None and req.kv_len >= self.page_size:
             aligned = req.kv_len // self.page_size * self.page_size
-            self._insert_and_free_duplicates(req, req.fill_ids[:aligned], aligned)
+            self._insert_and_free_duplicates(req, req.cache_ids[:aligned], aligned)
             req.num_cached_pages = aligned // self.page_size  # the tree owns those pages now
         self.discard(req)
 

@@ -48,7 +48,7 @@ def order_waiting(
     if cache is None or len(waiting) > lpm_threshold:
         rest.sort(key=_arrival)
     else:
-        matched = {id(r): cache.match_prefix(r.fill_ids).prefix_len for r in rest}
+        matched = {id(r): cache.match_prefix(getattr(r, "cache_ids", r.fill_ids)).prefix_len for r in rest}
         rest.sort(key=lambda r: (-matched[id(r)], r.arrival_time))
     return starved + rest
 

@@ -21,6 +21,7 @@ from sglang_lite.request import Req, ReqStatus
 from sglang_lite.sampler import Sampler
 from sglang_lite.scheduler.cache import KVCacheManager
 from sglang_lite.scheduler.output import OutputProcessor
+from sglang_lite.scheduler.step_guard import StepGuard
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class Scheduler:
         self.num_continuous_decode_steps = config.num_continuous_decode_steps  # benchmarks vary it
         self.stats = SchedulerStats()
         self.on_batch = None  # observer: called with each ScheduledBatch before it runs (tests)
+        self.guard = StepGuard()
 
     # ---- intake -------------------------------------------------------------------------
     @property
@@ -94,7 +96,19 @@ class Scheduler:
 
     # ---- the loop body ------------------------------------------------------------------
     def step(self) -> bool:
-        """Run one batch; False when there was nothing to run."""
+        """Run one batch; False when there was nothing to run. A step that fails fails only
+        the requests whose data made it fail (``StepGuard``); the others run on next step."""
+        self.guard.begin()
+        try:
+            return self._step()
+        except Exception as e:
+            if not self.guard.recover(self, e):
+                raise
+            return True
+        finally:
+            self.guard.end()
+
+    def _step(self) -> bool:
         steps = self._continuous_steps()
         if steps > 1:
             self._decode_continuously(steps)
@@ -102,11 +116,15 @@ class Scheduler:
         batch = self._schedule()
         if batch is None:
             return False
+        self.guard.batch(batch.reqs)
         if self.on_batch is not None:
             self.on_batch(batch)
-        masks = self._start_masks([batch.reqs[i] for i in self._sampled_rows(batch)])
+        sampled = [batch.reqs[i] for i in self._sampled_rows(batch)]
+        params = self.sampler.row_params(sampled, self.runner.device) if sampled else None
+        masks = self._start_masks(sampled)
         logits = self.runner.forward(batch)
-        self._process(batch, logits, masks)
+        self.guard.commit()
+        self._process(batch, logits, masks, params)
         self.stats.num_steps += 1
         return True
 
@@ -157,10 +175,12 @@ class Scheduler:
         then takes its tokens in order until one finishes it (later ones are dropped)."""
         reqs = list(self.running)
         batch = ScheduledBatch(reqs, [1] * len(reqs), self.cache.allocate_batch(reqs, [steps] * len(reqs)), steps)
+        self.guard.batch(reqs)
         if self.on_batch is not None:
             self.on_batch(batch)
         sampler = self.sampler.continuous(reqs, self.runner.device)
         tokens = self.runner.decode_steps(batch, sampler)
+        self.guard.commit()
         logprobs = sampler.logprobs()
         for i, (req, row) in enumerate(zip(reqs, tokens)):
             lps = None
@@ -293,7 +313,7 @@ class Scheduler:
         n = _DEDUP_TOKENS
         if req.extend_len <= n:
             return None
-        return req.kv_len, tuple(req.tokens(req.kv_len, req.kv_len + n))
+        return req.kv_len, req.cache_salt, tuple(req.tokens(req.kv_len, req.kv_len + n))
 
     def _reserved_tokens(self) -> float:
         return sum(r.remaining_new_tokens for r in self.running) * self.new_token_ratio
@@ -313,7 +333,7 @@ class Scheduler:
             self.stats.num_cached_prompt_tokens += req.kv_len
 
     # ---- results -------------------------------------------------------------------------
-    def _process(self, batch: ScheduledBatch, logits, masks: Future | None = None) -> None:
+    def _process(self, batch: ScheduledBatch, logits, masks: Future | None = None, params=None) -> None:
         """``masks``: the bitmask of the rows that sample (``_sampled_rows``), being filled."""
         ready_rows, ready = [], []
         for i, (req, n) in enumerate(zip(batch.reqs, batch.extend_lens)):
@@ -335,7 +355,8 @@ class Scheduler:
         bitmask = masks.result() if masks is not None else None  # waits for the worker
         if not ready:
             return
-        out = self.sampler(logits if len(ready) == len(batch.reqs) else logits[ready_rows], ready, bitmask)
+        out = self.sampler(logits if len(ready) == len(batch.reqs) else logits[ready_rows], ready, bitmask,
+                           params)
         for j, req in enumerate(ready):
             self.stats.num_generated_tokens += 1
             lp = out.logprobs[j] if out.logprobs is not None else None

@@ -10,6 +10,9 @@ import uvicorn
 
 from sglang_lite.server.app import create_app
 from sglang_lite.server.args import ServerArgs, parse_args
+from sglang_lite.server.auth import load_api_keys
+from sglang_lite.server.limits import BodyLimits
+from sglang_lite.server.shutdown import DrainingServer
 
 __all__ = ["create_app", "main", "ServerArgs"]
 
@@ -22,15 +25,25 @@ def main(argv: list[str]) -> int:
     from sglang_lite.engine import Engine
 
     try:
-        engine = Engine(args.model, **args.engine_options)
+        api_keys = load_api_keys(args.api_key, args.api_key_file)
     except ValueError as e:
         print(f"sglang-lite serve: {e}", file=sys.stderr)
         return 2
-    app = create_app(engine, args.served_model_name, args.api_key, tool_call_parser=args.tool_call_parser,
+    # A server compiles constraints in worker processes unless told otherwise.
+    engine_options = {"grammar_compile_workers": 2, **args.engine_options}
+    try:
+        engine = Engine(args.model, **engine_options)
+    except ValueError as e:
+        print(f"sglang-lite serve: {e}", file=sys.stderr)
+        return 2
+    app = create_app(engine, args.served_model_name, api_keys, open_metrics=args.open_metrics,
+                     limits=BodyLimits(max_request_bytes=args.max_request_bytes),
+                     cache_salt_by=args.cache_salt_by, tool_call_parser=args.tool_call_parser,
                      reasoning_parser=args.reasoning_parser)
+    # Draining is ours (DrainingServer); uvicorn's own grace is for the last bytes.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=args.shutdown_timeout, lifespan="off")
-    server = _DrainingServer(config, app.state)
+                            timeout_graceful_shutdown=5, lifespan="off")
+    server = DrainingServer(config, app.state, args.shutdown_timeout)
     # uvicorn re-raises the signal it caught once it has shut down; make that a no-op so a
     # graceful SIGTERM ends with exit status 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -41,15 +54,3 @@ def main(argv: list[str]) -> int:
     finally:
         engine.shutdown()
     return 0
-
-
-class _DrainingServer(uvicorn.Server):
-    """uvicorn's server, but a shutdown signal first marks the app as draining (503s)."""
-
-    def __init__(self, config: uvicorn.Config, state):
-        super().__init__(config)
-        self.app_state = state
-
-    def handle_exit(self, sig, frame) -> None:
-        self.app_state.draining = True
-        super().handle_exit(sig, frame)

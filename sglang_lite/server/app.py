@@ -3,34 +3,43 @@ name, API key, metrics registry, draining flag), so several apps can share a pro
 
 from __future__ import annotations
 
-import hmac
 import time
+from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from sglang_lite.server import native_api, openai_api
+from sglang_lite.server.auth import authorized
 from sglang_lite.server.errors import RETRY_AFTER_SECONDS, error_response, install_error_handlers
 from sglang_lite.server.generation import ClientGone
+from sglang_lite.server.limits import BodyLimitMiddleware, BodyLimits
 from sglang_lite.server.metrics import ServerMetrics
 from sglang_lite.server.parsers import reasoning_parser as pick_reasoning_parser
 from sglang_lite.server.parsers import select_tool_call_parser
 
-# Reachable without the API key (probes and scrapers), as in vLLM and SGLang.
-_OPEN_PATHS = frozenset({"/health", "/metrics"})
+# Reachable without an API key: probes and the API's description (/metrics too with
+# open_metrics, for scrapers that carry no key).
+_OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs"})
 # Refused with 503 while draining: everything that would start new work.
 _ADMISSION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate", "/health_generate"})
 
 
-def create_app(engine, served_model_name: str | None = None, api_key: str | None = None, *,
-               tool_call_parser: str | None = None, reasoning_parser: str | None = None) -> FastAPI:
-    app = FastAPI(title="sglang-lite", docs_url=None, redoc_url=None, openapi_url=None)
+def create_app(engine, served_model_name: str | None = None, api_key: str | Sequence[str] | None = None,
+               limits: BodyLimits | None = None, cache_salt_by: str = "none",
+               open_metrics: bool = False, *, tool_call_parser: str | None = None,
+               reasoning_parser: str | None = None) -> FastAPI:
+    """``api_key``: one key or several (any of them is accepted)."""
+    app = FastAPI(title="sglang-lite", docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
     state = app.state
     state.engine = engine
     state.served_model_name = served_model_name or engine.source.name
-    state.api_key = api_key
+    state.api_keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
+    state.open_metrics = open_metrics
     state.metrics = ServerMetrics(state.served_model_name)
     state.draining = False
+    state.open_groups = set()  # StreamGroups answering now (shutdown stops them)
+    state.cache_salt_by = cache_salt_by  # none | api_key | user (server/tenancy.py)
     state.created = int(time.time())
     state.token_text = _TokenText(engine.tokenizer)
     state.engine_alive = lambda: _engine_alive(engine)
@@ -40,7 +49,8 @@ def create_app(engine, served_model_name: str | None = None, api_key: str | None
     app.add_exception_handler(ClientGone, _client_gone)
     app.include_router(openai_api.router)
     app.include_router(native_api.router)
-    app.add_middleware(_Gate, state=state)
+    app.add_middleware(BodyLimitMiddleware, limits=limits or BodyLimits())
+    app.add_middleware(_Gate, state=state)  # outermost: refuses before any body is read
     return app
 
 
@@ -61,10 +71,10 @@ class _Gate:
 
     def _refusal(self, scope) -> Response | None:
         path, state = scope["path"], self.state
-        if state.api_key and path not in _OPEN_PATHS:
-            headers = dict(scope["headers"])
-            given = headers.get(b"authorization", b"").decode("latin-1")
-            if not hmac.compare_digest(given.encode(), f"Bearer {state.api_key}".encode()):
+        open_path = path in _OPEN_PATHS or (path == "/metrics" and state.open_metrics)
+        if state.api_keys and not open_path:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not authorized(given, state.api_keys):
                 return error_response(401, "Incorrect or missing API key (expected 'Authorization: "
                                       "Bearer <key>')", "authentication_error", code="invalid_api_key")
         if state.draining and path in _ADMISSION_PATHS:

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sglang_lite.config import EngineConfig
+from sglang_lite.server.limits import DEFAULT_MAX_REQUEST_BYTES
 from sglang_lite.server.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
+from sglang_lite.server.tenancy import SALT_BY
 
 
 @dataclass(slots=True)
@@ -16,9 +18,13 @@ class ServerArgs:
     model: str | None = None
     host: str = "127.0.0.1"
     port: int = 30000
-    api_key: str | None = None
+    api_key: list[str] | None = None
+    api_key_file: str | None = None
+    open_metrics: bool = False
     served_model_name: str | None = None
     shutdown_timeout: float = 30.0
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    cache_salt_by: str = "none"
     log_level: str = "info"
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
@@ -31,10 +37,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="HF directory, GGUF file, or 'dummy' (default: embedded model)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    p.add_argument("--api-key", action="append", default=None,
+                   help="require 'Authorization: Bearer KEY' (repeatable; see also --api-key-file "
+                        "and $SGLANG_LITE_API_KEYS, which keep keys out of `ps`)")
+    p.add_argument("--api-key-file", default=None, help="file of API keys, one a line")
+    p.add_argument("--open-metrics", action="store_true",
+                   help="serve /metrics without an API key (for scrapers)")
     p.add_argument("--served-model-name", default=None, help="model name clients must use")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds running requests get to finish after SIGTERM before they are aborted")
+    p.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
+                   help="bodies larger than this are refused with 413 before they are read")
+    p.add_argument("--cache-salt-by", choices=SALT_BY, default="none",
+                   help="give each API key (or each `user`) its own prefix-cache namespace")
     p.add_argument("--log-level", default="info")
     p.add_argument("--tool-call-parser", default=None, choices=sorted(TOOL_CALL_PARSERS),
                    help="the model's tool-call format (default: from the chat template, else generic)")

@@ -13,8 +13,9 @@ from typing import Any
 
 import anyio
 
+from sglang_lite.compile_pool import CompileBusyError
 from sglang_lite.engine import QueueFullError
-from sglang_lite.server.errors import from_engine_error
+from sglang_lite.server.errors import RETRY_AFTER_SECONDS, APIError, from_engine_error
 
 
 class ClientGone(Exception):
@@ -27,6 +28,7 @@ class Job:
     sampling_params: dict[str, Any]
     index: int = 0  # choice index in the response
     prompt_index: int = 0
+    cache_salt: str | None = None  # prefix-cache namespace (server/tenancy.py)
 
 
 @dataclass(slots=True)
@@ -63,6 +65,8 @@ class StreamGroup:
         self._primed: list[dict] = []
         self._waiter: asyncio.Task | None = None
         self._closed = False
+        self.shutdown_message: str | None = None  # set by ``stop``: the server is going down
+        state.open_groups.add(self)
 
     @classmethod
     async def open(cls, state, request, jobs: list[Job], return_logprob: bool = False,
@@ -73,15 +77,22 @@ class StreamGroup:
         agens: list = []
         try:
             for job in jobs:
-                agens.append(await engine.async_generate(
+                submit = engine.async_generate(
                     input_ids=job.input_ids, sampling_params=job.sampling_params,
                     return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, stream=True,
-                    **({"logprob_start_len": logprob_start_len} if logprob_start_len is not None else {})))
-                if len(agens) == 1 and _constrained(job.sampling_params):
+                    **({"cache_salt": job.cache_salt} if job.cache_salt is not None else {}),
+                    **({"logprob_start_len": logprob_start_len} if logprob_start_len is not None else {}))
+                constrained = _constrained(job.sampling_params)
+                # A compile can take seconds: a client that leaves meanwhile stops it.
+                agens.append(await (_unless_client_leaves(request, submit) if constrained else submit))
+                if len(agens) == 1 and constrained:
                     state.metrics.on_grammar_compile(time.monotonic() - start)
         except Exception as e:
             for agen in agens:
                 await agen.aclose()
+            if isinstance(e, ClientGone):
+                raise
+            state.metrics.on_grammar_refused(_refusal_reason(e))
             raise from_engine_error(e, openai_names) from e
         group = cls(state, request, jobs, agens, start)
         await group._prime()
@@ -143,6 +154,9 @@ class StreamGroup:
             elif live:
                 async for i, chunk in _merge({i: self.agens[i] for i in live}):
                     yield self._absorb(i, chunk), chunk
+            if self.shutdown_message is not None:  # streams: an error event, then [DONE]
+                raise APIError(503, self.shutdown_message, type="service_unavailable",
+                               code="server_shutdown", headers={"Retry-After": RETRY_AFTER_SECONDS})
         finally:
             await self.close()
 
@@ -200,11 +214,20 @@ class StreamGroup:
             self._waiter.cancel()
         self._waiter = None
 
+    def stop(self, message: str) -> None:
+        """Server shutdown past its timeout: abort what still runs; the consumer ends with
+        ``message`` (an error event on a stream, a 503 otherwise)."""
+        self.shutdown_message = message
+        for out, agen in zip(self.outputs, self.agens):
+            if not out.finished:
+                self.state.engine.abort(agen.rid)
+
     async def close(self) -> None:
         """Abort every stream still running (its KV pages are freed by the engine)."""
         if self._closed:
             return
         self._closed = True
+        self.state.open_groups.discard(self)
         self._stop_waiter()
         with anyio.CancelScope(shield=True):
             for out, agen in zip(self.outputs, self.agens):
@@ -261,6 +284,29 @@ async def _merge(agens: dict[int, Any]) -> AsyncIterator[tuple[int, dict]]:
             t.cancel()
         with anyio.CancelScope(shield=True):
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _unless_client_leaves(request, submit):
+    """Await ``submit``; if the client disconnects first, cancel it and raise ClientGone."""
+    task = asyncio.ensure_future(submit)
+    waiter = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise ClientGone()
+    return task.result()
+
+
+def _refusal_reason(e: Exception) -> str | None:
+    """The compile-refusal metric's label for an intake error, None if not a refusal."""
+    if isinstance(e, CompileBusyError):
+        return "busy"
+    return getattr(e, "reason", None)
 
 
 def _constrained(params: dict) -> bool:

@@ -50,6 +50,9 @@ class ServerMetrics:
         self.itl = histogram("inter_token_latency_seconds", "Time between consecutive output chunks, per token.", _ITL_BUCKETS)
         self.e2e = histogram("e2e_request_latency_seconds", "End-to-end latency of finished requests.", _LATENCY_BUCKETS)
         self.grammar_compile = histogram("grammar_compile_seconds", "Constraint compile (or cache lookup) time.", _COMPILE_BUCKETS)
+        self.grammar_refusals = Counter(P + "grammar_compile_refusals", "Constraints refused at intake, "
+                                        "by reason (limit, timeout, too_complex, unsupported, invalid, busy).",
+                                        ["model_name", "reason"], registry=r)
         self._last_scrape: tuple[float, int] | None = None
 
     # ---- request events (event loop) ------------------------------------------------------
@@ -77,6 +80,10 @@ class ServerMetrics:
 
     def on_grammar_compile(self, seconds: float) -> None:
         self.grammar_compile.observe(seconds)
+
+    def on_grammar_refused(self, reason: str | None) -> None:
+        if reason is not None:
+            self.grammar_refusals.labels(reason=reason, **self._label).inc()
 
     # ---- scrape -----------------------------------------------------------------------------
     async def render(self, engine) -> bytes:

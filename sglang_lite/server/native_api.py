@@ -11,9 +11,17 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
 
-from sglang_lite.server.errors import RETRY_AFTER_SECONDS, APIError, error_response
+from sglang_lite.server.errors import (
+    RETRY_AFTER_SECONDS,
+    APIError,
+    error_response,
+    from_engine_error,
+    from_validation_errors,
+)
 from sglang_lite.server.generation import Job, Output, StreamGroup
+from sglang_lite.server.tenancy import effective_salt
 
 router = APIRouter()
 
@@ -27,14 +35,14 @@ def _prompts(state, body) -> tuple[list[list[int]], bool]:
         try:
             return [state.engine.tokenize(t) for t in texts], isinstance(body.text, str)
         except ValueError as e:
-            raise APIError(400, str(e), param="text") from e
+            raise from_engine_error(e, openai_names=False) from e
     ids = body.input_ids
     if ids and isinstance(ids[0], list):
         return [list(x) for x in ids], False
     return [list(ids)], True
 
 
-def _jobs(prompts: list[list[int]], sampling_params) -> list[Job]:
+def _jobs(prompts: list[list[int]], sampling_params, salt: str | None = None) -> list[Job]:
     if isinstance(sampling_params, list):
         if len(sampling_params) != len(prompts):
             raise APIError(400, "sampling_params: a list must have one entry per prompt",
@@ -51,7 +59,7 @@ def _jobs(prompts: list[list[int]], sampling_params) -> list[Job]:
         seed = params.get("seed")
         for j in range(n):
             choice = dict(params, seed=seed + j) if isinstance(seed, int) and n > 1 else params
-            jobs.append(Job(ids, choice, index=len(jobs), prompt_index=p))
+            jobs.append(Job(ids, choice, index=len(jobs), prompt_index=p, cache_salt=salt))
     return jobs
 
 
@@ -73,17 +81,28 @@ def _result(state, out: Output, body) -> dict[str, Any]:
     return {"text": out.text, "output_ids": out.output_ids, "meta_info": meta, "index": out.index}
 
 
-@router.post("/generate")
+def _generate_body_schema() -> dict:
+    from sglang_lite.server.protocol import GenerateRequest
+
+    schema = GenerateRequest.model_json_schema()
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+# The body is parsed by hand (a list body must be a 400, not FastAPI's 422), so its schema
+# is given to the OpenAPI document here.
+@router.post("/generate", openapi_extra=_generate_body_schema())
 async def generate(request: Request):
     from sglang_lite.server.protocol import GenerateRequest
 
     try:
         body = GenerateRequest.model_validate(await request.json())
-    except json.JSONDecodeError as e:
-        raise APIError(400, f"body: invalid JSON: {e}") from e
+    except ValidationError as e:  # a list body, a wrong type
+        raise from_validation_errors(e.errors()) from e
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise APIError(400, f"body: invalid JSON: {e}", param="body", code="invalid_json") from e
     state = request.app.state
     prompts, single = _prompts(state, body)
-    jobs = _jobs(prompts, body.sampling_params)
+    jobs = _jobs(prompts, body.sampling_params, effective_salt(state, request, body.cache_salt))
     group = await StreamGroup.open(state, request, jobs, return_logprob=body.return_logprob,
                                    top_logprobs_num=body.top_logprobs_num, openai_names=False,
                                    logprob_start_len=body.logprob_start_len
@@ -97,6 +116,9 @@ async def generate(request: Request):
         try:
             async for out, _ in group.chunks():
                 yield f"data: {json.dumps(_result(state, out, body), ensure_ascii=False)}\n\n"
+        except APIError as e:
+            err = {"error": {"message": e.message, "type": e.type, "param": e.param, "code": e.code}}
+            yield f"data: {json.dumps(err)}\n\n"
         except Exception as e:
             err = {"error": {"message": f"{type(e).__name__}: {e}", "type": "internal_error"}}
             yield f"data: {json.dumps(err)}\n\n"

@@ -11,9 +11,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from sglang_lite.server.errors import APIError
+from sglang_lite.server.errors import APIError, from_engine_error
 from sglang_lite.server.generation import Job, Output, StreamGroup
 from sglang_lite.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingFields
+from sglang_lite.server.tenancy import effective_salt
 from sglang_lite.server.tools import (
     ToolPlan,
     history_message,
@@ -82,12 +83,13 @@ def _sampling_params(body: _SamplingFields, max_tokens: int | None) -> dict[str,
     return {k: v for k, v in params.items() if v is not None}
 
 
-def _jobs(prompts: list[list[int]], params: dict[str, Any], n: int, seed: int | None) -> list[Job]:
+def _jobs(prompts: list[list[int]], params: dict[str, Any], n: int, seed: int | None,
+          salt: str | None = None) -> list[Job]:
     jobs = []
     for p, ids in enumerate(prompts):
         for j in range(n):
             choice_params = dict(params, seed=seed + j) if seed is not None else params
-            jobs.append(Job(ids, choice_params, index=p * n + j, prompt_index=p))
+            jobs.append(Job(ids, choice_params, index=p * n + j, prompt_index=p, cache_salt=salt))
     return jobs
 
 
@@ -126,7 +128,9 @@ async def _sse_stream(group: StreamGroup, head: list[dict], event: Callable[[Out
                 yield _sse(ev)
         for ev in tail():
             yield _sse(ev)
-    except Exception as e:  # headers are sent: report in-band, as OpenAI does
+    except APIError as e:  # headers are sent: report in-band, as OpenAI does
+        yield _sse({"error": {"message": e.message, "type": e.type, "param": e.param, "code": e.code}})
+    except Exception as e:
         yield _sse({"error": {"message": f"{type(e).__name__}: {e}", "type": "internal_error",
                               "param": None, "code": None}})
     yield "data: [DONE]\n\n"
@@ -172,8 +176,8 @@ def _best_of(outputs: list[Output], n: int, best_of: int) -> list[Output]:
 def _tokenize(state, text: str) -> list[int]:
     try:
         return state.engine.tokenize(text)
-    except ValueError as e:
-        raise APIError(400, str(e), param="prompt") from e
+    except ValueError as e:  # 413 for text that cannot fit the context
+        raise from_engine_error(e) from e
 
 
 def _completion_logprobs(state, tokens: list[tuple], tops: list[list[tuple]], offset: int) -> dict:
@@ -207,7 +211,8 @@ async def completions(body: CompletionRequest, request: Request):
         raise APIError(400, "echo: prompt logprobs (echo with logprobs) need stream=false", param="echo")
     prompts, texts = _completion_prompts(state, body.prompt)
     params = _sampling_params(body, body.max_tokens)
-    group = await StreamGroup.open(state, request, _jobs(prompts, params, best_of, body.seed),
+    salt = effective_salt(state, request, body.cache_salt, body.user)
+    group = await StreamGroup.open(state, request, _jobs(prompts, params, best_of, body.seed, salt),
                                    return_logprob=body.logprobs is not None or best_of > body.n,
                                    top_logprobs_num=body.logprobs or 0,
                                    logprob_start_len=0 if prompt_logprobs else None)
@@ -280,7 +285,7 @@ def _chat_prompt(state, body: ChatCompletionRequest, plan: ToolPlan) -> list[int
     try:
         text = state.engine.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt, **extra)
     except ValueError as e:
-        raise APIError(400, str(e), param="messages") from e
+        raise from_engine_error(e) from e
     except Exception as e:  # the template itself rejects the conversation (jinja errors)
         raise APIError(400, f"messages: {e}", param="messages") from e
     return _tokenize(state, text)
@@ -326,7 +331,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         # A reasoning model thinks first: the format applies once its <think> block has ended.
         params["reasoning_prefix"] = "open" if thinker.starts_in_reasoning else "optional"
     try:
-        group = await StreamGroup.open(state, request, _jobs([ids], params, body.n, body.seed),
+        salt = effective_salt(state, request, body.cache_salt, body.user)
+        group = await StreamGroup.open(state, request, _jobs([ids], params, body.n, body.seed, salt),
                                        return_logprob=body.logprobs, top_logprobs_num=top or 0)
     except APIError as e:
         if plan.constrained and e.param == "json_schema":  # the tools' parameter schemas

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    # strict: no bool read as an int (`n: true`), no numeric strings; finite floats only.
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True, allow_inf_nan=False)
 
 
 class StreamOptions(_Body):
@@ -59,6 +60,7 @@ class _SamplingFields(_Body):
     regex: str | None = None
     ebnf: str | None = None
     json_schema: str | dict[str, Any] | None = None
+    cache_salt: str | None = None  # prefix-cache namespace (vLLM's field)
 
 
 class CompletionRequest(_SamplingFields):
@@ -108,3 +110,4 @@ class GenerateRequest(_Body):
     logprob_start_len: int = -1
     return_text_in_logprobs: bool = False
     rid: str | None = None
+    cache_salt: str | None = None

@@ -13,7 +13,9 @@ from sglang_lite import Engine
 from sglang_lite.server import create_app
 
 # Small on purpose: max_running_requests forces queueing in the load test.
-ENGINE_OPTIONS = {"kv_cache_memory": "64MiB", "max_running_requests": 12, "max_queue_size": 1024}
+# Constraints compile in worker processes, as `sglang-lite serve` does by default.
+ENGINE_OPTIONS = {"kv_cache_memory": "64MiB", "max_running_requests": 12, "max_queue_size": 1024,
+                  "grammar_compile_workers": 2}
 
 
 def free_port() -> int:

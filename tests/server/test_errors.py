@@ -98,7 +98,7 @@ def test_413_prompt_longer_than_context(http, engine):
 
 def test_401_with_api_key(server, http):
     state = server.app.state
-    state.api_key = "sekret"
+    state.api_keys = ("sekret",)
     try:
         err = _error(http.post("/v1/completions", json={"prompt": "x", "max_tokens": 1}), 401)
         assert err["code"] == "invalid_api_key"
@@ -108,7 +108,7 @@ def test_401_with_api_key(server, http):
         ok = http.get("/v1/models", headers={"Authorization": "Bearer sekret"})
         assert ok.status_code == 200
     finally:
-        state.api_key = None
+        state.api_keys = ()
 
 
 def test_503_while_draining(server, http):

@@ -1,0 +1,133 @@
+"""Size limits checked before any compile work: a hostile spec is refused in microseconds
+with the limit it broke, instead of spending seconds reaching the compile budget.
+
+Each check reads the spec text once (the schema is parsed iteratively, so nesting depth
+cannot exhaust the stack) and raises ``ConstraintLimitError`` naming the limit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from .errors import ConstraintLimitError, InvalidConstraintError
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintLimits:
+    max_spec_bytes: int = 256 * 1024  # a regex, schema or grammar's text, UTF-8
+    max_schema_depth: int = 64  # JSON nesting of a schema document
+    max_enum_values: int = 1024  # one enum's values
+    max_regex_chars: int = 8192  # one pattern (a regex, or a schema's pattern keyword)
+    max_repetition: int = 1000  # a {n,m} bound in a pattern
+    max_grammar_rules: int = 1024  # EBNF rule definitions
+    max_grammar_alternatives: int = 2048  # EBNF `|` alternatives, all rules together
+
+
+_REPEAT = re.compile(r"(?<!\\)\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
+_EBNF_SKIP = re.compile(r'"(?:\\.|[^"\\])*"|/(?:\\.|[^/\\\n])+/[imslux]*|//[^\n]*|#[^\n]*')
+_EBNF_REGEX = re.compile(r'(?<![\w"])/((?:\\.|[^/\\\n])+)/[imslux]*')
+_LARK_REPEAT = re.compile(r"~\s*(\d+)(?:\s*\.\.\s*(\d+))?")
+_EBNF_RULE = re.compile(r"^\s*[?!]?[A-Za-z_][\w.]*(?:\.\d+)?\s*(?::|::=)", re.MULTILINE)
+
+
+def check_spec(kind: str, spec: str, limits: ConstraintLimits) -> None:
+    """Every size limit of a ``kind`` (regex | json_schema | ebnf) spec."""
+    if kind == "regex":
+        check_regex(spec, limits)
+    elif kind == "json_schema":
+        check_json_schema(spec, limits)
+    elif kind == "ebnf":
+        check_ebnf(spec, limits)
+
+
+def check_spec_bytes(kind: str, spec: str, limits: ConstraintLimits) -> None:
+    n = len(spec.encode("utf-8", "surrogatepass"))
+    if n > limits.max_spec_bytes:
+        raise ConstraintLimitError(f"{kind} is {n} bytes; the limit is {limits.max_spec_bytes} "
+                                   "(max_spec_bytes)", "max_spec_bytes")
+
+
+def check_regex(pattern: str, limits: ConstraintLimits, where: str = "regex") -> None:
+    if len(pattern) > limits.max_regex_chars:
+        raise ConstraintLimitError(f"{where} has {len(pattern)} characters; the limit is "
+                                   f"{limits.max_regex_chars} (max_regex_chars)", "max_regex_chars")
+    for m in _REPEAT.finditer(pattern):
+        bound = max(int(m.group(1)), int(m.group(2) or 0))
+        if bound > limits.max_repetition:
+            raise ConstraintLimitError(f"{where} repeats {bound} times ({m.group(0)}); the limit is "
+                                       f"{limits.max_repetition} (max_repetition)", "max_repetition")
+
+
+def check_json_schema(spec: str, limits: ConstraintLimits) -> None:
+    check_spec_bytes("json_schema", spec, limits)
+    _check_json_depth(spec, limits.max_schema_depth)
+    try:
+        schema = json.loads(spec)
+    except (ValueError, RecursionError) as e:
+        raise InvalidConstraintError(f"json_schema is not valid JSON: {e}") from None
+    stack = [(schema, "")]
+    while stack:
+        node, pointer = stack.pop()
+        if isinstance(node, list):
+            stack.extend((v, f"{pointer}/{i}") for i, v in enumerate(node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        enum = node.get("enum")
+        if isinstance(enum, list) and len(enum) > limits.max_enum_values:
+            raise ConstraintLimitError(f"enum at {pointer or '/'} has {len(enum)} values; the limit is "
+                                       f"{limits.max_enum_values} (max_enum_values)", "max_enum_values")
+        if isinstance(node.get("pattern"), str):
+            check_regex(node["pattern"], limits, f"pattern at {pointer or '/'}")
+        for key, value in node.items():
+            if key in ("enum", "const", "default", "examples"):
+                continue
+            if key == "patternProperties" and isinstance(value, dict):
+                for p in value:
+                    check_regex(p, limits, f"patternProperties key at {pointer or '/'}")
+            stack.append((value, f"{pointer}/{key}"))
+
+
+def check_ebnf(grammar: str, limits: ConstraintLimits) -> None:
+    check_spec_bytes("ebnf", grammar, limits)
+    rules = len(_EBNF_RULE.findall(grammar))
+    if rules > limits.max_grammar_rules:
+        raise ConstraintLimitError(f"ebnf has {rules} rules; the limit is {limits.max_grammar_rules} "
+                                   "(max_grammar_rules)", "max_grammar_rules")
+    for m in _EBNF_REGEX.finditer(grammar):
+        check_regex(m.group(1), limits, "ebnf terminal pattern")
+    bare = _EBNF_SKIP.sub(" ", grammar)
+    alternatives = bare.count("|")
+    if alternatives > limits.max_grammar_alternatives:
+        raise ConstraintLimitError(f"ebnf has {alternatives} alternatives; the limit is "
+                                   f"{limits.max_grammar_alternatives} (max_grammar_alternatives)",
+                                   "max_grammar_alternatives")
+    for m in _LARK_REPEAT.finditer(bare):
+        bound = max(int(m.group(1)), int(m.group(2) or 0))
+        if bound > limits.max_repetition:
+            raise ConstraintLimitError(f"ebnf repeats {bound} times ({m.group(0).strip()}); the limit is "
+                                       f"{limits.max_repetition} (max_repetition)", "max_repetition")
+
+
+def _check_json_depth(text: str, max_depth: int) -> None:
+    """Nesting depth of a JSON text, brackets inside strings skipped, without parsing it."""
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                raise ConstraintLimitError(f"json_schema nests deeper than {max_depth} levels "
+                                           "(max_schema_depth)", "max_schema_depth")
+        elif ch in "]}":
+            depth -= 1
