@@ -20,7 +20,12 @@ import jsonschema
 
 from .automaton import DFAAutomaton
 from .budget import CompileBudget
-from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
+from .errors import (
+    ConstraintError,
+    GrammarTooComplexError,
+    InvalidConstraintError,
+    UnsupportedSchemaError,
+)
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .json_drafts import normalize_drafts
 from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
@@ -62,6 +67,7 @@ UNSUPPORTED = {"dependentSchemas", "dependencies",
                "unevaluatedProperties", "unevaluatedItems", "contains", "minContains",
                "maxContains", "$dynamicRef", "$dynamicAnchor",
                "$recursiveRef", "$recursiveAnchor"}
+MAX_RULES = 4096  # rules of one schema's pushdown automaton
 ANY_DEPTH = 3  # nesting depth of values under an unconstrained schema ({} / true)
 _FLEX_WS = b" \t\n"
 _FLEX_WS_MAX = 8
@@ -148,6 +154,12 @@ def _pushdown_automaton(ctx: _Ctx, info: TokenizerInfo, main: tuple) -> Pushdown
     fragments: list = [main]
     keys: list = []
     while len(fragments) <= len(ctx.rules):  # compiling a rule may discover further rules
+        # Rules are small NFAs each (their own state caps never trip): time and count are
+        # checked across all of them.
+        ctx.budget.check_time()
+        if len(ctx.rules) > MAX_RULES:
+            raise GrammarTooComplexError(f"schema needs more than {MAX_RULES} grammar rules "
+                                         "(nested objects, arrays and shared leaves); simplify it")
         if len(keys) < len(ctx.rules):
             keys = list(ctx.rules)
         key = keys[len(fragments) - 1]

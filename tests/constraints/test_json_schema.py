@@ -124,3 +124,13 @@ def test_string_schema_and_invalid_json_text(compiler):
 def test_compiled_grammars_are_cached(compiler):
     assert compiler.compile_json_schema(PERSON) is compiler.compile_json_schema(PERSON)
     assert compiler.compile_regex("a+") is compiler.compile_regex("a+")
+
+
+def test_rule_count_is_capped_with_a_clear_error(compiler):
+    """Each nested object is a rule: a schema needing thousands is refused by count, before
+    any of them is built (each rule's own NFA is too small for a state cap to trip)."""
+    from constraints import GrammarTooComplexError
+
+    many = {f"p{i}": {"type": "object", "required": ["x"]} for i in range(4200)}
+    with pytest.raises(GrammarTooComplexError, match="4096 grammar rules"):
+        compiler.compile_json_schema({"type": "object", "properties": many})
