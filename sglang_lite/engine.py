@@ -57,11 +57,14 @@ class Engine:
         runner = ModelRunner(self.model, backend, self.req_pool, cfg.torch_device,
                              cuda_graph_max_bs=cfg.cuda_graph_batch_limit)
         radix, policy = self._build_radix()
+        if radix is None and cfg.enable_priority_scheduling:
+            policy = self._schedule_policy()  # priority ordering needs no prefix cache
         self.cache = KVCacheManager(self.kv_pool, self.req_pool, radix)
         self.scheduler = Scheduler(
             cfg, runner, self.cache, Sampler(self.model_config.vocab_size, self.eos_token_ids),
             OutputProcessor(self.tokenizer, self.eos_token_ids, cfg.stream_interval),
             self.context_length, policy=policy, grammar_backend=self._build_grammar_backend(),
+            priority=self._priority_rule(),
         )
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._in_flight = 0
@@ -100,12 +103,24 @@ class Engine:
             from sglang_lite.mem.radix_cache import RadixCache
         except ImportError:  # pragma: no cover - during bring-up
             return None, None
-        policy = None
-        if self.config.schedule_policy == "lpm":
-            from sglang_lite.scheduler.policy import order_waiting
+        return RadixCache(self.kv_pool.allocator, self.config.page_size), self._schedule_policy()
 
-            policy = order_waiting
-        return RadixCache(self.kv_pool.allocator, self.config.page_size), policy
+    def _schedule_policy(self):
+        from sglang_lite.scheduler.policy import SchedulePolicy
+
+        cfg = self.config
+        if cfg.schedule_policy != "lpm" and not cfg.enable_priority_scheduling:
+            return None  # plain FCFS: the queue's own order
+        return SchedulePolicy(use_prefix=cfg.schedule_policy == "lpm", priority=self._priority_rule())
+
+    def _priority_rule(self):
+        from sglang_lite.scheduler.policy import PriorityRule
+
+        cfg = self.config
+        if not cfg.enable_priority_scheduling:
+            return None
+        return PriorityRule(cfg.schedule_low_priority_values_first,
+                            cfg.priority_scheduling_preemption_threshold)
 
     def _build_grammar_backend(self):
         if self.tokenizer is None:
@@ -176,7 +191,7 @@ class Engine:
                                                   add_generation_prompt=add_generation_prompt, **kw)
 
     def _make_reqs(self, prompt, input_ids, sampling_params, return_logprob, top_logprobs_num,
-                   stream, rid, logprob_start_len=None) -> tuple[list[tuple[Req, list]], bool]:
+                   stream, rid, logprob_start_len=None, priority=None) -> tuple[list[tuple[Req, list]], bool]:
         """Validate everything first, so one bad item leaves nothing submitted."""
         single = not (isinstance(prompt, list) or (input_ids and isinstance(input_ids[0], list)))
         if prompt is None and input_ids is None:
@@ -196,6 +211,10 @@ class Engine:
             raise ValueError("sampling_params: a list must have one entry per prompt")
         if not isinstance(top_logprobs_num, int) or top_logprobs_num < 0 or top_logprobs_num > 20:
             raise ValueError("top_logprobs_num: must be an integer in [0, 20]")
+        if priority is None:
+            priority = 0
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ValueError(f"priority: must be an integer, got {priority!r}")
         out = []
         for ids, sp in zip(id_lists, params_list):
             params = SamplingParams.from_dict(sp)
@@ -210,7 +229,8 @@ class Engine:
                 req = Req(rid_i, list(ids), params, seed, on_output=None, compiled_grammar=compiled,
                           return_logprob=return_logprob,
                           top_logprobs_num=top_logprobs_num if return_logprob else 0, stream=stream,
-                          logprob_start_len=_input_logprob_start(return_logprob, logprob_start_len, ids))
+                          logprob_start_len=_input_logprob_start(return_logprob, logprob_start_len, ids),
+                          priority=priority)
                 out.append((req, ids))
         return out, single and out[0][0].sampling.n == 1
 
@@ -254,12 +274,13 @@ class Engine:
     # ---- public API -------------------------------------------------------------------------
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob: bool = False,
                  top_logprobs_num: int = 0, stream: bool = False, rid: str | None = None,
-                 logprob_start_len: int | None = None):
+                 logprob_start_len: int | None = None, priority: int | None = None):
         """A dict for one prompt (n == 1), else a list of dicts; an iterator of chunks if stream.
         With return_logprob and logprob_start_len=k, prompt tokens from k on get
-        ``input_token_logprobs`` (the first prompt token's is None)."""
+        ``input_token_logprobs`` (the first prompt token's is None). ``priority`` matters
+        with ``enable_priority_scheduling``."""
         reqs, single = self._make_reqs(prompt, input_ids, sampling_params, return_logprob,
-                                       top_logprobs_num, stream, rid, logprob_start_len)
+                                       top_logprobs_num, stream, rid, logprob_start_len, priority)
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")
@@ -285,13 +306,13 @@ class Engine:
     async def async_generate(self, prompt=None, sampling_params=None, input_ids=None,
                              return_logprob: bool = False, top_logprobs_num: int = 0,
                              stream: bool = False, rid: str | None = None,
-                             logprob_start_len: int | None = None):
+                             logprob_start_len: int | None = None, priority: int | None = None):
         """Awaitable result, or (stream=True) an async iterator of chunks. Tokenizing and
         grammar compilation run in a worker thread, off the event loop."""
         loop = asyncio.get_running_loop()
         reqs, single = await loop.run_in_executor(
             None, self._make_reqs, prompt, input_ids, sampling_params, return_logprob,
-            top_logprobs_num, stream, rid, logprob_start_len)
+            top_logprobs_num, stream, rid, logprob_start_len, priority)
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")

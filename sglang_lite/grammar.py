@@ -50,6 +50,8 @@ class GrammarBackend:
                 return self.compiler.compile_regex(spec)
             if kind == "json_schema":
                 return self.compiler.compile_json_schema(spec)
+            if kind == "choices":
+                return self.compiler.compile_choices(spec)
             return self.compiler.compile_ebnf(spec)
         except ConstraintError as e:
             raise ValueError(f"{kind}: {e}") from e

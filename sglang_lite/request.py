@@ -28,6 +28,7 @@ class Req:
     top_logprobs_num: int = 0
     stream: bool = False
     logprob_start_len: int | None = None  # prompt positions from here get input logprobs
+    priority: int = 0  # as the client sent it; the scheduler's PriorityRule ranks it
     arrival_time: float = field(default_factory=time.monotonic)
 
     output_ids: list[int] = field(default_factory=list)

@@ -4,7 +4,9 @@ forward pass for all of them, samples, and streams outputs.
 
 A step is a mixed batch: running requests contribute one token each, prefills contribute
 up to ``chunked_prefill_size`` tokens, so a long prompt never stalls the others' decoding.
-When KV memory runs out, the youngest requests are retracted and recomputed later.
+When KV memory runs out, the youngest requests are retracted and recomputed later (with
+priority scheduling: the lowest-priority ones, and a waiting request that outranks running
+ones enough preempts them when it cannot otherwise be admitted).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sglang_lite.request import Req, ReqStatus
 from sglang_lite.sampler import Sampler
 from sglang_lite.scheduler.cache import KVCacheManager
 from sglang_lite.scheduler.output import OutputProcessor
+from sglang_lite.scheduler.policy import PriorityRule
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ class SchedulerStats:
 class Scheduler:
     def __init__(self, config: EngineConfig, runner: ModelRunner, cache: KVCacheManager,
                  sampler: Sampler, outputs: OutputProcessor, context_length: int, policy=None,
-                 grammar_backend=None):
+                 grammar_backend=None, priority: PriorityRule | None = None):
         self.config = config
         self.runner = runner
         self.cache = cache
@@ -56,6 +59,7 @@ class Scheduler:
         self.context_length = context_length
         self.policy = policy  # callable(waiting, radix, now) -> ordered list, or None for FCFS
         self.grammar_backend = grammar_backend
+        self.priority = priority  # None: priorities are ignored
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []  # holds KV; includes the request being chunk-prefilled
         self.chunked: Req | None = None
@@ -177,6 +181,8 @@ class Scheduler:
         self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002 * steps)
 
     def _schedule(self) -> ScheduledBatch | None:
+        if self.priority is not None and self.waiting and self.running:
+            self._preempt_for_priority()
         decode = self._make_room_for_decode([r for r in self.running if r is not self.chunked])
         # A running request computes its last sampled token, plus any jump-forward tokens.
         decode_lens = [r.extend_len for r in decode]
@@ -195,11 +201,40 @@ class Scheduler:
         returns the requests that stay."""
         need = sum(self.cache.pages_needed(r, r.extend_len) for r in decode)
         while need > self.cache.available_pages and decode:
-            victim = max(decode, key=lambda r: r.arrival_time)  # the youngest
+            if self.priority is not None:
+                victim = self.priority.victim(decode)
+            else:
+                victim = max(decode, key=lambda r: r.arrival_time)  # the youngest
             decode.remove(victim)
             need -= self.cache.pages_needed(victim, victim.extend_len)
             self._retract(victim)
         return decode
+
+    def _preempt_for_priority(self) -> None:
+        """Retract running requests that the most urgent waiting one outranks (by more than
+        the threshold), lowest rank first, until it could be admitted this step: its first
+        chunk's pages, the running requests' next tokens and their reserve fit, and a
+        running slot is free."""
+        rule = self.priority
+        top = min(self.waiting, key=lambda r: (-rule.rank(r), r.arrival_time))
+        while not self._could_admit(top):
+            victims = [r for r in self.running if rule.may_preempt(top, r)]
+            if not victims:
+                return
+            victim = rule.victim(victims)
+            log.debug("preempting %s (priority %d) for %s (priority %d)",
+                      victim.rid, victim.priority, top.rid, top.priority)
+            self._retract(victim)
+
+    def _could_admit(self, req: Req) -> bool:
+        if len(self.running) >= self.config.max_running_requests or self.cache.req_pool.num_free_rows == 0:
+            return False
+        cached = self.cache.prefix_len(req.fill_ids)
+        first_chunk = min(req.seq_len - cached, self.config.chunked_prefill_size)
+        need = -(-(cached + first_chunk) // self.cache.page_size) - cached // self.cache.page_size
+        decode = sum(self.cache.pages_needed(r, max(r.extend_len, 1)) for r in self.running)
+        reserve = -(-int(self._reserved_tokens()) // self.cache.page_size)
+        return need + decode + reserve <= self.cache.available_pages
 
     def _retract(self, req: Req) -> None:
         log.debug("retracting %s at %d tokens", req.rid, req.seq_len)

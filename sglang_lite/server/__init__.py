@@ -10,6 +10,12 @@ import uvicorn
 
 from sglang_lite.server.app import create_app
 from sglang_lite.server.args import ServerArgs, parse_args
+from sglang_lite.server.serving_options import (
+    ServingOptions,
+    load_chat_template,
+    load_generation_defaults,
+    parse_origins,
+)
 
 __all__ = ["create_app", "main", "ServerArgs"]
 
@@ -22,11 +28,13 @@ def main(argv: list[str]) -> int:
     from sglang_lite.engine import Engine
 
     try:
+        serving = serving_options(args, None)  # bad flags fail before the model loads
         engine = Engine(args.model, **args.engine_options)
+        serving = serving_options(args, engine.source.path)
     except ValueError as e:
         print(f"sglang-lite serve: {e}", file=sys.stderr)
         return 2
-    app = create_app(engine, args.served_model_name, args.api_key)
+    app = create_app(engine, args.served_model_name, args.api_key, serving)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=args.shutdown_timeout, lifespan="off")
     server = _DrainingServer(config, app.state)
@@ -40,6 +48,19 @@ def main(argv: list[str]) -> int:
     finally:
         engine.shutdown()
     return 0
+
+
+def serving_options(args: ServerArgs, model_path) -> ServingOptions:
+    """The frontend's options from the flags; ``model_path`` (None: not loaded yet) is where
+    ``--generation-config auto`` looks."""
+    return ServingOptions(
+        chat_template=load_chat_template(args.chat_template),
+        generation_defaults=load_generation_defaults(args.generation_config, model_path,
+                                                     args.override_generation_config),
+        allowed_origins=parse_origins(args.allowed_origins),
+        allowed_methods=tuple(args.allowed_methods or ("*",)),
+        allowed_headers=tuple(args.allowed_headers or ("*",)),
+        allow_credentials=args.allow_credentials)
 
 
 class _DrainingServer(uvicorn.Server):

@@ -1,18 +1,23 @@
 """The FastAPI app factory. All server state lives on ``app.state`` (engine, served model
-name, API key, metrics registry, draining flag), so several apps can share a process."""
+names, API key, serving options, metrics registry, client rids, draining flag), so several
+apps can share a process."""
 
 from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 
-from sglang_lite.server import native_api, openai_api
+from sglang_lite.server import abort_api, native_api, openai_api, tokenize_api
+from sglang_lite.server.abort_api import RequestIds
 from sglang_lite.server.errors import RETRY_AFTER_SECONDS, error_response, install_error_handlers
 from sglang_lite.server.generation import ClientGone
 from sglang_lite.server.metrics import ServerMetrics
+from sglang_lite.server.serving_options import ServingOptions
 
 # Reachable without the API key (probes and scrapers), as in vLLM and SGLang.
 _OPEN_PATHS = frozenset({"/health", "/metrics"})
@@ -20,11 +25,18 @@ _OPEN_PATHS = frozenset({"/health", "/metrics"})
 _ADMISSION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate", "/health_generate"})
 
 
-def create_app(engine, served_model_name: str | None = None, api_key: str | None = None) -> FastAPI:
+def create_app(engine, served_model_name: str | Sequence[str] | None = None, api_key: str | None = None,
+               serving_options: ServingOptions | None = None) -> FastAPI:
+    """``served_model_name``: one name or several (vLLM); requests may use any, responses
+    and metrics carry the first unless the request named another."""
     app = FastAPI(title="sglang-lite", docs_url=None, redoc_url=None, openapi_url=None)
     state = app.state
     state.engine = engine
-    state.served_model_name = served_model_name or engine.source.name
+    names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name or [])
+    state.served_model_names = tuple(names) or (engine.source.name,)
+    state.served_model_name = state.served_model_names[0]
+    state.serving_options = options = serving_options or ServingOptions()
+    state.request_ids = RequestIds()
     state.api_key = api_key
     state.metrics = ServerMetrics(state.served_model_name)
     state.draining = False
@@ -33,9 +45,16 @@ def create_app(engine, served_model_name: str | None = None, api_key: str | None
     state.engine_alive = lambda: _engine_alive(engine)
     install_error_handlers(app)
     app.add_exception_handler(ClientGone, _client_gone)
+    app.include_router(tokenize_api.router)
+    app.include_router(abort_api.router)
     app.include_router(openai_api.router)
     app.include_router(native_api.router)
     app.add_middleware(_Gate, state=state)
+    if options.allowed_origins:  # outside the gate: preflights carry no API key
+        app.add_middleware(CORSMiddleware, allow_origins=list(options.allowed_origins),
+                           allow_methods=list(options.allowed_methods),
+                           allow_headers=list(options.allowed_headers),
+                           allow_credentials=options.allow_credentials)
     return app
 
 

@@ -27,6 +27,8 @@ class Job:
     sampling_params: dict[str, Any]
     index: int = 0  # choice index in the response
     prompt_index: int = 0
+    rid: str | None = None  # the engine request's id (a client's rid), else the engine picks
+    priority: int | None = None
 
 
 @dataclass(slots=True)
@@ -63,6 +65,7 @@ class StreamGroup:
         self._primed: list[dict] = []
         self._waiter: asyncio.Task | None = None
         self._closed = False
+        self.on_close: list = []  # callables run once the group is closed
 
     @classmethod
     async def open(cls, state, request, jobs: list[Job], return_logprob: bool = False,
@@ -76,6 +79,7 @@ class StreamGroup:
                 agens.append(await engine.async_generate(
                     input_ids=job.input_ids, sampling_params=job.sampling_params,
                     return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, stream=True,
+                    rid=job.rid, priority=job.priority,
                     **({"logprob_start_len": logprob_start_len} if logprob_start_len is not None else {})))
                 if len(agens) == 1 and _constrained(job.sampling_params):
                     state.metrics.on_grammar_compile(time.monotonic() - start)
@@ -214,6 +218,8 @@ class StreamGroup:
                     pass
                 if not out.finished:
                     self._end(out, aborted=True)
+            for callback in self.on_close:
+                callback()
 
 
 async def _wait_all_or_error(tasks: list[asyncio.Future], waiter: asyncio.Future) -> None:

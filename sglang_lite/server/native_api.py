@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from sglang_lite.server.abort_api import open_group, rid_list
 from sglang_lite.server.errors import RETRY_AFTER_SECONDS, APIError, error_response
 from sglang_lite.server.generation import Job, Output, StreamGroup
 
@@ -34,7 +35,7 @@ def _prompts(state, body) -> tuple[list[list[int]], bool]:
     return [list(ids)], True
 
 
-def _jobs(prompts: list[list[int]], sampling_params) -> list[Job]:
+def _jobs(prompts: list[list[int]], sampling_params, defaults=None, priority: int | None = None) -> list[Job]:
     if isinstance(sampling_params, list):
         if len(sampling_params) != len(prompts):
             raise APIError(400, "sampling_params: a list must have one entry per prompt",
@@ -44,14 +45,18 @@ def _jobs(prompts: list[list[int]], sampling_params) -> list[Job]:
         per_prompt = [sampling_params or {}] * len(prompts)
     jobs = []
     for p, (ids, params) in enumerate(zip(prompts, per_prompt)):
-        params = dict(params)
+        if not isinstance(params, dict):
+            raise APIError(400, "sampling_params: must be an object", param="sampling_params")
+        params = defaults.with_defaults(params, set(params)) if defaults is not None else dict(params)
+        if defaults is not None and defaults.default_max_new_tokens and "max_new_tokens" not in params:
+            params["max_new_tokens"] = defaults.default_max_new_tokens
         n = params.pop("n", 1)
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 128:
             raise APIError(400, f"n: must be an integer in [1, 128], got {n!r}", param="n")
         seed = params.get("seed")
         for j in range(n):
             choice = dict(params, seed=seed + j) if isinstance(seed, int) and n > 1 else params
-            jobs.append(Job(ids, choice, index=len(jobs), prompt_index=p))
+            jobs.append(Job(ids, choice, index=len(jobs), prompt_index=p, priority=priority))
     return jobs
 
 
@@ -83,8 +88,9 @@ async def generate(request: Request):
         raise APIError(400, f"body: invalid JSON: {e}") from e
     state = request.app.state
     prompts, single = _prompts(state, body)
-    jobs = _jobs(prompts, body.sampling_params)
-    group = await StreamGroup.open(state, request, jobs, return_logprob=body.return_logprob,
+    rids = rid_list(body.rid, len(prompts), single)
+    jobs = _jobs(prompts, body.sampling_params, state.serving_options, body.priority)
+    group = await open_group(state, request, jobs, rids, return_logprob=body.return_logprob,
                                    top_logprobs_num=body.top_logprobs_num, openai_names=False,
                                    logprob_start_len=body.logprob_start_len
                                    if body.return_logprob and body.logprob_start_len >= 0 else None)
