@@ -9,8 +9,10 @@ from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
 
 from sglang_lite.server.abort_api import open_group, rid_list
 from sglang_lite.server.errors import RETRY_AFTER_SECONDS, APIError, error_response
@@ -86,6 +88,8 @@ async def generate(request: Request):
         body = GenerateRequest.model_validate(await request.json())
     except json.JSONDecodeError as e:
         raise APIError(400, f"body: invalid JSON: {e}") from e
+    except ValidationError as e:  # a 400 naming the field, as on the OpenAI routes
+        raise RequestValidationError(e.errors()) from e
     state = request.app.state
     prompts, single = _prompts(state, body)
     rids = rid_list(body.rid, len(prompts), single)
