@@ -15,6 +15,7 @@ from sglang_lite.server.abort_api import open_group, rid_list
 from sglang_lite.server.errors import APIError
 from sglang_lite.server.generation import Job, Output, StreamGroup
 from sglang_lite.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingFields
+from sglang_lite.server.serving_options import template_kwargs
 from sglang_lite.server.tools import (
     ToolPlan,
     history_message,
@@ -295,7 +296,11 @@ def _chat_prompt(state, body: ChatCompletionRequest, plan: ToolPlan) -> list[int
         role = "system" if m.role == "developer" else m.role
         messages.append(history_message(role, content, m.tool_calls, m.tool_call_id, has_tools))
     messages, extra = render_tools_prompt(messages, plan, has_tools)
-    extra = {**(body.chat_template_kwargs or {}), **extra}
+    try:
+        extra = {**template_kwargs(body.chat_template_kwargs), **extra}
+    except ValueError as e:
+        param = str(e).partition(":")[0]
+        raise APIError(400, str(e), param=param) from e
     if override:
         extra["chat_template"] = override
     try:

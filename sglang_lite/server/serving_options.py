@@ -37,6 +37,23 @@ class ServingOptions:
         return self.generation_defaults.get("max_new_tokens")
 
 
+# apply_chat_template's own parameters: a request's chat_template_kwargs may not set them
+# (a template from the client, or token ids instead of text).
+_RESERVED_TEMPLATE_KWARGS = frozenset({
+    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors",
+    "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"})
+
+
+def template_kwargs(kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """A request's ``chat_template_kwargs`` (variables for the template, e.g.
+    ``enable_thinking``); ValueError naming a reserved key."""
+    for key in kwargs or {}:
+        if key in _RESERVED_TEMPLATE_KWARGS:
+            raise ValueError(f"chat_template_kwargs.{key}: reserved; not settable per request")
+    return dict(kwargs or {})
+
+
 def load_chat_template(value: str | None) -> str | None:
     """A template file's text, or ``value`` itself when it is inline jinja; ValueError
     naming ``chat_template`` otherwise, or when the template does not parse."""

@@ -19,7 +19,7 @@ from sglang_lite.server.serving_options import (
 )
 from tests.server.conftest import LiveServer
 
-TEMPLATE = ("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+TEMPLATE = ("{% if greeting %}{{ greeting }} {% endif %}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
             "{% if add_generation_prompt %}[assistant] {% endif %}")
 ORIGIN = "http://app.example"
 
@@ -134,3 +134,71 @@ def test_flags(tmp_path):
     flags = parse_args(["--enable-priority-scheduling", "--priority-scheduling-preemption-threshold", "3"])
     assert flags.engine_options == {"enable_priority_scheduling": True,
                                     "priority_scheduling_preemption_threshold": 3}
+
+
+def test_chat_template_kwargs_reach_the_template_and_reserved_keys_are_400s(custom, cclient, engine):
+    messages = [{"role": "user", "content": "Hi"}]
+    extra = {"messages": messages, "chat_template_kwargs": {"greeting": "Hello"}}
+    tok = httpx.post(custom.base_url + "/tokenize", json=extra).json()
+    assert engine.tokenizer.decode(tok["tokens"]) == "Hello [user] Hi\n[assistant] "
+    chat = cclient.chat.completions.create(model="first-name", messages=messages, max_tokens=1,
+                                           extra_body={"chat_template_kwargs": {"greeting": "Hello"}})
+    assert chat.usage.prompt_tokens == tok["count"]
+    for key in ("chat_template", "tokenize"):
+        with pytest.raises(openai.BadRequestError) as e:
+            cclient.chat.completions.create(model="first-name", messages=messages, max_tokens=1,
+                                            extra_body={"chat_template_kwargs": {key: "x"}})
+        assert e.value.body["param"] == f"chat_template_kwargs.{key}"
+
+
+def test_serve_command_wires_the_flags(tmp_path):
+    """`python -m sglang_lite.server` with the new flags, in a subprocess."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.server.conftest import free_port
+
+    port = free_port()
+    (tmp_path / "generation_config.json").write_text(json.dumps({"max_new_tokens": 3, "temperature": 0}))
+    cmd = [sys.executable, "-m", "sglang_lite.server", "--port", str(port), "--log-level", "warning",
+           "--dtype", "float32", "--kv-cache-memory", "32MiB", "--served-model-name", "m1", "m2",
+           "--chat-template", TEMPLATE, "--allowed-origins", f'["{ORIGIN}"]',
+           "--generation-config", str(tmp_path), "--scheduling-policy", "priority"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
+            time.sleep(0.2)
+        models = httpx.get(base + "/v1/models", headers={"Origin": ORIGIN})
+        assert [m["id"] for m in models.json()["data"]] == ["m1", "m2"]
+        assert models.headers["access-control-allow-origin"] == ORIGIN
+        tok = httpx.post(base + "/tokenize", json={"messages": [{"role": "user", "content": "Yo"}]}).json()
+        detok = httpx.post(base + "/detokenize", json={"tokens": tok["tokens"]}).json()
+        assert detok["text"] == "[user] Yo\n[assistant] "
+        chat = httpx.post(base + "/v1/chat/completions", timeout=60, json={
+            "model": "m2", "messages": [{"role": "user", "content": "Yo"}], "ignore_eos": True}).json()
+        assert chat["model"] == "m2" and chat["usage"]["completion_tokens"] == 3
+        info = httpx.get(base + "/get_server_info").json()
+        assert info["enable_priority_scheduling"] and info["schedule_low_priority_values_first"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_serve_command_rejects_a_bad_template():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "sglang_lite.server", "--chat-template", "no-such-file.jinja"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "chat_template" in r.stderr
