@@ -154,6 +154,8 @@ class Engine:
             self.scheduler.add_request(item[1])
         elif kind == "abort":
             self.scheduler.abort(item[1])
+        elif kind == "abort_all":
+            self.scheduler.abort_all("aborted by client")
         elif kind == "call":
             _, fn, box, done = item
             try:
@@ -332,6 +334,10 @@ class Engine:
 
     def abort(self, rid: str) -> None:
         self._inbox.put(("abort", rid))
+
+    def abort_all(self) -> None:
+        """Abort every request submitted so far, waiting or running."""
+        self._inbox.put(("abort_all",))
 
     def flush_cache(self) -> bool:
         """Drop every cached prefix not in use; False if requests are running."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -214,27 +215,39 @@ class Scheduler:
         """Retract running requests that the most urgent waiting one outranks (by more than
         the threshold), lowest rank first, until it could be admitted this step: its first
         chunk's pages, the running requests' next tokens and their reserve fit, and a
-        running slot is free."""
+        running slot is free. Nothing is retracted unless retracting all of those would be
+        enough (preempting for a request that still cannot start would only thrash)."""
         rule = self.priority
         top = min(self.waiting, key=lambda r: (-rule.rank(r), r.arrival_time))
-        while not self._could_admit(top):
-            victims = [r for r in self.running if rule.may_preempt(top, r)]
-            if not victims:
-                return
-            victim = rule.victim(victims)
+        if self._could_admit(top):
+            return
+        victims = sorted((r for r in self.running if rule.may_preempt(top, r)),
+                         key=lambda r: (rule.rank(r), -r.arrival_time))
+        if not victims or not self._could_admit(top, without=victims):
+            return
+        for victim in victims:
             log.debug("preempting %s (priority %d) for %s (priority %d)",
                       victim.rid, victim.priority, top.rid, top.priority)
             self._retract(victim)
+            if self._could_admit(top):
+                return
 
-    def _could_admit(self, req: Req) -> bool:
-        if len(self.running) >= self.config.max_running_requests or self.cache.req_pool.num_free_rows == 0:
+    def _could_admit(self, req: Req, without: Sequence[Req] = ()) -> bool:
+        """Whether ``req`` fits next to the running requests, ``without`` some of them (their
+        pages counted as available again)."""
+        gone = {id(r) for r in without}
+        running = [r for r in self.running if id(r) not in gone]
+        free_rows = self.cache.req_pool.num_free_rows + len(without)
+        if len(running) >= self.config.max_running_requests or free_rows == 0:
             return False
+        page, chunk = self.cache.page_size, self.config.chunked_prefill_size
         cached = self.cache.prefix_len(req.fill_ids)
-        first_chunk = min(req.seq_len - cached, self.config.chunked_prefill_size)
-        need = -(-(cached + first_chunk) // self.cache.page_size) - cached // self.cache.page_size
-        decode = sum(self.cache.pages_needed(r, max(r.extend_len, 1)) for r in self.running)
-        reserve = -(-int(self._reserved_tokens()) // self.cache.page_size)
-        return need + decode + reserve <= self.cache.available_pages
+        first_chunk = min(req.seq_len - cached, chunk)
+        need = -(-(cached + first_chunk) // page) - cached // page
+        decode = sum(self.cache.pages_needed(r, min(max(r.extend_len, 1), chunk)) for r in running)
+        reserve = -(-int(sum(r.remaining_new_tokens for r in running) * self.new_token_ratio) // page)
+        available = self.cache.available_pages + sum(len(r.pages) for r in without)
+        return need + decode + reserve <= available
 
     def _retract(self, req: Req) -> None:
         log.debug("retracting %s at %d tokens", req.rid, req.seq_len)

@@ -52,20 +52,27 @@ class RequestIds:
         return True
 
     def abort_all(self, engine) -> int:
-        return sum(self.abort(engine, rid) for rid in list(self.entries))
+        """Abort every request of the engine (SGLang's ``abort_all``), named or not; returns
+        how many named ones there were."""
+        named = sum(self.abort(engine, rid) for rid in list(self.entries))
+        engine.abort_all()
+        return named
 
 
-def assign_rids(jobs: list[Job], rids: list[str] | None) -> None:
+def assign_rids(jobs: list[Job], rids: list[str] | None) -> dict[str, list[str]]:
     """Give each job its engine rid: a prompt's rid as is when it has one choice, else
-    ``{rid}-{choice}``. ``rids``: one per prompt."""
+    ``{rid}-{choice}``. ``rids``: one per prompt. Returns rid -> its engine rids."""
     if rids is None:
-        return
+        return {}
     per_prompt: dict[int, list[Job]] = {}
     for job in jobs:
         per_prompt.setdefault(job.prompt_index, []).append(job)
+    out: dict[str, list[str]] = {}
     for p, group in per_prompt.items():
         for j, job in enumerate(group):
             job.rid = rids[p] if len(group) == 1 else f"{rids[p]}-{j}"
+            out.setdefault(rids[p], []).append(job.rid)
+    return out
 
 
 def rid_list(rid: str | list[str] | None, num_prompts: int, single: bool) -> list[str] | None:
@@ -88,13 +95,12 @@ async def open_group(state, request, jobs: list[Job], rids: list[str] | None = N
     """``StreamGroup.open`` for jobs that may carry client rids: registered before they are
     submitted (an abort that arrives meanwhile still ends them), released when the group
     closes."""
-    assign_rids(jobs, rids)
+    engine_rids = assign_rids(jobs, rids)
     registry: RequestIds = state.request_ids
     held: list[tuple[str, _Entry]] = []
     try:
-        for rid in rids or []:
-            engine_rids = [j.rid for j in jobs if j.rid == rid or j.rid.startswith(rid + "-")]
-            held.append((rid, registry.reserve(rid, engine_rids)))
+        for rid, ids in engine_rids.items():
+            held.append((rid, registry.reserve(rid, ids)))
         group = await StreamGroup.open(state, request, jobs, **options)
     except BaseException:
         for rid, entry in held:

@@ -78,6 +78,8 @@ def test_abort_of_a_waiting_request_and_abort_all(server, http, engine):
     rids = [f"w{i}-{uuid.uuid4().hex}" for i in range(cap + 2)]
     threads = [_in_thread(lambda r=r: httpx.post(server.base_url + "/generate", timeout=120, json={
         "text": "Count slowly:", "rid": r, "sampling_params": LONG}).json()) for r in rids]
+    threads.insert(0, _in_thread(lambda: httpx.post(server.base_url + "/generate", timeout=120, json={
+        "text": "No rid here:", "sampling_params": LONG}).json()))  # abort_all ends it too
     _wait_running(http)
     deadline = time.monotonic() + 60
     while server_info(http)["num_queue_reqs"] < 1:  # more than fit: some wait

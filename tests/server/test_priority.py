@@ -92,6 +92,24 @@ def test_higher_priority_preempts_when_memory_is_short(prio_server, phttp):
     assert_no_leaked_pages(phttp)
 
 
+def test_no_preemption_that_would_not_let_the_request_start(prio_server, phttp):
+    """The memory is held by a request that outranks the newcomer: retracting the low one
+    would not make room, so it keeps running (no thrashing)."""
+    done: list = []
+    base = prio_server.base_url
+    top = _submit(base, done, "The history of the city, told year by year: " * 12, 60, 100)
+    low = _submit(base, done, "Hi", 30, 0)
+    _wait(phttp, "num_running_reqs", 2)
+    mid = _submit(base, done, "A different long text about rivers and seas. " * 12, 4, 50)
+    for t in (top, low, mid):
+        t.join(120)
+    results = {p: r for p, _, r in done}
+    assert results[0]["meta_info"]["num_retractions"] == 0
+    assert results[0]["meta_info"]["completion_tokens"] == 30
+    assert results[50]["meta_info"]["completion_tokens"] == 4
+    assert_no_leaked_pages(phttp)
+
+
 def test_priority_must_be_an_integer(phttp):
     r = phttp.post("/generate", json={"text": "x", "priority": "high", "sampling_params": {"max_new_tokens": 1}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "priority"
