@@ -73,6 +73,8 @@ def _compile(compiler: GrammarCompiler, info: TokenizerInfo, kind: str, spec: st
             grammar = compiler.compile_json_schema(spec)
         elif kind == "ebnf":
             grammar = compiler.compile_ebnf(spec)
+        elif kind == "choices":
+            grammar = compiler.compile_choices(spec)
         else:
             raise ConstraintError(f"unknown constraint kind {kind!r}")
         return "ok", dumps_grammar(grammar, info)

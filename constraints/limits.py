@@ -33,13 +33,23 @@ _EBNF_RULE = re.compile(r"^\s*[?!]?[A-Za-z_][\w.]*(?:\.\d+)?\s*(?::|::=)", re.MU
 
 
 def check_spec(kind: str, spec: str, limits: ConstraintLimits) -> None:
-    """Every size limit of a ``kind`` (regex | json_schema | ebnf) spec."""
+    """Every size limit of a ``kind`` (regex | json_schema | ebnf | choices) spec."""
     if kind == "regex":
         check_regex(spec, limits)
     elif kind == "json_schema":
         check_json_schema(spec, limits)
     elif kind == "ebnf":
         check_ebnf(spec, limits)
+    elif kind == "choices":
+        check_choices(spec, limits)
+
+
+def check_choices(choices: list[str], limits: ConstraintLimits) -> None:
+    """A choices list counts as one enum, and its strings as a spec's text."""
+    if len(choices) > limits.max_enum_values:
+        raise ConstraintLimitError(f"choices has {len(choices)} strings; the limit is "
+                                   f"{limits.max_enum_values} (max_enum_values)", "max_enum_values")
+    check_spec_bytes("choices", "".join(choices), limits)
 
 
 def check_spec_bytes(kind: str, spec: str, limits: ConstraintLimits) -> None:

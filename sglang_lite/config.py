@@ -54,6 +54,13 @@ class EngineConfig:
     max_queue_size: int = 4096  # waiting requests beyond this are refused
     disable_radix_cache: bool = False
     schedule_policy: str = "lpm"  # lpm (longest prefix match) or fcfs
+    # Priority scheduling (SGLang's flags): requests' `priority` orders the queue, picks the
+    # requests retracted when KV memory is short, and lets a waiting request preempt running
+    # ones whose priority is lower by more than the threshold. Higher values first unless
+    # schedule_low_priority_values_first (vLLM's convention).
+    enable_priority_scheduling: bool = False
+    schedule_low_priority_values_first: bool = False
+    priority_scheduling_preemption_threshold: int = 10
     new_token_ratio: float = 0.4  # share of remaining decode tokens reserved at admission
     enable_jump_forward: bool = True
     # Fill a step's grammar bitmasks in a worker thread while the model runs.
@@ -118,6 +125,8 @@ class EngineConfig:
             raise ValueError("grammar_compile_timeout: must be > 0")
         if not 0 < self.mem_fraction_static < 1:
             raise ValueError("mem_fraction_static: must be in (0, 1)")
+        if self.priority_scheduling_preemption_threshold < 0:
+            raise ValueError("priority_scheduling_preemption_threshold: must be >= 0")
         if self.schedule_policy not in ("lpm", "fcfs"):
             raise ValueError("schedule_policy: must be 'lpm' or 'fcfs'")
         parse_size(self.kv_cache_memory)

@@ -59,11 +59,14 @@ class Engine:
         runner = ModelRunner(self.model, backend, self.req_pool, cfg.torch_device,
                              cuda_graph_max_bs=cfg.cuda_graph_batch_limit)
         radix, policy = self._build_radix()
+        if radix is None and cfg.enable_priority_scheduling:
+            policy = self._schedule_policy()  # priority ordering needs no prefix cache
         self.cache = KVCacheManager(self.kv_pool, self.req_pool, radix)
         self.scheduler = Scheduler(
             cfg, runner, self.cache, Sampler(self.model_config.vocab_size, self.eos_token_ids),
             OutputProcessor(self.tokenizer, self.eos_token_ids, cfg.stream_interval),
             self.context_length, policy=policy, grammar_backend=self._build_grammar_backend(),
+            priority=self._priority_rule(),
         )
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._in_flight = 0
@@ -102,12 +105,24 @@ class Engine:
             from sglang_lite.mem.radix_cache import RadixCache
         except ImportError:  # pragma: no cover - during bring-up
             return None, None
-        policy = None
-        if self.config.schedule_policy == "lpm":
-            from sglang_lite.scheduler.policy import order_waiting
+        return RadixCache(self.kv_pool.allocator, self.config.page_size), self._schedule_policy()
 
-            policy = order_waiting
-        return RadixCache(self.kv_pool.allocator, self.config.page_size), policy
+    def _schedule_policy(self):
+        from sglang_lite.scheduler.policy import SchedulePolicy
+
+        cfg = self.config
+        if cfg.schedule_policy != "lpm" and not cfg.enable_priority_scheduling:
+            return None  # plain FCFS: the queue's own order
+        return SchedulePolicy(use_prefix=cfg.schedule_policy == "lpm", priority=self._priority_rule())
+
+    def _priority_rule(self):
+        from sglang_lite.scheduler.policy import PriorityRule
+
+        cfg = self.config
+        if not cfg.enable_priority_scheduling:
+            return None
+        return PriorityRule(cfg.schedule_low_priority_values_first,
+                            cfg.priority_scheduling_preemption_threshold)
 
     def _build_grammar_backend(self):
         if self.tokenizer is None:
@@ -144,6 +159,8 @@ class Engine:
             self.scheduler.add_request(item[1])
         elif kind == "abort":
             self.scheduler.abort(item[1])
+        elif kind == "abort_all":
+            self.scheduler.abort_all("aborted by client")
         elif kind == "call":
             _, fn, box, done = item
             try:
@@ -192,7 +209,7 @@ class Engine:
 
     def _make_reqs(self, prompt, input_ids, sampling_params, return_logprob, top_logprobs_num,
                    stream, rid, logprob_start_len=None, cancel: threading.Event | None = None,
-                   cache_salt: str | None = None) -> tuple[list[tuple[Req, list]], bool]:
+                   cache_salt: str | None = None, priority=None) -> tuple[list[tuple[Req, list]], bool]:
         """Validate everything first, so one bad item leaves nothing submitted."""
         single = not (isinstance(prompt, list) or (input_ids and isinstance(input_ids[0], list)))
         if prompt is None and input_ids is None:
@@ -212,6 +229,10 @@ class Engine:
             raise ValueError("sampling_params: a list must have one entry per prompt")
         if not isinstance(top_logprobs_num, int) or top_logprobs_num < 0 or top_logprobs_num > 20:
             raise ValueError("top_logprobs_num: must be an integer in [0, 20]")
+        if priority is None:
+            priority = 0
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ValueError(f"priority: must be an integer, got {priority!r}")
         out = []
         for ids, sp in zip(id_lists, params_list):
             params = SamplingParams.from_dict(sp)
@@ -225,7 +246,7 @@ class Engine:
                           return_logprob=return_logprob,
                           top_logprobs_num=top_logprobs_num if return_logprob else 0, stream=stream,
                           logprob_start_len=_input_logprob_start(return_logprob, logprob_start_len, ids),
-                          cache_salt=_check_salt(cache_salt))
+                          cache_salt=_check_salt(cache_salt), priority=priority)
                 out.append((req, ids))
         return out, single and out[0][0].sampling.n == 1
 
@@ -269,13 +290,15 @@ class Engine:
     # ---- public API -------------------------------------------------------------------------
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob: bool = False,
                  top_logprobs_num: int = 0, stream: bool = False, rid: str | None = None,
-                 logprob_start_len: int | None = None, cache_salt: str | None = None):
+                 logprob_start_len: int | None = None, cache_salt: str | None = None,
+                 priority: int | None = None):
         """A dict for one prompt (n == 1), else a list of dicts; an iterator of chunks if stream.
         With return_logprob and logprob_start_len=k, prompt tokens from k on get
-        ``input_token_logprobs`` (the first prompt token's is None)."""
+        ``input_token_logprobs`` (the first prompt token's is None). ``priority`` matters
+        with ``enable_priority_scheduling``."""
         reqs, single = self._make_reqs(prompt, input_ids, sampling_params, return_logprob,
                                        top_logprobs_num, stream, rid, logprob_start_len,
-                                       cache_salt=cache_salt)
+                                       cache_salt=cache_salt, priority=priority)
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream: streaming takes a single prompt with n == 1")
@@ -301,7 +324,8 @@ class Engine:
     async def async_generate(self, prompt=None, sampling_params=None, input_ids=None,
                              return_logprob: bool = False, top_logprobs_num: int = 0,
                              stream: bool = False, rid: str | None = None,
-                             logprob_start_len: int | None = None, cache_salt: str | None = None):
+                             logprob_start_len: int | None = None, cache_salt: str | None = None,
+                             priority: int | None = None):
         """Awaitable result, or (stream=True) an async iterator of chunks. Tokenizing and
         grammar compilation run in a worker thread, off the event loop."""
         loop = asyncio.get_running_loop()
@@ -309,7 +333,7 @@ class Engine:
         try:
             reqs, single = await loop.run_in_executor(
                 None, self._make_reqs, prompt, input_ids, sampling_params, return_logprob,
-                top_logprobs_num, stream, rid, logprob_start_len, cancel, cache_salt)
+                top_logprobs_num, stream, rid, logprob_start_len, cancel, cache_salt, priority)
         except asyncio.CancelledError:
             cancel.set()
             raise
@@ -337,6 +361,10 @@ class Engine:
 
     def abort(self, rid: str) -> None:
         self._inbox.put(("abort", rid))
+
+    def abort_all(self) -> None:
+        """Abort every request submitted so far, waiting or running."""
+        self._inbox.put(("abort_all",))
 
     def flush_cache(self) -> bool:
         """Drop every cached prefix not in use; False if requests are running."""

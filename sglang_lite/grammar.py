@@ -66,6 +66,8 @@ class GrammarBackend:
                 grammar = self.compiler.compile_regex(spec)
             elif kind == "json_schema":
                 grammar = self.compiler.compile_json_schema(spec)
+            elif kind == "choices":
+                grammar = self.compiler.compile_choices(spec)
             else:
                 grammar = self.compiler.compile_ebnf(spec)
         except ConstraintError as e:

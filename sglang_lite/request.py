@@ -29,6 +29,7 @@ class Req:
     stream: bool = False
     logprob_start_len: int | None = None  # prompt positions from here get input logprobs
     cache_salt: str | None = None  # prefix-cache namespace: only equal salts share prefixes
+    priority: int = 0  # as the client sent it; the scheduler's PriorityRule ranks it
     arrival_time: float = field(default_factory=time.monotonic)
 
     output_ids: list[int] = field(default_factory=list)

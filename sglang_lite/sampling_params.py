@@ -33,6 +33,8 @@ class SamplingParams:
     # The constraint applies after a <think> block: "optional" (the output may open one) or
     # "open" (the prompt opened it; the output closes it first).
     reasoning_prefix: str | None = None
+    choices: list[str] | None = None  # the output is exactly one of these strings
+    stop_regex: list[str] = field(default_factory=list)  # stop where one of these matches
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
@@ -48,6 +50,10 @@ class SamplingParams:
             d.pop("stop", None)
         if d.get("stop_token_ids") is None:
             d.pop("stop_token_ids", None)
+        if isinstance(d.get("stop_regex"), str):
+            d["stop_regex"] = [d["stop_regex"]]
+        if d.get("stop_regex") is None:
+            d.pop("stop_regex", None)
         if isinstance(d.get("logit_bias"), dict):  # OpenAI sends token ids as JSON object keys
             d["logit_bias"] = {_token_id_key(k): v for k, v in d["logit_bias"].items()}
         if isinstance(d.get("json_schema"), dict):
@@ -90,11 +96,14 @@ class SamplingParams:
                 if not isinstance(bias, (int, float)) or isinstance(bias, bool) or not -100 <= bias <= 100:
                     raise ValueError(f"logit_bias: the bias of token {token} must be a number in "
                                      f"[-100, 100], got {bias!r}")
-        constraints = [k for k in ("regex", "json_schema", "ebnf") if getattr(self, k) is not None]
+        _check_stop_regex(self.stop_regex)
+        constraints = [k for k in _CONSTRAINT_KINDS if getattr(self, k) is not None]
         if len(constraints) > 1:
-            raise ValueError(f"{constraints[1]}: only one of regex, json_schema, ebnf per request")
+            raise ValueError(f"{constraints[1]}: only one of regex, json_schema, ebnf, choices per request")
         for k in constraints:
-            if not isinstance(getattr(self, k), str):
+            if k == "choices":
+                _check_choices(self.choices)
+            elif not isinstance(getattr(self, k), str):
                 raise ValueError(f"{k}: must be a string")
         if self.reasoning_prefix not in (None, "optional", "open"):
             raise ValueError(f"reasoning_prefix: must be 'optional' or 'open', got {self.reasoning_prefix!r}")
@@ -121,7 +130,8 @@ class SamplingParams:
 
     @property
     def constraint(self) -> tuple[str, str] | None:
-        for kind in ("regex", "json_schema", "ebnf"):
+        """(kind, spec); the spec of ``choices`` is the list of strings."""
+        for kind in _CONSTRAINT_KINDS:
             spec = getattr(self, kind)
             if spec is not None:
                 return kind, spec
@@ -132,6 +142,24 @@ MAX_LOGIT_BIAS = 1024
 MAX_STOP_TOKEN_IDS = 1024
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1  # seeds become int64 tensors
+MAX_STOP_REGEX = 16
+_CONSTRAINT_KINDS = ("regex", "json_schema", "ebnf", "choices")
+
+
+def _check_choices(choices: Any) -> None:
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, str) and c for c in choices):
+        raise ValueError("choices: must be a non-empty list of non-empty strings")
+
+
+def _check_stop_regex(patterns: Any) -> None:
+    if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+        raise ValueError("stop_regex: must be a non-empty string or a list of non-empty strings")
+    if len(patterns) > MAX_STOP_REGEX:
+        raise ValueError(f"stop_regex: at most {MAX_STOP_REGEX} patterns")
+    from sglang_lite.stop_regex import compile_stop_regex
+
+    for p in patterns:
+        compile_stop_regex(p)
 
 
 def _token_id_key(key: Any) -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 
 from sglang_lite.detokenizer import IncrementalDetokenizer
 from sglang_lite.request import Req
+from sglang_lite.stop_regex import first_match, hold_from
 
 
 class OutputProcessor:
@@ -37,7 +38,7 @@ class OutputProcessor:
         in one step; a request with stop strings takes them one at a time (a stop string may
         end inside the run, and its text decides where)."""
         lps, tops = logprobs if logprobs is not None else (None, None)
-        if req.sampling.stop and self.tokenizer is not None:
+        if (req.sampling.stop or req.sampling.stop_regex) and self.tokenizer is not None:
             for n, token in enumerate(tokens, 1):
                 reason = self.append_token(req, token, lps[n - 1] if lps else None,
                                            tops[n - 1] if tops else None, context_length)
@@ -87,17 +88,22 @@ class OutputProcessor:
         req.text += req.detok.step(ids)
 
     def _find_stop_string(self, req: Req) -> str | None:
-        stops = req.sampling.stop
-        if not stops or self.tokenizer is None:
+        stops, patterns = req.sampling.stop, req.sampling.stop_regex
+        if not (stops or patterns) or self.tokenizer is None:
             return None
-        # Only the tail can contain a new match: the last token added at most a few chars.
-        window = max(len(s) for s in stops) + 16
-        start = max(len(req.text) - window, 0)
         best: tuple[int, str] | None = None
-        for s in stops:
-            idx = req.text.find(s, start)
-            if idx != -1 and (best is None or idx < best[0]):
-                best = (idx, s)
+        if stops:
+            # Only the tail can contain a new match: the last token added at most a few chars.
+            window = max(len(s) for s in stops) + 16
+            start = max(len(req.text) - window, 0)
+            for s in stops:
+                idx = req.text.find(s, start)
+                if idx != -1 and (best is None or idx < best[0]):
+                    best = (idx, s)
+        if patterns:  # a regex match may span any length: search from what is not yet sent
+            found = first_match(patterns, req.text, req.emitted_chars)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
         if best is None:
             return None
         if not req.sampling.no_stop_trim:
@@ -129,6 +135,8 @@ class OutputProcessor:
         if not final and req.sampling.stop:
             # Hold back what could still become a stop string, so it is never streamed.
             text_end = max(req.emitted_chars, text_end - (max(len(s) for s in req.sampling.stop) - 1))
+        if not final and req.sampling.stop_regex:
+            text_end = min(text_end, hold_from(req.sampling.stop_regex, req.text, req.emitted_chars))
         chunk: dict[str, Any] = {
             "text": req.text[req.emitted_chars : text_end],
             "output_ids": req.output_ids[req.emitted_ids :],

@@ -4,7 +4,9 @@ forward pass for all of them, samples, and streams outputs.
 
 A step is a mixed batch: running requests contribute one token each, prefills contribute
 up to ``chunked_prefill_size`` tokens, so a long prompt never stalls the others' decoding.
-When KV memory runs out, the youngest requests are retracted and recomputed later.
+When KV memory runs out, the youngest requests are retracted and recomputed later (with
+priority scheduling: the lowest-priority ones, and a waiting request that outranks running
+ones enough preempts them when it cannot otherwise be admitted).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -21,6 +24,7 @@ from sglang_lite.request import Req, ReqStatus
 from sglang_lite.sampler import Sampler
 from sglang_lite.scheduler.cache import KVCacheManager
 from sglang_lite.scheduler.output import OutputProcessor
+from sglang_lite.scheduler.policy import PriorityRule
 from sglang_lite.scheduler.step_guard import StepGuard
 
 log = logging.getLogger(__name__)
@@ -48,7 +52,7 @@ class SchedulerStats:
 class Scheduler:
     def __init__(self, config: EngineConfig, runner: ModelRunner, cache: KVCacheManager,
                  sampler: Sampler, outputs: OutputProcessor, context_length: int, policy=None,
-                 grammar_backend=None):
+                 grammar_backend=None, priority: PriorityRule | None = None):
         self.config = config
         self.runner = runner
         self.cache = cache
@@ -57,6 +61,7 @@ class Scheduler:
         self.context_length = context_length
         self.policy = policy  # callable(waiting, radix, now) -> ordered list, or None for FCFS
         self.grammar_backend = grammar_backend
+        self.priority = priority  # None: priorities are ignored
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []  # holds KV; includes the request being chunk-prefilled
         self.chunked: Req | None = None
@@ -197,6 +202,8 @@ class Scheduler:
         self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002 * steps)
 
     def _schedule(self) -> ScheduledBatch | None:
+        if self.priority is not None and self.waiting and self.running:
+            self._preempt_for_priority()
         decode = self._make_room_for_decode([r for r in self.running if r is not self.chunked])
         # A running request computes its last sampled token, plus any jump-forward tokens.
         decode_lens = [r.extend_len for r in decode]
@@ -215,11 +222,52 @@ class Scheduler:
         returns the requests that stay."""
         need = sum(self.cache.pages_needed(r, r.extend_len) for r in decode)
         while need > self.cache.available_pages and decode:
-            victim = max(decode, key=lambda r: r.arrival_time)  # the youngest
+            if self.priority is not None:
+                victim = self.priority.victim(decode)
+            else:
+                victim = max(decode, key=lambda r: r.arrival_time)  # the youngest
             decode.remove(victim)
             need -= self.cache.pages_needed(victim, victim.extend_len)
             self._retract(victim)
         return decode
+
+    def _preempt_for_priority(self) -> None:
+        """Retract running requests that the most urgent waiting one outranks (by more than
+        the threshold), lowest rank first, until it could be admitted this step: its first
+        chunk's pages, the running requests' next tokens and their reserve fit, and a
+        running slot is free. Nothing is retracted unless retracting all of those would be
+        enough (preempting for a request that still cannot start would only thrash)."""
+        rule = self.priority
+        top = min(self.waiting, key=lambda r: (-rule.rank(r), r.arrival_time))
+        if self._could_admit(top):
+            return
+        victims = sorted((r for r in self.running if rule.may_preempt(top, r)),
+                         key=lambda r: (rule.rank(r), -r.arrival_time))
+        if not victims or not self._could_admit(top, without=victims):
+            return
+        for victim in victims:
+            log.debug("preempting %s (priority %d) for %s (priority %d)",
+                      victim.rid, victim.priority, top.rid, top.priority)
+            self._retract(victim)
+            if self._could_admit(top):
+                return
+
+    def _could_admit(self, req: Req, without: Sequence[Req] = ()) -> bool:
+        """Whether ``req`` fits next to the running requests, ``without`` some of them (their
+        pages counted as available again)."""
+        gone = {id(r) for r in without}
+        running = [r for r in self.running if id(r) not in gone]
+        free_rows = self.cache.req_pool.num_free_rows + len(without)
+        if len(running) >= self.config.max_running_requests or free_rows == 0:
+            return False
+        page, chunk = self.cache.page_size, self.config.chunked_prefill_size
+        cached = self.cache.prefix_len(req.fill_ids)
+        first_chunk = min(req.seq_len - cached, chunk)
+        need = -(-(cached + first_chunk) // page) - cached // page
+        decode = sum(self.cache.pages_needed(r, min(max(r.extend_len, 1), chunk)) for r in running)
+        reserve = -(-int(sum(r.remaining_new_tokens for r in running) * self.new_token_ratio) // page)
+        available = self.cache.available_pages + sum(len(r.pages) for r in without)
+        return need + decode + reserve <= available
 
     def _retract(self, req: Req) -> None:
         log.debug("retracting %s at %d tokens", req.rid, req.seq_len)

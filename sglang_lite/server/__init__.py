@@ -12,6 +12,12 @@ from sglang_lite.server.app import create_app
 from sglang_lite.server.args import ServerArgs, parse_args
 from sglang_lite.server.auth import load_api_keys
 from sglang_lite.server.limits import BodyLimits
+from sglang_lite.server.serving_options import (
+    ServingOptions,
+    load_chat_template,
+    load_generation_defaults,
+    parse_origins,
+)
 from sglang_lite.server.shutdown import DrainingServer
 
 __all__ = ["create_app", "main", "ServerArgs"]
@@ -26,20 +32,17 @@ def main(argv: list[str]) -> int:
 
     try:
         api_keys = load_api_keys(args.api_key, args.api_key_file)
-    except ValueError as e:
-        print(f"sglang-lite serve: {e}", file=sys.stderr)
-        return 2
-    # A server compiles constraints in worker processes unless told otherwise.
-    engine_options = {"grammar_compile_workers": 2, **args.engine_options}
-    try:
-        engine = Engine(args.model, **engine_options)
+        serving = serving_options(args, None)  # bad flags fail before the model loads
+        # A server compiles constraints in worker processes unless told otherwise.
+        engine = Engine(args.model, **{"grammar_compile_workers": 2, **args.engine_options})
+        serving = serving_options(args, engine.source.path)
     except ValueError as e:
         print(f"sglang-lite serve: {e}", file=sys.stderr)
         return 2
     app = create_app(engine, args.served_model_name, api_keys, open_metrics=args.open_metrics,
                      limits=BodyLimits(max_request_bytes=args.max_request_bytes),
                      cache_salt_by=args.cache_salt_by, tool_call_parser=args.tool_call_parser,
-                     reasoning_parser=args.reasoning_parser)
+                     reasoning_parser=args.reasoning_parser, serving_options=serving)
     # Draining is ours (DrainingServer); uvicorn's own grace is for the last bytes.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=5, lifespan="off")
@@ -54,3 +57,16 @@ def main(argv: list[str]) -> int:
     finally:
         engine.shutdown()
     return 0
+
+
+def serving_options(args: ServerArgs, model_path) -> ServingOptions:
+    """The frontend's options from the flags; ``model_path`` (None: not loaded yet) is where
+    ``--generation-config auto`` looks."""
+    return ServingOptions(
+        chat_template=load_chat_template(args.chat_template),
+        generation_defaults=load_generation_defaults(args.generation_config, model_path,
+                                                     args.override_generation_config),
+        allowed_origins=parse_origins(args.allowed_origins),
+        allowed_methods=tuple(args.allowed_methods or ("*",)),
+        allowed_headers=tuple(args.allowed_headers or ("*",)),
+        allow_credentials=args.allow_credentials)

@@ -1,5 +1,6 @@
 """The FastAPI app factory. All server state lives on ``app.state`` (engine, served model
-name, API key, metrics registry, draining flag), so several apps can share a process."""
+names, API key, serving options, metrics registry, client rids, draining flag), so several
+apps can share a process."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import time
 from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 
-from sglang_lite.server import native_api, openai_api
+from sglang_lite.server import abort_api, native_api, openai_api, tokenize_api
+from sglang_lite.server.abort_api import RequestIds
 from sglang_lite.server.auth import authorized
 from sglang_lite.server.errors import RETRY_AFTER_SECONDS, error_response, install_error_handlers
 from sglang_lite.server.generation import ClientGone
@@ -17,6 +20,7 @@ from sglang_lite.server.limits import BodyLimitMiddleware, BodyLimits
 from sglang_lite.server.metrics import ServerMetrics
 from sglang_lite.server.parsers import reasoning_parser as pick_reasoning_parser
 from sglang_lite.server.parsers import select_tool_call_parser
+from sglang_lite.server.serving_options import ServingOptions
 
 # Reachable without an API key: probes and the API's description (/metrics too with
 # open_metrics, for scrapers that carry no key).
@@ -25,15 +29,22 @@ _OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs"})
 _ADMISSION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate", "/health_generate"})
 
 
-def create_app(engine, served_model_name: str | None = None, api_key: str | Sequence[str] | None = None,
-               limits: BodyLimits | None = None, cache_salt_by: str = "none",
-               open_metrics: bool = False, *, tool_call_parser: str | None = None,
-               reasoning_parser: str | None = None) -> FastAPI:
-    """``api_key``: one key or several (any of them is accepted)."""
+def create_app(engine, served_model_name: str | Sequence[str] | None = None,
+               api_key: str | Sequence[str] | None = None, limits: BodyLimits | None = None,
+               cache_salt_by: str = "none", open_metrics: bool = False, *,
+               tool_call_parser: str | None = None, reasoning_parser: str | None = None,
+               serving_options: ServingOptions | None = None) -> FastAPI:
+    """``served_model_name``: one name or several (vLLM); requests may use any, responses
+    and metrics carry the first unless the request named another. ``api_key``: one key or
+    several (any of them is accepted)."""
     app = FastAPI(title="sglang-lite", docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
     state = app.state
     state.engine = engine
-    state.served_model_name = served_model_name or engine.source.name
+    names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name or [])
+    state.served_model_names = tuple(names) or (engine.source.name,)
+    state.served_model_name = state.served_model_names[0]
+    state.serving_options = options = serving_options or ServingOptions()
+    state.request_ids = RequestIds()
     state.api_keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
     state.open_metrics = open_metrics
     state.metrics = ServerMetrics(state.served_model_name)
@@ -47,10 +58,17 @@ def create_app(engine, served_model_name: str | None = None, api_key: str | Sequ
     state.reasoning_parser = pick_reasoning_parser(reasoning_parser)
     install_error_handlers(app)
     app.add_exception_handler(ClientGone, _client_gone)
+    app.include_router(tokenize_api.router)
+    app.include_router(abort_api.router)
     app.include_router(openai_api.router)
     app.include_router(native_api.router)
     app.add_middleware(BodyLimitMiddleware, limits=limits or BodyLimits())
-    app.add_middleware(_Gate, state=state)  # outermost: refuses before any body is read
+    app.add_middleware(_Gate, state=state)  # refuses before any body is read
+    if options.allowed_origins:  # outside the gate: preflights carry no API key
+        app.add_middleware(CORSMiddleware, allow_origins=list(options.allowed_origins),
+                           allow_methods=list(options.allowed_methods),
+                           allow_headers=list(options.allowed_headers),
+                           allow_credentials=options.allow_credentials)
     return app
 
 

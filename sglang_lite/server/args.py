@@ -21,13 +21,20 @@ class ServerArgs:
     api_key: list[str] | None = None
     api_key_file: str | None = None
     open_metrics: bool = False
-    served_model_name: str | None = None
+    served_model_name: list[str] | None = None
     shutdown_timeout: float = 30.0
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     cache_salt_by: str = "none"
     log_level: str = "info"
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    chat_template: str | None = None
+    generation_config: str = "auto"
+    override_generation_config: str | None = None
+    allowed_origins: list[str] | None = None
+    allowed_methods: list[str] | None = None
+    allowed_headers: list[str] | None = None
+    allow_credentials: bool = False
     engine_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -43,7 +50,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key-file", default=None, help="file of API keys, one a line")
     p.add_argument("--open-metrics", action="store_true",
                    help="serve /metrics without an API key (for scrapers)")
-    p.add_argument("--served-model-name", default=None, help="model name clients must use")
+    p.add_argument("--served-model-name", nargs="+", default=None,
+                   help="model name(s) clients may use; responses carry the first (vLLM takes several)")
+    p.add_argument("--chat-template", default=None,
+                   help="chat template: a jinja file or the template itself (default: the tokenizer's)")
+    p.add_argument("--generation-config", default="auto",
+                   help="sampling defaults: 'auto' (the model's generation_config.json), 'vllm' "
+                        "(none), or a directory/file; request fields override them")
+    p.add_argument("--override-generation-config", default=None,
+                   help='JSON object over the generation config, e.g. \'{"temperature": 0.5}\'')
+    p.add_argument("--allowed-origins", nargs="*", default=None,
+                   help="CORS origins (a JSON list or names); CORS is off without this")
+    p.add_argument("--allowed-methods", nargs="*", default=None, help="CORS methods (default: all)")
+    p.add_argument("--allowed-headers", nargs="*", default=None, help="CORS headers (default: all)")
+    p.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
+    p.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default=None,
+                   help="vLLM's flag: 'priority' = --enable-priority-scheduling with lower values "
+                        "first and preemption on any difference")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds running requests get to finish after SIGTERM before they are aborted")
     p.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
@@ -80,5 +103,8 @@ def _add_engine_flag(group, name: str, type_name: str, default: Any) -> None:
 def parse_args(argv: list[str]) -> ServerArgs:
     ns = vars(build_parser().parse_args(argv))
     engine_options = {k.removeprefix("engine__"): v for k, v in ns.items() if k.startswith("engine__")}
+    if ns.pop("scheduling_policy") == "priority":  # vLLM: lower values first; flags given win
+        engine_options = {"enable_priority_scheduling": True, "schedule_low_priority_values_first": True,
+                          "priority_scheduling_preemption_threshold": 0, **engine_options}
     server = {k: v for k, v in ns.items() if not k.startswith("engine__")}
     return ServerArgs(**server, engine_options=engine_options)

@@ -29,6 +29,8 @@ class Job:
     index: int = 0  # choice index in the response
     prompt_index: int = 0
     cache_salt: str | None = None  # prefix-cache namespace (server/tenancy.py)
+    rid: str | None = None  # the engine request's id (a client's rid), else the engine picks
+    priority: int | None = None
 
 
 @dataclass(slots=True)
@@ -67,6 +69,7 @@ class StreamGroup:
         self._closed = False
         self.shutdown_message: str | None = None  # set by ``stop``: the server is going down
         state.open_groups.add(self)
+        self.on_close: list = []  # callables run once the group is closed
 
     @classmethod
     async def open(cls, state, request, jobs: list[Job], return_logprob: bool = False,
@@ -80,6 +83,7 @@ class StreamGroup:
                 submit = engine.async_generate(
                     input_ids=job.input_ids, sampling_params=job.sampling_params,
                     return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, stream=True,
+                    rid=job.rid, priority=job.priority,
                     **({"cache_salt": job.cache_salt} if job.cache_salt is not None else {}),
                     **({"logprob_start_len": logprob_start_len} if logprob_start_len is not None else {}))
                 constrained = _constrained(job.sampling_params)
@@ -237,6 +241,8 @@ class StreamGroup:
                     pass
                 if not out.finished:
                     self._end(out, aborted=True)
+            for callback in self.on_close:
+                callback()
 
 
 async def _wait_all_or_error(tasks: list[asyncio.Future], waiter: asyncio.Future) -> None:

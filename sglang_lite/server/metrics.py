@@ -1,5 +1,6 @@
 """Prometheus metrics with SGLang's names under the ``sglang_lite:`` prefix, in a registry
-owned by one app (two apps in one process never share counters).
+owned by one app (two apps in one process never share counters), and the same series again
+under SGLang's ``sglang:`` prefix (``sglang_metrics``) for SGLang's dashboards.
 
 Request-level counters and latency histograms are recorded by the server as streams finish;
 engine gauges (queue, running, KV usage, cache hit rate) are read from ``Engine.get_stats``
@@ -12,6 +13,8 @@ import asyncio
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from sglang_lite.server.sglang_metrics import sglang_registry
 
 P = "sglang_lite:"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -40,6 +43,8 @@ class ServerMetrics:
         self.cache_hit_rate = gauge("cache_hit_rate", "Prompt tokens served from the prefix cache / prompt tokens.")
         self.gen_throughput = gauge("gen_throughput", "Generated tokens per second since the previous scrape.")
         self.num_used_pages = gauge("num_used_pages", "KV pages in use.")
+        self.num_used_tokens = gauge("num_used_tokens", "KV token slots in use (used pages x page size).")
+        self.max_total_num_tokens = gauge("max_total_num_tokens", "KV token slots in the pool.")
         self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of finished and aborted requests.")
         self.generation_tokens = counter("generation_tokens", "Generated tokens of finished and aborted requests.")
         self.cached_tokens = counter("cached_tokens", "Prompt tokens served from the prefix cache.")
@@ -54,6 +59,7 @@ class ServerMetrics:
                                         "by reason (limit, timeout, too_complex, unsupported, invalid, busy).",
                                         ["model_name", "reason"], registry=r)
         self._last_scrape: tuple[float, int] | None = None
+        self._sglang_view = sglang_registry(r)
 
     # ---- request events (event loop) ------------------------------------------------------
     def on_first_token(self, seconds: float) -> None:
@@ -93,8 +99,11 @@ class ServerMetrics:
         self.token_usage.set(stats["token_usage"])
         self.cache_hit_rate.set(stats["cache_hit_rate"])
         self.num_used_pages.set(stats["num_usable_pages"] - stats["num_free_pages"])
+        page_size = engine.config.page_size
+        self.num_used_tokens.set((stats["num_usable_pages"] - stats["num_free_pages"]) * page_size)
+        self.max_total_num_tokens.set(stats["num_usable_pages"] * page_size)
         now, generated = time.monotonic(), stats["num_generated_tokens"]
         if self._last_scrape is not None and now > self._last_scrape[0]:
             self.gen_throughput.set((generated - self._last_scrape[1]) / (now - self._last_scrape[0]))
         self._last_scrape = (now, generated)
-        return generate_latest(self.registry)
+        return generate_latest(self.registry) + generate_latest(self._sglang_view)

@@ -1,4 +1,4 @@
-"""SGLang's native routes: /generate, /tokenize, /health, /health_generate, /flush_cache,
+"""SGLang's native routes: /generate, /health, /health_generate, /flush_cache,
 /get_model_info, /get_server_info, /metrics."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
+from sglang_lite.server.abort_api import open_group, rid_list
 from sglang_lite.server.errors import (
     RETRY_AFTER_SECONDS,
     APIError,
@@ -42,7 +43,8 @@ def _prompts(state, body) -> tuple[list[list[int]], bool]:
     return [list(ids)], True
 
 
-def _jobs(prompts: list[list[int]], sampling_params, salt: str | None = None) -> list[Job]:
+def _jobs(prompts: list[list[int]], sampling_params, salt: str | None = None, defaults=None,
+          priority: int | None = None) -> list[Job]:
     if isinstance(sampling_params, list):
         if len(sampling_params) != len(prompts):
             raise APIError(400, "sampling_params: a list must have one entry per prompt",
@@ -52,14 +54,19 @@ def _jobs(prompts: list[list[int]], sampling_params, salt: str | None = None) ->
         per_prompt = [sampling_params or {}] * len(prompts)
     jobs = []
     for p, (ids, params) in enumerate(zip(prompts, per_prompt)):
-        params = dict(params)
+        if not isinstance(params, dict):
+            raise APIError(400, "sampling_params: must be an object", param="sampling_params")
+        params = defaults.with_defaults(params, set(params)) if defaults is not None else dict(params)
+        if defaults is not None and defaults.default_max_new_tokens and "max_new_tokens" not in params:
+            params["max_new_tokens"] = defaults.default_max_new_tokens
         n = params.pop("n", 1)
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 128:
             raise APIError(400, f"n: must be an integer in [1, 128], got {n!r}", param="n")
         seed = params.get("seed")
         for j in range(n):
             choice = dict(params, seed=seed + j) if isinstance(seed, int) and n > 1 else params
-            jobs.append(Job(ids, choice, index=len(jobs), prompt_index=p, cache_salt=salt))
+            jobs.append(Job(ids, choice, index=len(jobs), prompt_index=p, cache_salt=salt,
+                            priority=priority))
     return jobs
 
 
@@ -102,8 +109,10 @@ async def generate(request: Request):
         raise APIError(400, f"body: invalid JSON: {e}", param="body", code="invalid_json") from e
     state = request.app.state
     prompts, single = _prompts(state, body)
-    jobs = _jobs(prompts, body.sampling_params, effective_salt(state, request, body.cache_salt))
-    group = await StreamGroup.open(state, request, jobs, return_logprob=body.return_logprob,
+    rids = rid_list(body.rid, len(prompts), single)
+    jobs = _jobs(prompts, body.sampling_params, effective_salt(state, request, body.cache_salt),
+                 state.serving_options, body.priority)
+    group = await open_group(state, request, jobs, rids, return_logprob=body.return_logprob,
                                    top_logprobs_num=body.top_logprobs_num, openai_names=False,
                                    logprob_start_len=body.logprob_start_len
                                    if body.return_logprob and body.logprob_start_len >= 0 else None)
@@ -125,28 +134,6 @@ async def generate(request: Request):
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
-
-
-@router.post("/tokenize")
-async def tokenize(request: Request):
-    """SGLang's shape: ``{"prompt" | "text": str | [str]}`` -> ``{"tokens", "count",
-    "max_model_len"}``, the ids ``/generate`` would compute (a list in, lists out)."""
-    try:
-        body = await request.json()
-    except json.JSONDecodeError as e:
-        raise APIError(400, f"body: invalid JSON: {e}") from e
-    key = "prompt" if isinstance(body, dict) and "prompt" in body else "text"
-    prompt = body.get(key) if isinstance(body, dict) else None
-    single = isinstance(prompt, str)
-    if not single and not (isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt)):
-        raise APIError(400, f"{key}: must be a string or a non-empty list of strings", param=key)
-    engine = request.app.state.engine
-    try:
-        ids = [engine.tokenize(p) for p in ([prompt] if single else prompt)]
-    except ValueError as e:
-        raise APIError(400, str(e), param=key) from e
-    return {"tokens": ids[0] if single else ids, "count": len(ids[0]) if single else [len(i) for i in ids],
-            "max_model_len": engine.context_length}
 
 
 # ---- health, cache, info, metrics -------------------------------------------------------------

@@ -11,9 +11,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from sglang_lite.server.abort_api import open_group, rid_list
 from sglang_lite.server.errors import APIError, from_engine_error
 from sglang_lite.server.generation import Job, Output, StreamGroup
 from sglang_lite.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingFields
+from sglang_lite.server.serving_options import template_kwargs
 from sglang_lite.server.tenancy import effective_salt
 from sglang_lite.server.tools import (
     ToolPlan,
@@ -22,6 +24,7 @@ from sglang_lite.server.tools import (
     plan_tools,
     render_tools_prompt,
 )
+from sglang_lite.server.vllm_compat import constraint_params, continuous_usage
 
 router = APIRouter()
 
@@ -29,31 +32,39 @@ _FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
 # ---- /v1/models -----------------------------------------------------------------------------
-def _model_card(state) -> dict[str, Any]:
-    return {"id": state.served_model_name, "object": "model", "created": state.created,
+def _model_card(state, name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": state.created,
             "owned_by": "sglang-lite", "root": state.served_model_name,
             "max_model_len": state.engine.context_length}
 
 
 @router.get("/v1/models")
 async def list_models(request: Request):
-    return {"object": "list", "data": [_model_card(request.app.state)]}
+    state = request.app.state
+    return {"object": "list", "data": [_model_card(state, name) for name in state.served_model_names]}
 
 
 @router.get("/v1/models/{model:path}")
 async def retrieve_model(model: str, request: Request):
     _check_model(request.app.state, model)
-    return _model_card(request.app.state)
+    return _model_card(request.app.state, model)
 
 
-def _check_model(state, model: str | None) -> None:
-    if model is not None and model != state.served_model_name:
-        raise APIError(404, f"The model `{model}` does not exist (this server serves "
-                            f"`{state.served_model_name}`)", param="model", code="model_not_found")
+def _check_model(state, model: str | None) -> str:
+    """The name responses carry: the one the client asked for (any served name), else the first."""
+    if model is None:
+        return state.served_model_name
+    if model not in state.served_model_names:
+        served = ", ".join(f"`{n}`" for n in state.served_model_names)
+        raise APIError(404, f"The model `{model}` does not exist (this server serves {served})",
+                       param="model", code="model_not_found")
+    return model
 
 
 # ---- shared request -> engine jobs ------------------------------------------------------------
-def _sampling_params(body: _SamplingFields, max_tokens: int | None) -> dict[str, Any]:
+def _sampling_params(body: _SamplingFields, max_tokens: int | None, options=None) -> dict[str, Any]:
+    """Engine sampling params; ``options`` (ServingOptions) fills the model's defaults for
+    the fields the client left out."""
     if not isinstance(body.n, int) or not 1 <= body.n <= 128:
         raise APIError(400, f"n: must be an integer in [1, 128], got {body.n}", param="n")
     params: dict[str, Any] = {
@@ -62,8 +73,8 @@ def _sampling_params(body: _SamplingFields, max_tokens: int | None) -> dict[str,
         "presence_penalty": body.presence_penalty, "repetition_penalty": body.repetition_penalty,
         "min_new_tokens": body.min_tokens, "stop": body.stop, "stop_token_ids": body.stop_token_ids,
         "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,
-        "no_stop_trim": body.no_stop_trim, "regex": body.regex, "ebnf": body.ebnf,
-        "json_schema": body.json_schema, "logit_bias": body.logit_bias or None,
+        "no_stop_trim": body.no_stop_trim, "logit_bias": body.logit_bias or None,
+        "stop_regex": body.stop_regex, **constraint_params(body),
     }
     if max_tokens is not None:
         params["max_new_tokens"] = max_tokens
@@ -76,20 +87,23 @@ def _sampling_params(body: _SamplingFields, max_tokens: int | None) -> dict[str,
                            param="response_format.json_schema.schema")
         else:
             schema = fmt.json_schema.schema_
-        if params["json_schema"] is not None:
-            raise APIError(400, "response_format: pass response_format or json_schema, not both",
-                           param="response_format")
+        if any(k in params for k in ("json_schema", "regex", "ebnf", "choices")):
+            raise APIError(400, "response_format: pass response_format or another constraint "
+                                "(json_schema, regex, guided_*, ...), not both", param="response_format")
         params["json_schema"] = schema
+    if options is not None:
+        params = options.with_defaults(params, body.model_fields_set)
     return {k: v for k, v in params.items() if v is not None}
 
 
 def _jobs(prompts: list[list[int]], params: dict[str, Any], n: int, seed: int | None,
-          salt: str | None = None) -> list[Job]:
+          salt: str | None = None, priority: int | None = None) -> list[Job]:
     jobs = []
     for p, ids in enumerate(prompts):
         for j in range(n):
             choice_params = dict(params, seed=seed + j) if seed is not None else params
-            jobs.append(Job(ids, choice_params, index=p * n + j, prompt_index=p, cache_salt=salt))
+            jobs.append(Job(ids, choice_params, index=p * n + j, prompt_index=p, cache_salt=salt,
+                            priority=priority))
     return jobs
 
 
@@ -196,7 +210,7 @@ def _completion_logprobs(state, tokens: list[tuple], tops: list[list[tuple]], of
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
     state = request.app.state
-    _check_model(state, body.model)
+    model = _check_model(state, body.model)
     if body.suffix:
         raise APIError(400, "suffix: not supported", param="suffix", code="unsupported")
     best_of = body.n if body.best_of is None else body.best_of
@@ -210,19 +224,23 @@ async def completions(body: CompletionRequest, request: Request):
     if prompt_logprobs and body.stream:
         raise APIError(400, "echo: prompt logprobs (echo with logprobs) need stream=false", param="echo")
     prompts, texts = _completion_prompts(state, body.prompt)
-    params = _sampling_params(body, body.max_tokens)
+    params = _sampling_params(body, body.max_tokens, state.serving_options)
     salt = effective_salt(state, request, body.cache_salt, body.user)
-    group = await StreamGroup.open(state, request, _jobs(prompts, params, best_of, body.seed, salt),
+    jobs = _jobs(prompts, params, best_of, body.seed, salt, body.priority)
+    group = await open_group(state, request, jobs, rid_list(body.rid, len(prompts), len(prompts) == 1),
                                    return_logprob=body.logprobs is not None or best_of > body.n,
                                    top_logprobs_num=body.logprobs or 0,
                                    logprob_start_len=0 if prompt_logprobs else None)
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+    every_chunk_usage = continuous_usage(body)
     echo = [(t if t is not None else state.engine.tokenizer.decode(ids)) if body.echo else ""
             for ids, t in zip(prompts, texts)]
 
     def completion(choices: list[dict], usage=None) -> dict:
         ev = {"id": rid, "object": "text_completion", "created": created,
-              "model": state.served_model_name, "choices": choices}
+              "model": model, "choices": choices}
+        if usage is None and every_chunk_usage:
+            usage = _usage(group.outputs)
         if usage is not None or not body.stream:
             ev["usage"] = usage
         return ev
@@ -269,7 +287,8 @@ async def completions(body: CompletionRequest, request: Request):
 
 # ---- /v1/chat/completions ----------------------------------------------------------------------
 def _chat_prompt(state, body: ChatCompletionRequest, plan: ToolPlan) -> list[int]:
-    template = getattr(state.engine.tokenizer, "chat_template", None) or ""
+    override = state.serving_options.chat_template  # --chat-template
+    template = override or getattr(state.engine.tokenizer, "chat_template", None) or ""
     has_tools = "tools" in template  # the template renders tools and tool calls itself
     messages = []
     for i, m in enumerate(body.messages):
@@ -282,6 +301,13 @@ def _chat_prompt(state, body: ChatCompletionRequest, plan: ToolPlan) -> list[int
         role = "system" if m.role == "developer" else m.role
         messages.append(history_message(role, content, m.tool_calls, m.tool_call_id, has_tools))
     messages, extra = render_tools_prompt(messages, plan, has_tools)
+    try:
+        extra = {**template_kwargs(body.chat_template_kwargs), **extra}
+    except ValueError as e:
+        param = str(e).partition(":")[0]
+        raise APIError(400, str(e), param=param) from e
+    if override:
+        extra["chat_template"] = override
     try:
         text = state.engine.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt, **extra)
     except ValueError as e:
@@ -306,7 +332,7 @@ def _chat_logprobs(state, tokens: list[tuple], tops: list[list[tuple]]) -> dict:
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
-    _check_model(state, body.model)
+    model = _check_model(state, body.model)
     plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, getattr(state, "tool_parser", None))
     reasoner = getattr(state, "reasoning_parser", None) if body.separate_reasoning else None
     top = body.top_logprobs
@@ -318,9 +344,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     if max_tokens is None:
         max_tokens = max(state.engine.context_length - len(ids), 1)
-    params = _sampling_params(body, max_tokens)
+        default = state.serving_options.default_max_new_tokens  # generation_config.json
+        max_tokens = min(max_tokens, default) if default else max_tokens
+    params = _sampling_params(body, max_tokens, state.serving_options)
     if plan.constrained:
-        if any(k in params for k in ("json_schema", "regex", "ebnf")):
+        if any(k in params for k in ("json_schema", "regex", "ebnf", "choices")):
             raise APIError(400, "tool_choice: a required or named tool call cannot be combined with "
                                 "response_format, json_schema, regex or ebnf", param="tool_choice")
         params["json_schema"] = plan.schema()
@@ -332,8 +360,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         params["reasoning_prefix"] = "open" if thinker.starts_in_reasoning else "optional"
     try:
         salt = effective_salt(state, request, body.cache_salt, body.user)
-        group = await StreamGroup.open(state, request, _jobs([ids], params, body.n, body.seed, salt),
-                                       return_logprob=body.logprobs, top_logprobs_num=top or 0)
+        group = await open_group(state, request, _jobs([ids], params, body.n, body.seed, salt, body.priority),
+                                 rid_list(body.rid, 1, True), return_logprob=body.logprobs,
+                                 top_logprobs_num=top or 0)
     except APIError as e:
         if plan.constrained and e.param == "json_schema":  # the tools' parameter schemas
             raise APIError(400, "tools: " + e.message.removeprefix("json_schema:").strip(), param="tools") from e
@@ -341,13 +370,16 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
     def completion(choices: list[dict], usage=None, obj="chat.completion.chunk") -> dict:
-        ev = {"id": rid, "object": obj, "created": created, "model": state.served_model_name,
+        ev = {"id": rid, "object": obj, "created": created, "model": model,
               "choices": choices}
+        if usage is None and every_chunk_usage:
+            usage = _usage(group.outputs)
         if usage is not None or obj == "chat.completion" or include_usage:
             ev["usage"] = usage
         return ev
 
     include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
+    every_chunk_usage = continuous_usage(body)
     if not body.stream:
         outputs = await group.collect()
         choices = []

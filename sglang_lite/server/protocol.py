@@ -18,6 +18,7 @@ class _Body(BaseModel):
 
 class StreamOptions(_Body):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM: usage in every chunk (with include_usage)
 
 
 class JsonSchemaFormat(_Body):
@@ -61,6 +62,16 @@ class _SamplingFields(_Body):
     ebnf: str | None = None
     json_schema: str | dict[str, Any] | None = None
     cache_salt: str | None = None  # prefix-cache namespace (vLLM's field)
+    choices: list[str] | None = None
+    stop_regex: str | list[str] | None = None
+    rid: str | None = None
+    priority: int | None = None
+    # vLLM's spellings (vllm_compat maps them onto the fields above)
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    structured_outputs: dict[str, Any] | None = None
 
 
 class CompletionRequest(_SamplingFields):
@@ -96,6 +107,7 @@ class ChatCompletionRequest(_SamplingFields):
     tool_choice: Any = None  # "none" | "auto" | "required" | {"type": "function", "function": {"name"}}
     parallel_tool_calls: bool | None = None
     separate_reasoning: bool = True  # with --reasoning-parser: the <think> block as reasoning_content
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class GenerateRequest(_Body):
@@ -109,5 +121,6 @@ class GenerateRequest(_Body):
     top_logprobs_num: int = 0
     logprob_start_len: int = -1
     return_text_in_logprobs: bool = False
-    rid: str | None = None
     cache_salt: str | None = None
+    rid: str | list[str] | None = None
+    priority: int | None = None
