@@ -62,7 +62,10 @@ from .bitmask import pack_token_ids
 
 _UNKNOWN = -2  # a table entry not computed yet
 _DEAD = -1
-MAX_SEARCH_STATES = 20_000  # a search that meets more states gives up (bound: infinity)
+# A search that meets more states gives up, and so do all later ones of the automaton (their
+# bounds are infinite: no budget rows, the plain mask applies), so a grammar too wide to
+# search costs one search, not one per step.
+MAX_SEARCH_STATES = 20_000
 MARGIN = 64  # tokens of slack above a state's bound below which its budget rows are built
 
 
@@ -81,6 +84,7 @@ class ClosingDistance:
         self._levels: dict[int, _Levels] = {}
         self._lock = threading.RLock()
         self._margin = MARGIN  # grows to twice the largest one-token rise seen (see Margin)
+        self._exhausted = False  # a search met MAX_SEARCH_STATES: no more searches (bound inf)
 
     def bound(self, state: State) -> float:
         """Tokens (EOS included) that suffice to terminate from ``state``, looking one token
@@ -97,7 +101,7 @@ class ClosingDistance:
         with self._lock:
             sid = self._graph.intern(state)
             if sid not in self._levels and remaining - 1 >= self._bound(sid) + self._margin:
-                return None  # far from the budget: every allowed token fits (see Margin)
+                return None  # far from the budget (or no bound found): every token fits (Margin)
             levels = self._levels_of(sid, state)
             if not len(levels.thresholds) or remaining - 1 >= levels.thresholds[-1]:
                 return None
@@ -128,8 +132,8 @@ class ClosingDistance:
         caches the bound of every token boundary on it. The search first moves only by bytes
         that are tokens themselves (so the way is spelled), then, if that finds nothing, by
         any byte (and the way may not be spelled: no bound)."""
-        path = self._shortest_bytes(start, self._single_bytes)
-        if path is None:
+        path = None if self._exhausted else self._shortest_bytes(start, self._single_bytes)
+        if path is None and not self._exhausted:
             path = self._shortest_bytes(start, np.ones(256, dtype=bool))
         cuts = None if path is None else self._fewest_tokens(path[0])
         if cuts is None:
@@ -172,6 +176,8 @@ class ClosingDistance:
                         parent[t] = (s, b)
                         nxt.append(t)
             frontier = nxt
+        if frontier:  # the state cap, not a dead end: later searches would meet it too
+            self._exhausted = True
         return None
 
     def _fewest_tokens(self, data: bytes) -> list[int] | None:
