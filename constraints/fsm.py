@@ -220,12 +220,12 @@ def trim_and_minimize(dfa: ByteDFA, minimize: bool = True) -> ByteDFA:
     while True:
         succ = np.append(cls, DEAD)[cols]
         sig = np.ascontiguousarray(np.concatenate([cls[:, None], succ], axis=1))
-        ids: dict[bytes, int] = {}
-        new_cls = np.fromiter((ids.setdefault(r.tobytes(), len(ids)) for r in sig),
-                              dtype=np.int64, count=len(sig))
-        if len(ids) == count:
+        # One key per state (its row's bytes): the classes are the distinct keys.
+        keys = sig.view(np.dtype((np.void, sig.shape[1] * sig.itemsize))).ravel()
+        uniq, new_cls = np.unique(keys, return_inverse=True)
+        if len(uniq) == count:
             break
-        cls, count = new_cls, len(ids)
+        cls, count = new_cls.reshape(-1).astype(np.int64), len(uniq)
     return _renumber(sub, dfa.accept[keep], cls)
 
 

@@ -94,14 +94,20 @@ class _Ctx:
     inline_leaves: bool = False  # emitting a fragment that becomes a plain DFA: no calls
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True)
 class _SubRule:
     """A nested object emitted as a rule of its own, so the structure's automaton grows by
-    the sum of its objects' automata, not by every way of nesting them in one DFA."""
+    the sum of its objects' automata, not by every way of nesting them in one DFA. Equal
+    schemas (by their canonical JSON, under the same $refs) are one rule wherever they occur."""
 
-    schema: dict
-    ptr: str
+    schema: dict = field(compare=False)
+    ptr: str = field(compare=False)  # where it was first met (for errors)
     refs: tuple
+    text: str  # canonical JSON of schema
+
+
+def _sub_rule(schema: dict, ptr: str, refs: tuple) -> _SubRule:
+    return _SubRule(schema, ptr, refs, json.dumps(schema, sort_keys=True, default=repr))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -465,7 +471,7 @@ def _emit_typed(nfa: NFA, start: int, ctx: _Ctx, schema: dict, t: str, ptr: str,
     if t == "array":
         return _emit_array(ctx, nfa, start, schema, ptr, refs)
     if ptr and not ctx.inline_leaves:
-        return emit_call(nfa, start, ctx.rule_index(_SubRule(schema, ptr, refs), ptr))
+        return emit_call(nfa, start, ctx.rule_index(_sub_rule(schema, ptr, refs), ptr))
     return _emit_object(ctx, nfa, start, schema, ptr, refs)
 
 

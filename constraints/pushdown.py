@@ -34,6 +34,9 @@ from .vocab import TokenizerInfo
 
 Config = tuple[tuple[int, ...], int]  # (return states, bottom first; current global state)
 State = frozenset  # of Config
+# Rules above this many states are trimmed, not minimized: refinement costs seconds there (one
+# pass over every state per round, hundreds of rounds), and the language is the same.
+MINIMIZE_MAX_STATES = 4096
 MAX_CONFIGS = 64  # parses of one prefix kept alive (see _step)
 _TRIE_BRANCHING = 24  # bytes allowed next above which a trie walk goes vectorized
 _TRIE_MIN_RUN = 8  # tokens left in a run below which it does too
@@ -397,7 +400,8 @@ def _drop_empty_calls(dfas: list[ByteDFA]) -> list[ByteDFA]:
             if k not in live and not _mask_calls(dfas[1 + k], live).is_empty():
                 live.add(k)
                 changed = True
-    return [trim_and_minimize(_mask_calls(d, live)) if _has_calls(d) else d for d in dfas]
+    return [trim_and_minimize(_mask_calls(d, live), minimize=d.num_states <= MINIMIZE_MAX_STATES)
+            if _has_calls(d) else d for d in dfas]
 
 
 def _mask_calls(dfa: ByteDFA, live: set[int]) -> ByteDFA:

@@ -131,6 +131,6 @@ def test_rule_count_is_capped_with_a_clear_error(compiler):
     any of them is built (each rule's own NFA is too small for a state cap to trip)."""
     from constraints import GrammarTooComplexError
 
-    many = {f"p{i}": {"type": "object", "required": ["x"]} for i in range(4200)}
+    many = {f"p{i}": {"type": "object", "required": [f"x{i}"]} for i in range(4200)}  # all distinct
     with pytest.raises(GrammarTooComplexError, match="4096 grammar rules"):
         compiler.compile_json_schema({"type": "object", "properties": many})
