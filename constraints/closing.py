@@ -127,8 +127,8 @@ class ClosingDistance:
             self._bounds[sid] = value
 
     def _search(self, start: int) -> float:
-        """Breadth-first over bytes to the nearest state that terminates or already has a
-        bound, then the fewest tokens that spell the way there plus that state's cost;
+        """Breadth-first over bytes to the nearest state that terminates, then the fewest
+        tokens that spell the way there plus its termination cost;
         caches the bound of every token boundary on it. The search first moves only by bytes
         that are tokens themselves (so the way is spelled), then, if that finds nothing, by
         any byte (and the way may not be spelled: no bound)."""
@@ -149,8 +149,10 @@ class ClosingDistance:
 
     def _tail_cost(self, sid: int) -> float:
         """What finishing costs from a state where the search may stop: its termination
-        cost, or the bound it already has (whose witness goes on from there)."""
-        return min(self._termination_cost(sid), self._bounds.get(sid, math.inf))
+        cost. (Stopping at a state that already has a bound would be cheaper but looser:
+        that bound's way need not be the shortest from here, and loose bounds close outputs
+        earlier than the budget needs.)"""
+        return self._termination_cost(sid)
 
     def _shortest_bytes(self, start: int, alphabet: np.ndarray) -> tuple[bytes, int] | None:
         g = self._graph

@@ -170,7 +170,7 @@ class CompilePool:
     def compile(self, kind: str, spec: str, cancel: threading.Event | None = None):
         """The CompiledGrammar for (kind, spec); a ConstraintError subclass if the worker
         refused it or ran past the deadline, CompileBusyError, or CompileCancelled."""
-        key = (kind, spec)
+        key = (kind, tuple(spec) if isinstance(spec, list) else spec)  # choices come as a list
         with self._cond:
             hit = self._cache.get(key)
             if hit is not None:
