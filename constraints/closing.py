@@ -140,28 +140,20 @@ class ClosingDistance:
             self._bounds[start] = math.inf
             return math.inf
         data, end = path
-        tail = self._tail_cost(end)
-        total = len(cuts) - 1 + tail
+        total = len(cuts) - 1 + self._termination_cost(end)
         for k, pos in enumerate(cuts[:-1]):
             self._lower(self._graph.walk_bytes(start, data[:pos]), total - k)
-        self._lower(end, tail)
+        self._lower(end, self._termination_cost(end))
         return self._bounds[start]
-
-    def _tail_cost(self, sid: int) -> float:
-        """What finishing costs from a state where the search may stop: its termination
-        cost. (Stopping at a state that already has a bound would be cheaper but looser:
-        that bound's way need not be the shortest from here, and loose bounds close outputs
-        earlier than the budget needs.)"""
-        return self._termination_cost(sid)
 
     def _shortest_bytes(self, start: int, alphabet: np.ndarray) -> tuple[bytes, int] | None:
         g = self._graph
         parent: dict[int, tuple[int, int]] = {start: (-1, -1)}
         frontier = [start]
         while frontier and len(parent) <= MAX_SEARCH_STATES:
-            ends = [s for s in frontier if self._tail_cost(s) < math.inf]
+            ends = [s for s in frontier if self._termination_cost(s) < math.inf]
             if ends:
-                end = min(ends, key=self._tail_cost)
+                end = min(ends, key=self._termination_cost)
                 out = bytearray()
                 s = end
                 while parent[s][0] >= 0:

@@ -24,6 +24,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_healthy(proc, base_url: str, timeout_s: float = 120) -> None:
+    """Poll a `sglang-lite serve` subprocess's /health until it answers 200; past the timeout,
+    or if the process exits, kill it and raise with the end of its output."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(base_url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"server did not start: {proc.stdout.read()[-3000:]}")
+        time.sleep(0.2)
+
+
 class LiveServer:
     def __init__(self, app):
         import uvicorn

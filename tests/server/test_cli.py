@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from tests.server.conftest import free_port
+from tests.server.conftest import free_port, wait_until_healthy
 
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -30,17 +30,7 @@ def serve_proc():
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"server did not start: {proc.stdout.read()[-3000:]}")
-        time.sleep(0.2)
+    wait_until_healthy(proc, base)
     yield proc, base
     if proc.poll() is None:
         proc.kill()

@@ -17,7 +17,7 @@ from sglang_lite.server.serving_options import (
     load_chat_template,
     load_generation_defaults,
 )
-from tests.server.conftest import LiveServer
+from tests.server.conftest import LiveServer, wait_until_healthy
 
 TEMPLATE = ("{% if greeting %}{{ greeting }} {% endif %}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
             "{% if add_generation_prompt %}[assistant] {% endif %}")
@@ -156,7 +156,6 @@ def test_serve_command_wires_the_flags(tmp_path):
     import os
     import subprocess
     import sys
-    import time
 
     from tests.server.conftest import free_port
 
@@ -170,15 +169,7 @@ def test_serve_command_wires_the_flags(tmp_path):
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
-            time.sleep(0.2)
+        wait_until_healthy(proc, base)
         models = httpx.get(base + "/v1/models", headers={"Origin": ORIGIN})
         assert [m["id"] for m in models.json()["data"]] == ["m1", "m2"]
         assert models.headers["access-control-allow-origin"] == ORIGIN

@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-from tests.server.conftest import free_port
+from tests.server.conftest import free_port, wait_until_healthy
 
 KEYS = {"file": "key-from-file", "env": "key-from-env"}
 
@@ -25,17 +25,8 @@ def _start(port: int, *flags: str, env: dict | None = None) -> subprocess.Popen:
            "--log-level", "warning", "--dtype", "float32", "--grammar-compile-workers", "0", *flags]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false", **(env or {})})
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"server did not start: {proc.stdout.read()[-3000:]}")
-        time.sleep(0.2)
+    wait_until_healthy(proc, f"http://127.0.0.1:{port}")
+    return proc
 
 
 def _long_stream(base: str, out: dict, started: threading.Event, i: int) -> None:
