@@ -42,7 +42,10 @@ class EngineConfig:
     revision: str | None = None  # hub models (org/name): branch, tag or commit; default main
     device: str = "auto"  # auto -> cuda if available else cpu
     dtype: str = "auto"  # auto -> bfloat16 on cuda and on CPUs with native bf16, else float32
-    attention_backend: str = "auto"  # auto -> triton on cuda, torch on cpu
+    attention_backend: str = "auto"  # auto -> triton on cuda, torch on cpu; invariant when deterministic
+    # Greedy outputs independent of the batch a request runs in (batch-invariant matmuls and
+    # attention, model/batch_invariant.py): slower, off by default.
+    deterministic: bool = False
     page_size: int = 16
     kv_cache_memory: str | int = "1GiB"  # CPU: size of the KV pool
     mem_fraction_static: float = 0.85  # GPU: fraction of free memory for weights + KV
@@ -91,7 +94,7 @@ class EngineConfig:
         dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if on_gpu or native_cpu_bf16() else "float32")
         backend = cfg.attention_backend
         if backend == "auto":
-            backend = "triton" if on_gpu else "torch"
+            backend = "invariant" if cfg.deterministic else "triton" if on_gpu else "torch"
         budgets = {}
         if cfg.num_continuous_decode_steps is None:
             budgets["num_continuous_decode_steps"] = 8 if on_gpu else 1
@@ -107,8 +110,11 @@ class EngineConfig:
     def validate(self) -> None:
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype: unknown dtype {self.dtype!r} (known: {sorted(_DTYPES)})")
-        if self.attention_backend not in ("torch", "triton"):
+        if self.attention_backend not in ("torch", "triton", "invariant"):
             raise ValueError(f"attention_backend: unknown backend {self.attention_backend!r}")
+        if self.deterministic and self.attention_backend != "invariant":
+            raise ValueError(f"deterministic: needs attention_backend 'invariant' (or auto), "
+                             f"not {self.attention_backend!r}")
         if self.attention_backend == "triton" and not self.device.startswith("cuda"):
             raise ValueError("attention_backend: 'triton' needs a CUDA device")
         for name in ("page_size", "max_running_requests", "max_prefill_tokens", "chunked_prefill_size",

@@ -56,8 +56,10 @@ class Engine:
         self.max_prompt_chars = self.context_length * _max_token_chars(self.tokenizer)
         self.req_pool = ReqToTokenPool(cfg.max_running_requests, self.context_length, cfg.torch_device)
         backend = create_backend(cfg.attention_backend, self.kv_pool)
+        if cfg.deterministic:
+            self._check_batch_invariance()
         runner = ModelRunner(self.model, backend, self.req_pool, cfg.torch_device,
-                             cuda_graph_max_bs=cfg.cuda_graph_batch_limit)
+                             cuda_graph_max_bs=cfg.cuda_graph_batch_limit, deterministic=cfg.deterministic)
         radix, policy = self._build_radix()
         if radix is None and cfg.enable_priority_scheduling:
             policy = self._schedule_policy()  # priority ordering needs no prefix cache
@@ -76,6 +78,14 @@ class Engine:
         self._thread.start()
 
     # ---- construction helpers ---------------------------------------------------------------
+    def _check_batch_invariance(self) -> None:
+        from sglang_lite.attention.invariant_backend import BLOCK
+        from sglang_lite.model.batch_invariant import check_batch_invariance
+
+        mc = self.model_config
+        check_batch_invariance(self.config.torch_device, self.config.torch_dtype, mc.hidden_size, mc.head_dim,
+                               mc.num_heads // mc.num_kv_heads, BLOCK)
+
     def _eos_ids(self) -> tuple[int, ...]:
         ids = set(self.model_config.eos_token_ids)
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:

@@ -3,6 +3,7 @@ and returns logits."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ import torch
 
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch, ForwardMode
 from sglang_lite.mem.req_to_token import ReqToTokenPool
+from sglang_lite.model.batch_invariant import BatchInvariantMode
 from sglang_lite.request import Req
 
 
@@ -32,9 +34,11 @@ class ScheduledBatch:
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, backend: AttentionBackend, req_pool: ReqToTokenPool,
-                 device: torch.device, cuda_graph_max_bs: int = 0):
+                 device: torch.device, cuda_graph_max_bs: int = 0, deterministic: bool = False):
         self.model = model
         self.backend = backend
+        # deterministic: every forward inside BatchInvariantMode (fixed-shape matmuls)
+        self._numerics = BatchInvariantMode if deterministic else contextlib.nullcontext
         self.req_pool = req_pool
         self.device = device
         self.graph_runner = None  # decode batches up to cuda_graph_max_bs replay captured graphs
@@ -93,7 +97,8 @@ class ModelRunner:
             return self.graph_runner.forward(batch)
         fb, lp_positions = self.build_forward_batch(batch)
         self.backend.init_forward_metadata(fb)
-        logits = self.model(fb, self.backend)  # [rows, vocab]
+        with self._numerics():
+            logits = self.model(fb, self.backend)  # [rows, vocab]
         if not any(lp_positions):
             return logits
         last_rows, row = [], 0
@@ -123,7 +128,9 @@ class ModelRunner:
             if i:
                 fb = _next_decode_step(fb, out[i - 1], slots[i])
             self.backend.init_forward_metadata(fb)
-            out[i] = sample_next(self.model(fb, self.backend))
+            with self._numerics():
+                logits = self.model(fb, self.backend)
+            out[i] = sample_next(logits)
         return out.T.tolist()
 
 

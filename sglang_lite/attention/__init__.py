@@ -38,4 +38,8 @@ def create_backend(name: str, kv_pool) -> AttentionBackend:
         from sglang_lite.attention.triton_backend import TritonAttentionBackend
 
         return TritonAttentionBackend(kv_pool)
-    raise ValueError(f"attention_backend: unknown backend {name!r} (expected 'torch' or 'triton')")
+    if name == "invariant":
+        from sglang_lite.attention.invariant_backend import BatchInvariantAttentionBackend
+
+        return BatchInvariantAttentionBackend(kv_pool)
+    raise ValueError(f"attention_backend: unknown backend {name!r} (expected 'torch', 'triton' or 'invariant')")

@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reasoning-parser", default=None, choices=sorted(REASONING_PARSERS),
                    help="split <think> blocks into reasoning_content")
     engine = p.add_argument_group("engine options")
+    engine.add_argument("--enable-deterministic-inference", dest="engine__deterministic", action="store_true",
+                        default=argparse.SUPPRESS, help="SGLang's name for --deterministic")
     for f in fields(EngineConfig):
         if f.name == "model":
             continue
