@@ -75,10 +75,9 @@ class ClosingDistance:
     def __init__(self, automaton: TokenAutomaton):
         self.automaton = automaton
         self._graph = _ByteGraph(automaton)
-        self._vocab = {b: t for t, b in enumerate(automaton.info.token_bytes) if b}
-        self._max_token_len = max((len(b) for b in self._vocab), default=0)
-        self._single_bytes = np.zeros(256, dtype=bool)  # bytes that are tokens by themselves
-        self._single_bytes[[b[0] for b in self._vocab if len(b) == 1]] = True
+        self._vocab = automaton.info.ids_by_bytes
+        self._max_token_len = int(automaton.info.layout.lengths.max(initial=0))
+        self._single_bytes = automaton.info.single_byte_tokens
         self._eos = np.array(automaton.info.eos_token_ids, dtype=np.int64)
         self._bounds: dict[int, float] = {}  # interned state -> bound
         self._levels: dict[int, _Levels] = {}
@@ -141,38 +140,64 @@ class ClosingDistance:
             return math.inf
         data, end = path
         total = len(cuts) - 1 + self._termination_cost(end)
-        for k, pos in enumerate(cuts[:-1]):
-            self._lower(self._graph.walk_bytes(start, data[:pos]), total - k)
+        sid, walked = start, 0
+        for k, pos in enumerate(cuts[:-1]):  # one walk along the way, cut by cut
+            sid, walked = self._graph.walk_bytes(sid, data[walked:pos]), pos
+            self._lower(sid, total - k)
         self._lower(end, self._termination_cost(end))
         return self._bounds[start]
 
     def _shortest_bytes(self, start: int, alphabet: np.ndarray) -> tuple[bytes, int] | None:
+        """Breadth-first by levels, each level one array step: every frontier state's row of
+        the byte table, its live bytes in ``alphabet``, the targets not seen before in the
+        order a state-by-state, byte-by-byte search would meet them (so the same tree)."""
         g = self._graph
-        parent: dict[int, tuple[int, int]] = {start: (-1, -1)}
-        frontier = [start]
-        while frontier and len(parent) <= MAX_SEARCH_STATES:
-            ends = [s for s in frontier if self._termination_cost(s) < math.inf]
-            if ends:
-                end = min(ends, key=self._termination_cost)
+        byte_ids = np.nonzero(alphabet)[0]
+        parent_state = np.full(len(g.states), -1, dtype=np.int64)
+        parent_byte = np.zeros(len(g.states), dtype=np.int64)
+        seen = np.zeros(len(g.states), dtype=bool)
+        seen[start] = True
+        num_seen = 1
+        frontier = np.array([start], dtype=np.int64)
+        while len(frontier) and num_seen <= MAX_SEARCH_STATES:
+            end = self._cheapest_end(frontier)
+            if end is not None:
                 out = bytearray()
                 s = end
-                while parent[s][0] >= 0:
-                    s, b = parent[s]
-                    out.append(b)
+                while s != start:
+                    out.append(int(parent_byte[s]))
+                    s = int(parent_state[s])
                 return bytes(reversed(out)), end
             g.expand(frontier)
-            nxt = []
-            for s in frontier:
-                row = g.trans[s]
-                for b in np.nonzero((row >= 0) & alphabet)[0].tolist():
-                    t = int(row[b])
-                    if t not in parent:
-                        parent[t] = (s, b)
-                        nxt.append(t)
-            frontier = nxt
-        if frontier:  # the state cap, not a dead end: later searches would meet it too
+            if len(g.states) > len(seen):  # expanding interned new states
+                grow = len(g.states) - len(seen)
+                seen = np.concatenate([seen, np.zeros(grow, dtype=bool)])
+                parent_state = np.concatenate([parent_state, np.full(grow, -1, dtype=np.int64)])
+                parent_byte = np.concatenate([parent_byte, np.zeros(grow, dtype=np.int64)])
+            rows = g.trans[frontier][:, byte_ids]
+            src, col = np.nonzero(rows >= 0)  # by state, then by byte: the order of discovery
+            targets = rows[src, col].astype(np.int64)
+            _, first = np.unique(targets, return_index=True)
+            first = np.sort(first)
+            first = first[~seen[targets[first]]]
+            new = targets[first]
+            seen[new] = True
+            parent_state[new] = frontier[src[first]]
+            parent_byte[new] = byte_ids[col[first]]
+            num_seen += len(new)
+            frontier = new
+        if len(frontier):  # the state cap, not a dead end: later searches would meet it too
             self._exhausted = True
         return None
+
+    def _cheapest_end(self, frontier: np.ndarray) -> int | None:
+        """The first state of ``frontier`` with the lowest finite termination cost, if any."""
+        best, best_cost = None, math.inf
+        for s in frontier[self._graph.accepting[frontier]].tolist():
+            cost = self._termination_cost(s)
+            if cost < best_cost:
+                best, best_cost = s, cost
+        return best
 
     def _fewest_tokens(self, data: bytes) -> list[int] | None:
         """Cut positions [0, ..., len(data)] of a fewest-token spelling of ``data``."""

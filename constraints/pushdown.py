@@ -74,6 +74,7 @@ class PushdownAutomaton(TokenAutomaton):
         self._steps: dict[tuple[State, int], State | None] = {}
         self._forced: dict[State, bytes] = {}
         self._bytes_after: dict[State, list[int]] = {}
+        self._byte_groups: dict[frozenset[int], list[list[int]]] = {}  # positions -> byte_classes
         self._depths: dict[State, int] = {}
         self._eos_row = pack_token_ids(np.array(info.eos_token_ids, dtype=np.int64), info.vocab_size)
         # g -> [(stack suffix the walk read, token ids)]: a deeper stack with the same suffix
@@ -187,9 +188,14 @@ class PushdownAutomaton(TokenAutomaton):
 
     def byte_classes(self, state: State) -> list[list[int]]:
         """A step depends on each configuration's next state and whether the byte starts a
-        counted character: bytes alike in both lead to the same state."""
-        gs = [g for _, g in self._closure(state)]
-        return group_bytes(np.concatenate([self._trans[gs], self._inc[gs]]))
+        counted character: bytes alike in both lead to the same state. Depends only on the
+        set of grammar positions, which states with different stacks share: cached by it."""
+        gs = frozenset(g for _, g in self._closure(state))
+        groups = self._byte_groups.get(gs)
+        if groups is None:
+            rows = list(gs)
+            groups = self._byte_groups[gs] = group_bytes(np.concatenate([self._trans[rows], self._inc[rows]]))
+        return groups
 
     def unique_kind(self, state: State) -> str | None:
         """The item kind where ``state`` (just after a ``[``) is inside a unique array's rule."""

@@ -69,10 +69,25 @@ class TokenizerInfo:
     # Token walks through shared leaf automata, reused by every grammar of this tokenizer
     # (see pushdown.LeafWalks); keyed by the leaf's ByteDFA object and state.
     leaf_walks: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _ids_by_bytes: dict[bytes, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
         return len(self.token_bytes)
+
+    @property
+    def single_byte_tokens(self) -> np.ndarray:
+        """[256] bool: the bytes that are tokens by themselves."""
+        out = np.zeros(256, dtype=bool)
+        out[[b[0] for b in self.ids_by_bytes if len(b) == 1]] = True
+        return out
+
+    @property
+    def ids_by_bytes(self) -> dict[bytes, int]:
+        """Each non-empty token spelling -> its (last) id; built once, shared by every grammar."""
+        if self._ids_by_bytes is None:
+            self._ids_by_bytes = {b: t for t, b in enumerate(self.token_bytes) if b}
+        return self._ids_by_bytes
 
     @property
     def layout(self) -> VocabLayout:
