@@ -19,9 +19,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from sglang_lite.config import EngineConfig
-from sglang_lite.model_runner import ModelRunner, ScheduledBatch
+from sglang_lite.model_runner import ModelRunner
 from sglang_lite.request import Req, ReqStatus
 from sglang_lite.sampler import Sampler
+from sglang_lite.scheduled_batch import ScheduledBatch
 from sglang_lite.scheduler.cache import KVCacheManager
 from sglang_lite.scheduler.output import OutputProcessor
 from sglang_lite.scheduler.policy import PriorityRule
