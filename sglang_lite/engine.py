@@ -21,6 +21,7 @@ import torch
 from sglang_lite.attention import create_backend, fit_attention_backend
 from sglang_lite.config import EngineConfig, parse_size
 from sglang_lite.mem.kv_pool import KVPool
+from sglang_lite.mem.radix_cache import RadixCache
 from sglang_lite.mem.req_to_token import ReqToTokenPool
 from sglang_lite.model.loader import load_model, load_tokenizer, resolve_model
 from sglang_lite.model_runner import ModelRunner
@@ -29,6 +30,7 @@ from sglang_lite.sampler import Sampler
 from sglang_lite.sampling_params import SamplingParams
 from sglang_lite.scheduler.cache import KVCacheManager
 from sglang_lite.scheduler.output import OutputProcessor
+from sglang_lite.scheduler.policy import PriorityRule, SchedulePolicy
 from sglang_lite.scheduler.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -101,23 +103,15 @@ class Engine:
     def _build_radix(self):
         if self.config.disable_radix_cache:
             return None, None
-        try:
-            from sglang_lite.mem.radix_cache import RadixCache
-        except ImportError:  # pragma: no cover - during bring-up
-            return None, None
         return RadixCache(self.kv_pool.allocator, self.config.page_size), self._schedule_policy()
 
     def _schedule_policy(self):
-        from sglang_lite.scheduler.policy import SchedulePolicy
-
         cfg = self.config
         if cfg.schedule_policy != "lpm" and not cfg.enable_priority_scheduling:
             return None  # plain FCFS: the queue's own order
         return SchedulePolicy(use_prefix=cfg.schedule_policy == "lpm", priority=self._priority_rule())
 
     def _priority_rule(self):
-        from sglang_lite.scheduler.policy import PriorityRule
-
         cfg = self.config
         if not cfg.enable_priority_scheduling:
             return None

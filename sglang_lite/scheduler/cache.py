@@ -57,13 +57,9 @@ class KVCacheManager:
             req.kv_len = n
             self.req_pool.write(req.req_pool_idx, 0, m.slots)
 
-    def allocate(self, req: Req, num_tokens: int) -> torch.Tensor:
-        """Slots [num_tokens] for positions kv_len .. kv_len+num_tokens, pages allocated
-        (evicting cached pages if needed) and req_to_token updated."""
-        return self.allocate_batch([req], [num_tokens])[0]
-
     def allocate_batch(self, reqs: list[Req], lens: list[int]) -> list[torch.Tensor]:
-        """``allocate`` for a whole step, with one req_to_token write for all requests."""
+        """Slots [lens[i]] for positions kv_len .. kv_len+lens[i] of each request, pages
+        allocated (evicting cached pages if needed), with one req_to_token write for all."""
         ps = self.page_size
         rows, positions, slots_all, per_req = [], [], [], []
         for req, n in zip(reqs, lens):
