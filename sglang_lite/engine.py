@@ -20,24 +20,22 @@ import torch
 
 from sglang_lite.attention import create_backend, fit_attention_backend
 from sglang_lite.config import EngineConfig, parse_size
+from sglang_lite.errors import ContextLengthExceeded, EngineShutDown, InvalidRequest, QueueFullError
 from sglang_lite.mem.kv_pool import KVPool
 from sglang_lite.mem.radix_cache import RadixCache
 from sglang_lite.mem.req_to_token import ReqToTokenPool
 from sglang_lite.model.loader import load_model, load_tokenizer, resolve_model
 from sglang_lite.model_runner import ModelRunner
+from sglang_lite.outputs import OutputAccumulator, OutputChunk
 from sglang_lite.request import Req
 from sglang_lite.sampler import Sampler
-from sglang_lite.sampling_params import SamplingParams
+from sglang_lite.sampling_params import SamplingParams, choice_seeds
 from sglang_lite.scheduler.cache import KVCacheManager
 from sglang_lite.scheduler.output import OutputProcessor
 from sglang_lite.scheduler.policy import PriorityRule, SchedulePolicy
 from sglang_lite.scheduler.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
-
-
-class QueueFullError(RuntimeError):
-    """The waiting queue is over ``max_queue_size``; retry later."""
 
 
 class Engine:
@@ -180,7 +178,7 @@ class Engine:
     # ---- request intake ---------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
         if self.tokenizer is None:
-            raise ValueError("prompt: this model has no tokenizer; pass input_ids")
+            raise InvalidRequest("prompt", "this model has no tokenizer; pass input_ids")
         self.check_prompt_chars(len(text))
         bos = self.tokenizer.bos_token
         add_special = not (bos and text.startswith(bos))
@@ -190,12 +188,12 @@ class Engine:
         """Refuse text that cannot fit the context before tokenizing it: no token decodes to
         more than ``max_token_chars`` characters, so longer text has more tokens than fit."""
         if num_chars > self.max_prompt_chars:
-            raise ValueError(f"{field}: {num_chars} characters cannot fit the context length "
+            raise ContextLengthExceeded(field, f"{num_chars} characters cannot fit the context length "
                              f"{self.context_length} (at most {self.max_prompt_chars} characters)")
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kw) -> str:
         if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError("messages: this model has no chat template")
+            raise InvalidRequest("messages", "this model has no chat template")
         self.check_prompt_chars(sum(len(m.get("content") or "") for m in messages
                                     if isinstance(m.get("content"), str)), "messages")
         return self.tokenizer.apply_chat_template(messages, tokenize=False,
@@ -207,34 +205,34 @@ class Engine:
         """Validate everything first, so one bad item leaves nothing submitted."""
         single = not (isinstance(prompt, list) or (input_ids and isinstance(input_ids[0], list)))
         if prompt is None and input_ids is None:
-            raise ValueError("prompt: one of prompt or input_ids is required")
+            raise InvalidRequest("prompt", "one of prompt or input_ids is required")
         if prompt is not None and input_ids is not None:
-            raise ValueError("prompt: pass prompt or input_ids, not both")
+            raise InvalidRequest("prompt", "pass prompt or input_ids, not both")
         items = [prompt] if prompt is not None and single else prompt
         id_lists = ([input_ids] if single else input_ids) if input_ids is not None else None
         if id_lists is None:
             if not all(isinstance(p, str) for p in items):
-                raise ValueError("prompt: must be a string or a list of strings")
+                raise InvalidRequest("prompt", "must be a string or a list of strings")
             id_lists = [self.tokenize(p) for p in items]
         if not id_lists:
-            raise ValueError("prompt: an empty list of prompts")
+            raise InvalidRequest("prompt", "an empty list of prompts")
         params_list = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(id_lists)
         if len(params_list) != len(id_lists):
-            raise ValueError("sampling_params: a list must have one entry per prompt")
+            raise InvalidRequest("sampling_params", "a list must have one entry per prompt")
         if not isinstance(top_logprobs_num, int) or top_logprobs_num < 0 or top_logprobs_num > 20:
-            raise ValueError("top_logprobs_num: must be an integer in [0, 20]")
+            raise InvalidRequest("top_logprobs_num", "must be an integer in [0, 20]")
         if priority is None:
             priority = 0
         if not isinstance(priority, int) or isinstance(priority, bool):
-            raise ValueError(f"priority: must be an integer, got {priority!r}")
+            raise InvalidRequest("priority", f"must be an integer, got {priority!r}")
         out = []
         for ids, sp in zip(id_lists, params_list):
             params = SamplingParams.from_dict(sp)
             self._check_input_ids(ids)
             params.check_limits(self.model_config.vocab_size, self.context_length)
             compiled = self._compile_constraint(params, cancel)
-            for i in range(params.n):
-                seed = secrets.randbits(62) if params.seed is None else params.seed + i
+            for choice_seed in choice_seeds(params.seed, params.n):
+                seed = secrets.randbits(62) if choice_seed is None else choice_seed
                 rid_i = rid if (rid and params.n == 1 and single) else uuid.uuid4().hex
                 req = Req(rid_i, list(ids), params, seed, on_output=None, compiled_grammar=compiled,
                           return_logprob=return_logprob,
@@ -247,36 +245,36 @@ class Engine:
     def _compile_constraint(self, params: SamplingParams, cancel: threading.Event | None = None):
         """The request's compiled constraint (or None), made here on the caller's thread so
         the scheduler never compiles; compile errors and a max_new_tokens too small for any
-        complete output surface here as ValueError."""
+        complete output surface here as typed InvalidRequest errors."""
         if params.constraint is None:
             return None
         if self.scheduler.grammar_backend is None:
-            raise ValueError(f"{params.constraint[0]}: this model has no tokenizer to constrain with")
+            raise InvalidRequest(params.constraint[0], "this model has no tokenizer to constrain with")
         return self.scheduler.grammar_backend.admit(params, cancel)
 
     def _check_input_ids(self, ids) -> None:
         if not isinstance(ids, list) or not ids or not all(isinstance(t, int) for t in ids):
-            raise ValueError("input_ids: must be a non-empty list of token ids")
+            raise InvalidRequest("input_ids", "must be a non-empty list of token ids")
         vocab = self.model_config.vocab_size
         if min(ids) < 0 or max(ids) >= vocab:
-            raise ValueError(f"input_ids: token ids must be in [0, {vocab})")
+            raise InvalidRequest("input_ids", f"token ids must be in [0, {vocab})")
         if len(ids) >= self.context_length:
-            raise ValueError(f"prompt: {len(ids)} tokens does not fit the context length "
+            raise ContextLengthExceeded("prompt", f"{len(ids)} tokens does not fit the context length "
                              f"{self.context_length} (prompt plus at least one new token)")
 
     def _submit(self, req: Req, sink) -> None:
         with self._lock:
             if self._closed:
-                raise RuntimeError("engine: shut down")
+                raise EngineShutDown()
             if self._in_flight >= self.config.max_queue_size + self.config.max_running_requests:
                 raise QueueFullError(f"queue: more than {self.config.max_queue_size} waiting requests")
             self._in_flight += 1
 
-        def on_output(chunk: dict) -> None:
-            if chunk["finished"]:
+        def on_output(chunk: OutputChunk) -> None:
+            if chunk.finished:
                 with self._lock:
                     self._in_flight -= 1
-            sink(chunk)
+            sink(chunk.to_dict())  # the public API's chunks are SGLang's dicts
 
         req.on_output = on_output
         self._inbox.put(("add", req))
@@ -295,7 +293,7 @@ class Engine:
                                        cache_salt=cache_salt, priority=priority)
         if stream:
             if len(reqs) != 1:
-                raise ValueError("stream: streaming takes a single prompt with n == 1")
+                raise InvalidRequest("stream", "streaming takes a single prompt with n == 1")
             return self._stream(reqs[0][0])
         queues = []
         for i, (req, _) in enumerate(reqs):
@@ -333,7 +331,7 @@ class Engine:
             raise
         if stream:
             if len(reqs) != 1:
-                raise ValueError("stream: streaming takes a single prompt with n == 1")
+                raise InvalidRequest("stream", "streaming takes a single prompt with n == 1")
             return self._astream(reqs[0][0], loop)
         streams = [self._astream(r, loop) for r, _ in reqs]  # QueueFullError surfaces here
         try:
@@ -482,7 +480,7 @@ def _check_salt(salt) -> str | None:
     if salt is None:
         return None
     if not isinstance(salt, str) or not salt or len(salt) > MAX_CACHE_SALT_CHARS:
-        raise ValueError(f"cache_salt: must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters")
+        raise InvalidRequest("cache_salt", f"must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters")
     return salt
 
 
@@ -499,40 +497,27 @@ def _input_logprob_start(return_logprob: bool, start: int | None, ids: list[int]
     if not return_logprob or start is None:
         return None
     if not isinstance(start, int):
-        raise ValueError(f"logprob_start_len: must be an integer, got {start!r}")
+        raise InvalidRequest("logprob_start_len", f"must be an integer, got {start!r}")
     if start < 0:  # SGLang's -1: no input logprobs
         return None
     if start >= len(ids):
-        raise ValueError(f"logprob_start_len: must be an integer in [0, {len(ids)})")
+        raise InvalidRequest("logprob_start_len", f"must be an integer in [0, {len(ids)})")
     return start
 
 
-def _merge(result: dict | None, chunk: dict) -> dict:
-    if result is None:
-        result = {"text": "", "output_ids": [], "meta_info": {}}
-    result["text"] += chunk["text"]
-    result["output_ids"] += chunk["output_ids"]
-    meta = chunk["meta_info"]
-    for key in ("output_token_logprobs", "output_top_logprobs"):
-        if key in meta:
-            meta = {**meta, key: result["meta_info"].get(key, []) + meta[key]}
-    result["meta_info"] = meta
-    return result
-
-
 def _collect(chunks) -> dict:
-    result = None
+    out = OutputAccumulator()
     for chunk in chunks:
-        result = _merge(result, chunk)
+        out.add(chunk)
         if chunk["finished"]:
             break
-    return result
+    return out.result()
 
 
 async def _acollect(chunks) -> dict:
-    result = None
+    out = OutputAccumulator()
     async for chunk in chunks:
-        result = _merge(result, chunk)
-    return result
+        out.add(chunk)
+    return out.result()
 
 

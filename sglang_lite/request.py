@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_lite.outputs import FinishReason, OutputChunk
 from sglang_lite.sampling_params import SamplingParams
 
 
@@ -23,7 +24,7 @@ class Req:
     origin_input_ids: list[int]
     sampling: SamplingParams
     seed: int
-    on_output: Callable[[dict[str, Any]], None]
+    on_output: Callable[[OutputChunk], None]
     return_logprob: bool = False
     top_logprobs_num: int = 0
     stream: bool = False
@@ -34,7 +35,7 @@ class Req:
 
     output_ids: list[int] = field(default_factory=list)
     status: ReqStatus = ReqStatus.WAITING
-    finished_reason: dict[str, Any] | None = None
+    finished_reason: FinishReason | None = None
     # KV memory: positions [0, kv_len) have k/v in the pool.
     req_pool_idx: int | None = None
     kv_len: int = 0

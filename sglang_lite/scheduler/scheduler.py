@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from sglang_lite.config import EngineConfig
 from sglang_lite.model_runner import ModelRunner
+from sglang_lite.outputs import LENGTH, FinishReason
 from sglang_lite.request import Req, ReqStatus
 from sglang_lite.sampler import Sampler
 from sglang_lite.scheduled_batch import ScheduledBatch
@@ -92,7 +93,7 @@ class Scheduler:
             self.abort_one(req, message)
 
     def abort_one(self, req: Req, message: str) -> None:
-        reason = {"type": "abort", "message": message}
+        reason = FinishReason.abort(message)
         if req in self.running:
             self._retire(req, reason)
             return
@@ -284,7 +285,7 @@ class Scheduler:
         self.waiting.appendleft(req)
         self.new_token_ratio = min(1.0, self.new_token_ratio + 0.1)
 
-    def _retire(self, req: Req, reason: dict) -> None:
+    def _retire(self, req: Req, reason: FinishReason) -> None:
         """Release a finished (or aborted) running request, then deliver its last output.
         Once out of the running set it is in no list ``abort_all`` searches, so a failure in
         either step ends the request here, with an error, after freeing what it holds."""
@@ -397,7 +398,7 @@ class Scheduler:
             if req is self.chunked:
                 self.chunked = None
             if req.sampling.max_new_tokens == 0:  # prefill only (scoring, e.g. select)
-                self._retire(req, {"type": "length", "length": 0})
+                self._retire(req, FinishReason.at_length(0))
                 continue
             ready_rows.append(i)
             ready.append(req)
@@ -420,12 +421,12 @@ class Scheduler:
                 self.outputs.maybe_emit(req)
         self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002)
 
-    def _append_constrained(self, req: Req, token: int, lp, top) -> dict | None:
+    def _append_constrained(self, req: Req, token: int, lp, top) -> FinishReason | None:
         """The matcher sees the sampled token first (a broken constraint must not emit it);
         then the text the grammar forces next is appended too (jump-forward), its k/v
         computed with the next step's batch."""
         reason = self.grammar_backend.accept(req, token)
-        if reason is not None and reason["type"] == "abort":
+        if reason is not None and reason.is_abort:
             return reason
         tokens = [token]
         if reason is None:  # forced tokens come out of the budget left after this one
@@ -439,13 +440,13 @@ class Scheduler:
                                                     top if sampled else [(0.0, t)], self.context_length)
             if step_reason is not None:
                 break
-        if step_reason is not None and step_reason["type"] != "length":
+        if step_reason is not None and step_reason.type != LENGTH:
             return step_reason  # EOS, a stop token or a stop string
         if req.grammar.is_terminated():  # complete, even when on the budget's last token
-            return {"type": "stop", "matched": req.output_ids[-1]}
+            return FinishReason.stop(req.output_ids[-1])
         return step_reason
 
-    def _finish(self, req: Req, reason: dict) -> None:
+    def _finish(self, req: Req, reason: FinishReason) -> None:
         """Hand ``req`` its final chunk. Its KV is already released, so if building or
         delivering that chunk fails the request still ends, with an error chunk."""
         req.status = ReqStatus.FINISHED
@@ -456,11 +457,11 @@ class Scheduler:
             log.exception("finishing %s failed", req.rid)
             reason = req.finished_reason = _error_reason(e)
             self.outputs.fail(req)
-        if reason["type"] == "abort":
+        if reason.is_abort:
             self.stats.num_aborted += 1
         else:
             self.stats.num_finished += 1
 
 
-def _error_reason(e: Exception) -> dict:
-    return {"type": "abort", "message": f"engine error: {type(e).__name__}: {e}"}
+def _error_reason(e: Exception) -> FinishReason:
+    return FinishReason.abort(f"engine error: {type(e).__name__}: {e}")

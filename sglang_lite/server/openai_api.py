@@ -11,8 +11,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from sglang_lite.errors import ConstraintRefused, InvalidRequest, RequestError
+from sglang_lite.sampling_params import check_n, choice_seeds
 from sglang_lite.server.abort_api import open_group, rid_list
-from sglang_lite.server.errors import APIError, from_engine_error
+from sglang_lite.server.errors import APIError, api_error
 from sglang_lite.server.generation import Job, Output, StreamGroup
 from sglang_lite.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingFields
 from sglang_lite.server.serving_options import template_kwargs
@@ -65,8 +67,7 @@ def _check_model(state, model: str | None) -> str:
 def _sampling_params(body: _SamplingFields, max_tokens: int | None, options=None) -> dict[str, Any]:
     """Engine sampling params; ``options`` (ServingOptions) fills the model's defaults for
     the fields the client left out."""
-    if not isinstance(body.n, int) or not 1 <= body.n <= 128:
-        raise APIError(400, f"n: must be an integer in [1, 128], got {body.n}", param="n")
+    check_n(body.n)
     params: dict[str, Any] = {
         "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
         "min_p": body.min_p, "frequency_penalty": body.frequency_penalty,
@@ -83,13 +84,12 @@ def _sampling_params(body: _SamplingFields, max_tokens: int | None, options=None
         if fmt.type == "json_object":
             schema: Any = {"type": "object"}
         elif fmt.json_schema is None or fmt.json_schema.schema_ is None:
-            raise APIError(400, "response_format.json_schema.schema: required for type json_schema",
-                           param="response_format.json_schema.schema")
+            raise InvalidRequest("response_format.json_schema.schema", "required for type json_schema")
         else:
             schema = fmt.json_schema.schema_
         if any(k in params for k in ("json_schema", "regex", "ebnf", "choices")):
-            raise APIError(400, "response_format: pass response_format or another constraint "
-                                "(json_schema, regex, guided_*, ...), not both", param="response_format")
+            raise InvalidRequest("response_format", "pass response_format or another constraint "
+                                "(json_schema, regex, guided_*, ...), not both")
         params["json_schema"] = schema
     if options is not None:
         params = options.with_defaults(params, body.model_fields_set)
@@ -100,8 +100,8 @@ def _jobs(prompts: list[list[int]], params: dict[str, Any], n: int, seed: int | 
           salt: str | None = None, priority: int | None = None) -> list[Job]:
     jobs = []
     for p, ids in enumerate(prompts):
-        for j in range(n):
-            choice_params = dict(params, seed=seed + j) if seed is not None else params
+        for j, choice_seed in enumerate(choice_seeds(seed, n)):
+            choice_params = dict(params, seed=choice_seed) if choice_seed is not None else params
             jobs.append(Job(ids, choice_params, index=p * n + j, prompt_index=p, cache_salt=salt,
                             priority=priority))
     return jobs
@@ -142,11 +142,8 @@ async def _sse_stream(group: StreamGroup, head: list[dict], event: Callable[[Out
                 yield _sse(ev)
         for ev in tail():
             yield _sse(ev)
-    except APIError as e:  # headers are sent: report in-band, as OpenAI does
-        yield _sse({"error": {"message": e.message, "type": e.type, "param": e.param, "code": e.code}})
-    except Exception as e:
-        yield _sse({"error": {"message": f"{type(e).__name__}: {e}", "type": "internal_error",
-                              "param": None, "code": None}})
+    except Exception as e:  # headers are sent: report in-band, as OpenAI does
+        yield _sse(api_error(e).body())
     yield "data: [DONE]\n\n"
 
 
@@ -160,7 +157,7 @@ def _completion_prompts(state, prompt) -> tuple[list[list[int]], list[str | None
     if isinstance(prompt, str):
         prompt = [prompt]
     if not prompt:
-        raise APIError(400, "prompt: must not be empty", param="prompt")
+        raise InvalidRequest("prompt", "must not be empty")
     if isinstance(prompt[0], int):
         prompt = [prompt]
     ids, texts = [], []
@@ -188,10 +185,7 @@ def _best_of(outputs: list[Output], n: int, best_of: int) -> list[Output]:
 
 
 def _tokenize(state, text: str) -> list[int]:
-    try:
-        return state.engine.tokenize(text)
-    except ValueError as e:  # 413 for text that cannot fit the context
-        raise from_engine_error(e) from e
+    return state.engine.tokenize(text)  # ContextLengthExceeded (413) for text that cannot fit
 
 
 def _completion_logprobs(state, tokens: list[tuple], tops: list[list[tuple]], offset: int) -> dict:
@@ -212,17 +206,17 @@ async def completions(body: CompletionRequest, request: Request):
     state = request.app.state
     model = _check_model(state, body.model)
     if body.suffix:
-        raise APIError(400, "suffix: not supported", param="suffix", code="unsupported")
+        raise InvalidRequest("suffix", "not supported", code="unsupported")
     best_of = body.n if body.best_of is None else body.best_of
     if not isinstance(best_of, int) or not body.n <= best_of <= 128:
-        raise APIError(400, f"best_of: must be an integer in [n, 128], got {body.best_of}", param="best_of")
+        raise InvalidRequest("best_of", f"must be an integer in [n, 128], got {body.best_of}")
     if best_of > body.n and body.stream:
-        raise APIError(400, "best_of: cannot be combined with stream", param="best_of")
+        raise InvalidRequest("best_of", "cannot be combined with stream")
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
-        raise APIError(400, f"logprobs: must be in [0, 20], got {body.logprobs}", param="logprobs")
+        raise InvalidRequest("logprobs", f"must be in [0, 20], got {body.logprobs}")
     prompt_logprobs = body.echo and body.logprobs is not None  # scoring, e.g. lm-eval loglikelihood
     if prompt_logprobs and body.stream:
-        raise APIError(400, "echo: prompt logprobs (echo with logprobs) need stream=false", param="echo")
+        raise InvalidRequest("echo", "prompt logprobs (echo with logprobs) need stream=false")
     prompts, texts = _completion_prompts(state, body.prompt)
     params = _sampling_params(body, body.max_tokens, state.serving_options)
     salt = effective_salt(state, request, body.cache_salt, body.user)
@@ -295,25 +289,20 @@ def _chat_prompt(state, body: ChatCompletionRequest, plan: ToolPlan) -> list[int
         content = m.content
         if isinstance(content, list):
             if any(part.type != "text" for part in content):
-                raise APIError(400, f"messages.{i}.content: only text parts are supported",
-                               param=f"messages.{i}.content")
+                raise InvalidRequest(f"messages.{i}.content", "only text parts are supported")
             content = "".join(part.text or "" for part in content)
         role = "system" if m.role == "developer" else m.role
         messages.append(history_message(role, content, m.tool_calls, m.tool_call_id, has_tools))
     messages, extra = render_tools_prompt(messages, plan, has_tools)
-    try:
-        extra = {**template_kwargs(body.chat_template_kwargs), **extra}
-    except ValueError as e:
-        param = str(e).partition(":")[0]
-        raise APIError(400, str(e), param=param) from e
+    extra = {**template_kwargs(body.chat_template_kwargs), **extra}
     if override:
         extra["chat_template"] = override
     try:
         text = state.engine.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt, **extra)
-    except ValueError as e:
-        raise from_engine_error(e) from e
+    except RequestError:
+        raise
     except Exception as e:  # the template itself rejects the conversation (jinja errors)
-        raise APIError(400, f"messages: {e}", param="messages") from e
+        raise InvalidRequest("messages", f"{e}") from e
     return _tokenize(state, text)
 
 
@@ -337,9 +326,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     reasoner = getattr(state, "reasoning_parser", None) if body.separate_reasoning else None
     top = body.top_logprobs
     if top is not None and not 0 <= top <= 20:
-        raise APIError(400, f"top_logprobs: must be in [0, 20], got {top}", param="top_logprobs")
+        raise InvalidRequest("top_logprobs", f"must be in [0, 20], got {top}")
     if top and not body.logprobs:
-        raise APIError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
+        raise InvalidRequest("top_logprobs", "requires logprobs to be true")
     ids = _chat_prompt(state, body, plan)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     if max_tokens is None:
@@ -349,8 +338,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     params = _sampling_params(body, max_tokens, state.serving_options)
     if plan.constrained:
         if any(k in params for k in ("json_schema", "regex", "ebnf", "choices")):
-            raise APIError(400, "tool_choice: a required or named tool call cannot be combined with "
-                                "response_format, json_schema, regex or ebnf", param="tool_choice")
+            raise InvalidRequest("tool_choice", "a required or named tool call cannot be combined with "
+                                "response_format, json_schema, regex or ebnf")
         params["json_schema"] = plan.schema()
     if plan.keeps_special_tokens:
         params.setdefault("skip_special_tokens", False)
@@ -363,9 +352,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         group = await open_group(state, request, _jobs([ids], params, body.n, body.seed, salt, body.priority),
                                  rid_list(body.rid, 1, True), return_logprob=body.logprobs,
                                  top_logprobs_num=top or 0)
-    except APIError as e:
-        if plan.constrained and e.param == "json_schema":  # the tools' parameter schemas
-            raise APIError(400, "tools: " + e.message.removeprefix("json_schema:").strip(), param="tools") from e
+    except ConstraintRefused as e:
+        if plan.constrained and e.field == "json_schema":  # the tools' parameter schemas
+            raise e.for_field("tools") from e
         raise
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
