@@ -6,6 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -152,6 +153,37 @@ def _streaming_response(gen: AsyncIterator[str]) -> StreamingResponse:
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
+@dataclass(slots=True)
+class _Envelope:
+    """What every object of one response shares (id, created, model), and when it carries
+    usage: always on a whole response, on every chunk with vLLM's continuous usage, and as
+    null on the chunks before the last with ``include_usage`` (chat)."""
+
+    rid: str
+    model: str
+    group: StreamGroup
+    every_chunk_usage: bool
+    null_usage_on_chunks: bool = False
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def build(self, obj: str, choices: list[dict], usage: dict | None = None, whole: bool = False) -> dict:
+        ev = {"id": self.rid, "object": obj, "created": self.created, "model": self.model,
+              "choices": choices}
+        if usage is None and self.every_chunk_usage:
+            usage = _usage(self.group.outputs)
+        if usage is not None or whole or self.null_usage_on_chunks:
+            ev["usage"] = usage
+        return ev
+
+    def usage_tail(self, obj: str, include_usage: bool) -> list[dict]:
+        """The last event of a stream: usage alone, when the client asked for it."""
+        return [self.build(obj, [], _usage(self.group.outputs))] if include_usage else []
+
+
+def _include_usage(body) -> bool:
+    return bool(body.stream and body.stream_options and body.stream_options.include_usage)
+
+
 # ---- /v1/completions ---------------------------------------------------------------------------
 def _completion_prompts(state, prompt) -> tuple[list[list[int]], list[str | None]]:
     if isinstance(prompt, str):
@@ -201,10 +233,8 @@ def _completion_logprobs(state, tokens: list[tuple], tops: list[list[tuple]], of
     return out
 
 
-@router.post("/v1/completions")
-async def completions(body: CompletionRequest, request: Request):
-    state = request.app.state
-    model = _check_model(state, body.model)
+def _check_completion_options(body: CompletionRequest) -> tuple[int, bool]:
+    """(best_of, prompt_logprobs): the options only /v1/completions has, checked."""
     if body.suffix:
         raise InvalidRequest("suffix", "not supported", code="unsupported")
     best_of = body.n if body.best_of is None else body.best_of
@@ -214,69 +244,83 @@ async def completions(body: CompletionRequest, request: Request):
         raise InvalidRequest("best_of", "cannot be combined with stream")
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
         raise InvalidRequest("logprobs", f"must be in [0, 20], got {body.logprobs}")
-    prompt_logprobs = body.echo and body.logprobs is not None  # scoring, e.g. lm-eval loglikelihood
+    prompt_logprobs = bool(body.echo and body.logprobs is not None)  # scoring, e.g. lm-eval loglikelihood
     if prompt_logprobs and body.stream:
         raise InvalidRequest("echo", "prompt logprobs (echo with logprobs) need stream=false")
+    return best_of, prompt_logprobs
+
+
+@dataclass(slots=True)
+class _Completions:
+    """/v1/completions' response, or its stream's events, from the group's outputs."""
+
+    state: Any
+    body: CompletionRequest
+    envelope: _Envelope
+    echo: list[str]  # per prompt: its text when echoed, else ""
+    best_of: int
+    prompt_logprobs: bool
+
+    def response(self, outputs: list[Output]) -> dict:
+        kept = _best_of(outputs, self.body.n, self.best_of)
+        choices = [self._whole_choice(o, i) for i, o in enumerate(kept)]
+        return self.envelope.build("text_completion", choices, _usage(outputs), whole=True)
+
+    def _whole_choice(self, o: Output, index: int) -> dict:
+        echo = self.echo[o.job.prompt_index]
+        if self.prompt_logprobs:  # the prompt's tokens first, from offset 0
+            return self._choice(o, echo + o.text, o.meta.get("input_token_logprobs", []) + o.token_logprobs,
+                                o.meta.get("input_top_logprobs", []) + o.top_logprobs, 0, index)
+        return self._choice(o, echo + o.text, o.token_logprobs, o.top_logprobs, len(echo), index)
+
+    def _choice(self, out: Output, text: str, tokens, tops, offset: int, index: int | None = None) -> dict:
+        reason, matched = _finish(out)
+        lp = _completion_logprobs(self.state, tokens, tops, offset) if self.body.logprobs is not None else None
+        return {"index": out.index if index is None else index, "text": text, "logprobs": lp,
+                "finish_reason": reason, "matched_stop": matched}
+
+    def head(self) -> list[dict]:
+        if not self.body.echo:
+            return []
+        return [self.envelope.build("text_completion", [{"index": i, "text": e, "logprobs": None,
+                                                         "finish_reason": None}])
+                for i, e in enumerate(self.echo) if e]
+
+    def event(self, out: Output, chunk: dict) -> dict | None:
+        meta = chunk["meta_info"]
+        if not chunk["text"] and not chunk["finished"] and "output_token_logprobs" not in meta:
+            return None
+        offset = len(self.echo[out.job.prompt_index]) + len(out.text) - len(chunk["text"])
+        c = self._choice(out, chunk["text"], meta.get("output_token_logprobs", []),
+                         meta.get("output_top_logprobs", []), offset)
+        if not chunk["finished"]:
+            c["finish_reason"] = c["matched_stop"] = None
+        return self.envelope.build("text_completion", [c])
+
+    def tail(self) -> list[dict]:
+        return self.envelope.usage_tail("text_completion", _include_usage(self.body))
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request):
+    state = request.app.state
+    model = _check_model(state, body.model)
+    best_of, prompt_logprobs = _check_completion_options(body)
     prompts, texts = _completion_prompts(state, body.prompt)
     params = _sampling_params(body, body.max_tokens, state.serving_options)
     salt = effective_salt(state, request, body.cache_salt, body.user)
     jobs = _jobs(prompts, params, best_of, body.seed, salt, body.priority)
     group = await open_group(state, request, jobs, rid_list(body.rid, len(prompts), len(prompts) == 1),
-                                   return_logprob=body.logprobs is not None or best_of > body.n,
-                                   top_logprobs_num=body.logprobs or 0,
-                                   logprob_start_len=0 if prompt_logprobs else None)
-    rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-    every_chunk_usage = continuous_usage(body)
+                             return_logprob=body.logprobs is not None or best_of > body.n,
+                             top_logprobs_num=body.logprobs or 0,
+                             logprob_start_len=0 if prompt_logprobs else None)
     echo = [(t if t is not None else state.engine.tokenizer.decode(ids)) if body.echo else ""
             for ids, t in zip(prompts, texts)]
-
-    def completion(choices: list[dict], usage=None) -> dict:
-        ev = {"id": rid, "object": "text_completion", "created": created,
-              "model": model, "choices": choices}
-        if usage is None and every_chunk_usage:
-            usage = _usage(group.outputs)
-        if usage is not None or not body.stream:
-            ev["usage"] = usage
-        return ev
-
-    def choice(out: Output, text: str, tokens, tops, offset: int, index: int | None = None) -> dict:
-        reason, matched = _finish(out)
-        lp = _completion_logprobs(state, tokens, tops, offset) if body.logprobs is not None else None
-        return {"index": out.index if index is None else index, "text": text, "logprobs": lp,
-                "finish_reason": reason, "matched_stop": matched}
-
+    envelope = _Envelope(f"cmpl-{uuid.uuid4().hex}", model, group, continuous_usage(body))
+    responder = _Completions(state, body, envelope, echo, best_of, prompt_logprobs)
     if not body.stream:
-        outputs = await group.collect()
-        kept = _best_of(outputs, body.n, best_of)
-        if prompt_logprobs:  # the prompt's tokens first, from offset 0
-            choices = [choice(o, echo[o.job.prompt_index] + o.text,
-                              o.meta.get("input_token_logprobs", []) + o.token_logprobs,
-                              o.meta.get("input_top_logprobs", []) + o.top_logprobs, 0, i)
-                       for i, o in enumerate(kept)]
-        else:
-            choices = [choice(o, echo[o.job.prompt_index] + o.text, o.token_logprobs, o.top_logprobs,
-                              len(echo[o.job.prompt_index]), i) for i, o in enumerate(kept)]
-        return JSONResponse(completion(choices, _usage(outputs)))
-
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    head = [completion([{"index": i, "text": e, "logprobs": None, "finish_reason": None}])
-            for i, e in enumerate(echo) if e] if body.echo else []
-
-    def event(out: Output, chunk: dict) -> dict | None:
-        meta = chunk["meta_info"]
-        if not chunk["text"] and not chunk["finished"] and "output_token_logprobs" not in meta:
-            return None
-        offset = len(echo[out.job.prompt_index]) + len(out.text) - len(chunk["text"])
-        c = choice(out, chunk["text"], meta.get("output_token_logprobs", []),
-                   meta.get("output_top_logprobs", []), offset)
-        if not chunk["finished"]:
-            c["finish_reason"] = c["matched_stop"] = None
-        return completion([c], None)
-
-    def tail() -> list[dict]:
-        return [completion([], _usage(group.outputs))] if include_usage else []
-
-    return _streaming_response(_sse_stream(group, head, event, tail))
+        return JSONResponse(responder.response(await group.collect()))
+    return _streaming_response(_sse_stream(group, responder.head(), responder.event, responder.tail))
 
 
 # ---- /v1/chat/completions ----------------------------------------------------------------------
@@ -318,28 +362,33 @@ def _chat_logprobs(state, tokens: list[tuple], tops: list[list[tuple]]) -> dict:
     return {"content": content}
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, request: Request):
-    state = request.app.state
-    model = _check_model(state, body.model)
-    plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, getattr(state, "tool_parser", None))
-    reasoner = getattr(state, "reasoning_parser", None) if body.separate_reasoning else None
+_CONSTRAINT_KEYS = ("json_schema", "regex", "ebnf", "choices")
+
+
+def _check_top_logprobs(body: ChatCompletionRequest) -> None:
     top = body.top_logprobs
     if top is not None and not 0 <= top <= 20:
         raise InvalidRequest("top_logprobs", f"must be in [0, 20], got {top}")
     if top and not body.logprobs:
         raise InvalidRequest("top_logprobs", "requires logprobs to be true")
-    ids = _chat_prompt(state, body, plan)
+
+
+def _chat_max_tokens(state, body: ChatCompletionRequest, ids: list[int]) -> int:
+    """The client's limit, else what the context leaves (capped by generation_config.json)."""
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    if max_tokens is None:
-        max_tokens = max(state.engine.context_length - len(ids), 1)
-        default = state.serving_options.default_max_new_tokens  # generation_config.json
-        max_tokens = min(max_tokens, default) if default else max_tokens
-    params = _sampling_params(body, max_tokens, state.serving_options)
+    if max_tokens is not None:
+        return max_tokens
+    max_tokens = max(state.engine.context_length - len(ids), 1)
+    default = state.serving_options.default_max_new_tokens  # generation_config.json
+    return min(max_tokens, default) if default else max_tokens
+
+
+def _chat_params(state, body: ChatCompletionRequest, plan: ToolPlan, ids: list[int]) -> dict[str, Any]:
+    params = _sampling_params(body, _chat_max_tokens(state, body, ids), state.serving_options)
     if plan.constrained:
-        if any(k in params for k in ("json_schema", "regex", "ebnf", "choices")):
+        if any(k in params for k in _CONSTRAINT_KEYS):
             raise InvalidRequest("tool_choice", "a required or named tool call cannot be combined with "
-                                "response_format, json_schema, regex or ebnf")
+                                                "response_format, json_schema, regex or ebnf")
         params["json_schema"] = plan.schema()
     if plan.keeps_special_tokens:
         params.setdefault("skip_special_tokens", False)
@@ -347,106 +396,144 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     if thinker and body.response_format is not None and body.response_format.type != "text":
         # A reasoning model thinks first: the format applies once its <think> block has ended.
         params["reasoning_prefix"] = "open" if thinker.starts_in_reasoning else "optional"
+    return params
+
+
+async def _open_chat(state, request: Request, body: ChatCompletionRequest, plan: ToolPlan,
+                     ids: list[int], params: dict[str, Any]) -> StreamGroup:
     try:
         salt = effective_salt(state, request, body.cache_salt, body.user)
-        group = await open_group(state, request, _jobs([ids], params, body.n, body.seed, salt, body.priority),
-                                 rid_list(body.rid, 1, True), return_logprob=body.logprobs,
-                                 top_logprobs_num=top or 0)
+        return await open_group(state, request, _jobs([ids], params, body.n, body.seed, salt, body.priority),
+                                rid_list(body.rid, 1, True), return_logprob=body.logprobs,
+                                top_logprobs_num=body.top_logprobs or 0)
     except ConstraintRefused as e:
         if plan.constrained and e.field == "json_schema":  # the tools' parameter schemas
             raise e.for_field("tools") from e
         raise
-    rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
-    def completion(choices: list[dict], usage=None, obj="chat.completion.chunk") -> dict:
-        ev = {"id": rid, "object": obj, "created": created, "model": model,
-              "choices": choices}
-        if usage is None and every_chunk_usage:
-            usage = _usage(group.outputs)
-        if usage is not None or obj == "chat.completion" or include_usage:
-            ev["usage"] = usage
-        return ev
 
-    include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
-    every_chunk_usage = continuous_usage(body)
-    if not body.stream:
-        outputs = await group.collect()
-        choices = []
-        for o in outputs:
-            reason, matched = _finish(o)
-            reasoning, text = reasoner.split(o.text) if reasoner else (None, o.text)
-            content, calls = plan.split(text)
-            message: dict[str, Any] = {"role": "assistant", "content": content}
-            if reasoner:
-                message["reasoning_content"] = reasoning
-            if calls:
-                message["tool_calls"] = calls
-                reason = "tool_calls" if reason == "stop" else reason
-            choices.append({"index": o.index, "message": message,
-                            "logprobs": _chat_logprobs(state, o.token_logprobs, o.top_logprobs)
-                            if body.logprobs else None,
-                            "finish_reason": reason, "matched_stop": matched})
-        return JSONResponse(completion(choices, _usage(outputs), obj="chat.completion"))
+def _tool_reason(reason: str | None) -> str | None:
+    return "tool_calls" if reason == "stop" else reason
 
-    head = [completion([{"index": j, "delta": {"role": "assistant", "content": ""},
-                         "logprobs": None, "finish_reason": None}]) for j in range(body.n)]
 
-    streaming_content: set[int] = set()  # choices known not to be tool calls
-    reasoning_streams = {j: reasoner.stream() for j in range(body.n)} if reasoner else {}
-    call_ids: dict[int, str] = {}  # choice -> id of its streamed named call
+@dataclass(slots=True)
+class _ChatCompletions:
+    """/v1/chat/completions' response, or its stream's events, from the group's outputs:
+    reasoning split apart (with a reasoning parser), tool calls parsed from the text (plan)."""
 
-    def named_call_event(out: Output, chunk: dict, reason, matched) -> dict | None:
-        first = out.index not in call_ids
-        if not chunk["text"] and not first and not chunk["finished"]:
-            return None
-        call: dict[str, Any] = {"index": 0, "function": {"arguments": chunk["text"]}}
-        if first:
-            call_ids[out.index] = new_call_id()
-            call.update(id=call_ids[out.index], type="function")
-            call["function"]["name"] = plan.function
-        return completion([{"index": out.index, "delta": {"tool_calls": [call]}, "logprobs": None,
-                            "finish_reason": "tool_calls" if reason == "stop" else reason,
-                            "matched_stop": matched}])
+    state: Any
+    body: ChatCompletionRequest
+    plan: ToolPlan
+    reasoner: Any  # ReasoningParser or None
+    envelope: _Envelope
+    streaming_content: set[int] = field(default_factory=set)  # choices known not to be tool calls
+    reasoning_streams: dict[int, Any] = field(default_factory=dict)  # choice -> its reasoning stream
+    call_ids: dict[int, str] = field(default_factory=dict)  # choice -> id of its streamed named call
 
-    def event(out: Output, chunk: dict) -> dict | None:
-        meta = chunk["meta_info"]
+    def __post_init__(self) -> None:
+        if self.reasoner:
+            self.reasoning_streams = {j: self.reasoner.stream() for j in range(self.body.n)}
+
+    def _logprobs(self, tokens: list[tuple], tops: list[list[tuple]]) -> dict | None:
+        return _chat_logprobs(self.state, tokens, tops) if self.body.logprobs else None
+
+    def _chunk(self, choices: list[dict]) -> dict:
+        return self.envelope.build("chat.completion.chunk", choices)
+
+    # ---- a whole response -------------------------------------------------------------------
+    def response(self, outputs: list[Output]) -> dict:
+        choices = [self._whole_choice(o) for o in outputs]
+        return self.envelope.build("chat.completion", choices, _usage(outputs), whole=True)
+
+    def _whole_choice(self, o: Output) -> dict:
+        reason, matched = _finish(o)
+        reasoning, text = self.reasoner.split(o.text) if self.reasoner else (None, o.text)
+        content, calls = self.plan.split(text)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if self.reasoner:
+            message["reasoning_content"] = reasoning
+        if calls:
+            message["tool_calls"] = calls
+            reason = _tool_reason(reason)
+        return {"index": o.index, "message": message,
+                "logprobs": self._logprobs(o.token_logprobs, o.top_logprobs),
+                "finish_reason": reason, "matched_stop": matched}
+
+    # ---- a stream -----------------------------------------------------------------------------
+    def head(self) -> list[dict]:
+        return [self._chunk([{"index": j, "delta": {"role": "assistant", "content": ""},
+                              "logprobs": None, "finish_reason": None}]) for j in range(self.body.n)]
+
+    def tail(self) -> list[dict]:
+        return self.envelope.usage_tail("chat.completion.chunk", _include_usage(self.body))
+
+    def event(self, out: Output, chunk: dict) -> dict | None:
+        finished = chunk["finished"]
         text, full, thought = chunk["text"], out.text, ""
-        reason, matched = _finish(out) if chunk["finished"] else (None, None)
-        if out.index in reasoning_streams:  # the reasoning block streams apart; the rest is the reply
-            stream = reasoning_streams[out.index]
-            thought, text = stream.feed(chunk["text"], final=chunk["finished"])
+        reason, matched = _finish(out) if finished else (None, None)
+        if out.index in self.reasoning_streams:  # the reasoning block streams apart; the rest is the reply
+            stream = self.reasoning_streams[out.index]
+            thought, text = stream.feed(chunk["text"], final=finished)
             full = stream.content
-        if plan.streams_arguments:
-            return named_call_event(out, chunk, reason, matched)
-        if plan.mode != "none" and out.index not in streaming_content:
-            # Tool calls go out whole, at the end; text held back while the reply could still
-            # be one goes out as content once it cannot.
-            if chunk["finished"]:
-                calls = plan.calls(full)
-                if calls:
-                    delta = {"tool_calls": [{"index": k, **c} for k, c in enumerate(calls)]}
-                    return completion([{"index": out.index, "delta": delta, "logprobs": None,
-                                        "finish_reason": "tool_calls" if reason == "stop" else reason,
-                                        "matched_stop": matched}])
-                text = full
-            elif plan.may_be_calls(full):
-                if not thought:
-                    return None
-                text = ""  # held back; the reasoning goes out
-            else:
-                streaming_content.add(out.index)
-                text = full  # everything held so far, this chunk included
-        if not text and not thought and not chunk["finished"] and "output_token_logprobs" not in meta:
+        if self.plan.streams_arguments:
+            return self._named_call_event(out, chunk, reason, matched)
+        if self.plan.mode != "none" and out.index not in self.streaming_content:
+            answered, event, text = self._tool_call_gate(out, full, thought, finished, reason, matched)
+            if answered:
+                return event
+        meta = chunk["meta_info"]
+        if not text and not thought and not finished and "output_token_logprobs" not in meta:
             return None
         delta = {"content": text} if text else {}
         if thought:
             delta["reasoning_content"] = thought
-        lp = (_chat_logprobs(state, meta.get("output_token_logprobs", []),
-                             meta.get("output_top_logprobs", [])) if body.logprobs else None)
-        return completion([{"index": out.index, "delta": delta, "logprobs": lp,
-                            "finish_reason": reason, "matched_stop": matched}])
+        lp = self._logprobs(meta.get("output_token_logprobs", []), meta.get("output_top_logprobs", []))
+        return self._chunk([{"index": out.index, "delta": delta, "logprobs": lp,
+                             "finish_reason": reason, "matched_stop": matched}])
 
-    def tail() -> list[dict]:
-        return [completion([], _usage(group.outputs))] if include_usage else []
+    def _tool_call_gate(self, out: Output, full: str, thought: str, finished: bool, reason,
+                        matched) -> tuple[bool, dict | None, str]:
+        """Tool calls go out whole, at the end; text held back while the reply could still be
+        one goes out as content once it cannot. -> (answered: the event, or None to send
+        nothing; else the content text to send)."""
+        if finished:
+            calls = self.plan.calls(full)
+            if calls:
+                delta = {"tool_calls": [{"index": k, **c} for k, c in enumerate(calls)]}
+                return True, self._chunk([{"index": out.index, "delta": delta, "logprobs": None,
+                                           "finish_reason": _tool_reason(reason), "matched_stop": matched}]), ""
+            return False, None, full
+        if self.plan.may_be_calls(full):
+            return (True, None, "") if not thought else (False, None, "")  # held; reasoning goes out
+        self.streaming_content.add(out.index)
+        return False, None, full  # everything held so far, this chunk included
 
-    return _streaming_response(_sse_stream(group, head, event, tail))
+    def _named_call_event(self, out: Output, chunk: dict, reason, matched) -> dict | None:
+        first = out.index not in self.call_ids
+        if not chunk["text"] and not first and not chunk["finished"]:
+            return None
+        call: dict[str, Any] = {"index": 0, "function": {"arguments": chunk["text"]}}
+        if first:
+            self.call_ids[out.index] = new_call_id()
+            call.update(id=self.call_ids[out.index], type="function")
+            call["function"]["name"] = self.plan.function
+        return self._chunk([{"index": out.index, "delta": {"tool_calls": [call]}, "logprobs": None,
+                             "finish_reason": _tool_reason(reason), "matched_stop": matched}])
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request):
+    state = request.app.state
+    model = _check_model(state, body.model)
+    plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, getattr(state, "tool_parser", None))
+    reasoner = getattr(state, "reasoning_parser", None) if body.separate_reasoning else None
+    _check_top_logprobs(body)
+    ids = _chat_prompt(state, body, plan)
+    params = _chat_params(state, body, plan, ids)
+    group = await _open_chat(state, request, body, plan, ids, params)
+    envelope = _Envelope(f"chatcmpl-{uuid.uuid4().hex}", model, group, continuous_usage(body),
+                         null_usage_on_chunks=_include_usage(body))
+    responder = _ChatCompletions(state, body, plan, reasoner, envelope)
+    if not body.stream:
+        return JSONResponse(responder.response(await group.collect()))
+    return _streaming_response(_sse_stream(group, responder.head(), responder.event, responder.tail))
