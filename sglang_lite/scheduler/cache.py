@@ -84,7 +84,14 @@ class KVCacheManager:
             raise MemoryError(f"KV pool: need {num_pages} pages, {self.allocator.num_free_pages} free")
 
     def slots_of(self, req: Req, length: int) -> torch.Tensor:
-        return self.req_pool.req_to_token[req.req_pool_idx, :length].to(torch.int64).cpu()
+        """Slots [length] of positions 0 .. length, from the host pages: the device row of the
+        request-to-token table is written, never read back (a read is a device sync)."""
+        ps = self.page_size
+        pages = req.pages[: -(-length // ps)]
+        if len(pages) * ps < length or min(pages, default=0) < 0:
+            raise RuntimeError(f"{req.rid}: positions < {length} are not all backed by pages")
+        page_ids = torch.tensor(pages, dtype=torch.int64)
+        return (page_ids[:, None] * ps + torch.arange(ps, dtype=torch.int64)).flatten()[:length]
 
     def cache_unfinished(self, req: Req) -> None:
         """Insert the computed, page-aligned part of a still-running request (a chunk that

@@ -127,3 +127,22 @@ def test_discard_after_a_partial_release_frees_nothing_twice():
     cache.discard(req)
     cache.discard(req)  # everything was cleared as it was returned
     assert cache.allocator.num_free_pages == free and cache.req_pool.num_free_rows == 4
+
+
+def test_slots_come_from_the_host_pages_and_agree_with_the_device_row():
+    """slots_of derives a request's slots from its host pages (no device read-back); they are
+    what the request-to-token row holds, before and after its prefix moved into the tree."""
+    cache = _manager(radix=True)
+    a, b = _req(range(12), "a"), _req(range(12), "b")
+    for r in (a, b):
+        cache.admit(r)
+    cache.allocate_batch([a, b], [12, 12])
+    a.kv_len = b.kv_len = 12
+    assert cache.slots_of(b, 12).tolist() == _row(cache, b)
+    cache.cache_unfinished(a)
+    cache.cache_unfinished(b)  # b's duplicate pages freed, the tree's pages in their place
+    for r in (a, b):
+        assert cache.slots_of(r, 12).tolist() == _row(cache, r)
+        assert cache.slots_of(r, 7).tolist() == _row(cache, r)[:7]
+    cache.release(a)
+    cache.release(b)
