@@ -327,43 +327,45 @@ class Scheduler:
         reserve = self._reserved_tokens()
         # Requests that would compute the same uncached tokens as one admitted this step wait
         # one step: by then its prefix is in the tree and they reuse it instead.
-        in_flight = {self._dedup_key(r) for r, _ in picked}
+        in_flight = {self._dedup_key(r, r.kv_len) for r, _ in picked}
         for req in self._ordered_waiting():
             if budget <= 0 or len(self.running) >= self.config.max_running_requests:
                 break
             if self.cache.req_pool.num_free_rows == 0:
                 break
-            self.cache.admit(req)
-            key = self._dedup_key(req)
+            # Plan first (nothing locked or written), commit only an admission that fits.
+            match = self.cache.match(req)
+            key = self._dedup_key(req, match.length)
             if self.cache.radix is not None and key is not None and key in in_flight:
-                self.cache.release(req)
                 continue
-            n = min(req.extend_len, chunk, budget)
-            need = self.cache.pages_needed(req, n)
+            extend = req.seq_len - match.length
+            n = min(extend, chunk, budget)
+            need = self.cache.pages_to_admit(match, n)
             reserve_pages = -(-int(reserve) // self.cache.page_size)
-            available = self.cache.available_pages - committed  # after admit() locked its prefix
+            available = self.cache.available_after(match) - committed
             alone = not self.running and not picked
             if need + (0 if alone else reserve_pages) > available:
-                self.cache.release(req)
                 break
-            if n < req.extend_len and self.chunked is not None:
-                self.cache.release(req)
+            if n < extend and self.chunked is not None:
                 break
+            self.cache.admit(req, match)
             self._start(req)
             in_flight.add(key)
             committed += need
-            if n < req.extend_len:
+            if n < extend:
                 self.chunked = req
             picked.append((req, n))
             budget -= n
             reserve += min(req.remaining_new_tokens, self.context_length) * self.new_token_ratio
         return picked
 
-    def _dedup_key(self, req: Req) -> tuple | None:
+    @staticmethod
+    def _dedup_key(req: Req, kv_len: int) -> tuple | None:
+        """The first uncached tokens of ``req`` computed from ``kv_len`` (None if few)."""
         n = _DEDUP_TOKENS
-        if req.extend_len <= n:
+        if req.seq_len - kv_len <= n:
             return None
-        return req.kv_len, req.cache_salt, tuple(req.tokens(req.kv_len, req.kv_len + n))
+        return kv_len, req.cache_salt, tuple(req.tokens(kv_len, kv_len + n))
 
     def _reserved_tokens(self) -> float:
         return sum(r.remaining_new_tokens for r in self.running) * self.new_token_ratio

@@ -146,3 +146,24 @@ def test_slots_come_from_the_host_pages_and_agree_with_the_device_row():
         assert cache.slots_of(r, 7).tolist() == _row(cache, r)[:7]
     cache.release(a)
     cache.release(b)
+
+
+def test_planning_an_admission_changes_nothing_and_the_commit_matches_the_plan():
+    cache = _manager(radix=True)
+    _prefill(cache, first := _req(range(10), "a"))
+    cache.release(first)
+    free, evictable, rows = cache.allocator.num_free_pages, cache.radix.evictable_size, cache.req_pool.num_free_rows
+    req = _req([*range(10), 7, 7, 7], "b")
+    match = cache.match(req)
+    assert (match.length, match.lock_pages) == (8, 2)
+    assert cache.pages_to_admit(match, req.seq_len - match.length) == 2  # positions 8..12
+    planned = cache.available_after(match)
+    assert planned == cache.available_pages - 2
+    assert (cache.allocator.num_free_pages, cache.radix.evictable_size, cache.req_pool.num_free_rows) == (
+        free, evictable, rows)  # planned only: nothing locked, no row, no table write
+    assert (req.kv_len, req.pages, req.req_pool_idx) == (0, [], None)
+    cache.admit(req, match)
+    assert req.kv_len == 8 and cache.radix.evictable_size == evictable - 8
+    assert cache.pages_needed(req, req.extend_len) == cache.pages_to_admit(match, req.seq_len - 8)
+    assert cache.available_pages == planned
+    cache.release(req)
