@@ -79,11 +79,12 @@ def _compile(compiler: GrammarCompiler, info: TokenizerInfo, kind: str, spec: st
             raise ConstraintError(f"unknown constraint kind {kind!r}")
         return "ok", dumps_grammar(grammar, info)
     except ConstraintError as e:
-        return "error", type(e).__name__, str(e), getattr(e, "limit", "")
+        facts = {k: getattr(e, k) for k in ("limit", "keyword", "pointer") if getattr(e, k, "")}
+        return "error", type(e).__name__, str(e), facts
     except (RecursionError, MemoryError) as e:
-        return "error", "GrammarTooComplexError", f"constraint too complex ({type(e).__name__})", ""
+        return "error", "GrammarTooComplexError", f"constraint too complex ({type(e).__name__})", {}
     except Exception as e:  # a compiler bug: the request fails, the worker lives on
-        return "error", "InvalidConstraintError", f"{type(e).__name__}: {e}", ""
+        return "error", "InvalidConstraintError", f"{type(e).__name__}: {e}", {}
 
 
 if __name__ == "__main__":

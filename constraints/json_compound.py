@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
 from .fsm import determinize, product, trim_and_minimize
-from .json_leaves import _leaf_budget, json_string, key_dfa, pattern_matches
-from .nfa import NFA, emit_alt, emit_bytes, emit_nothing, emit_repeat
+from .json_context import Ctx, emit_leaf, finite_texts, flatten, punct
+from .json_keywords import ANNOTATIONS
+from .json_leaves import json_string, key_dfa, leaf_budget, pattern_matches
+from .nfa import NFA, emit_bytes, emit_call, emit_nothing, emit_repeat
 
 
-def _emit_array(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) -> int:
-    from .json_schema import _punct, emit_schema
-
+def emit_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) -> int:
     prefix = schema.get("prefixItems", [])
     items = schema.get("items", True)
     lo = int(schema.get("minItems", 0))
@@ -21,10 +23,9 @@ def _emit_array(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) 
     if schema.get("uniqueItems") is True:
         kind = unique_item_kind(ctx, schema, ptr, refs)
         if kind is not None:
-            from .json_schema import emit_unique_array
             return emit_unique_array(ctx, nfa, start, schema, kind, ptr, refs)
         return _emit_unique(ctx, nfa, start, schema, lo, hi, ptr)
-    s = _punct(ctx, nfa, start, b"[")
+    s = punct(ctx, nfa, start, b"[")
     ends = []
     for i, sub in enumerate(prefix):
         if hi is not None and i >= hi:
@@ -32,8 +33,8 @@ def _emit_array(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) 
         if i >= lo:
             ends.append(s)
         if i:
-            s = _punct(ctx, nfa, s, b",")
-        s = emit_schema(ctx, nfa, s, sub, f"{ptr}/prefixItems/{i}", refs)
+            s = punct(ctx, nfa, s, b",")
+        s = ctx.emit_schema(nfa, s, sub, f"{ptr}/prefixItems/{i}", refs)
     else:
         ends.append(_emit_rest(ctx, nfa, s, items, len(prefix), lo, hi, ptr, refs))
     if len(prefix) >= lo and (hi is None or len(prefix) <= hi) and prefix:
@@ -41,7 +42,24 @@ def _emit_array(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) 
     end = nfa.new_state()
     for e in ends:
         nfa.add_eps(e, end)
-    return _punct(ctx, nfa, end, b"]")
+    return punct(ctx, nfa, end, b"]")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class UniqueArray:
+    """An array with uniqueItems over strings or numbers: a rule of its own, whose states
+    tell the matcher's duplicate check (unique_items.py) where an array of ``kind`` opens."""
+
+    schema: dict  # without uniqueItems
+    ptr: str
+    refs: tuple
+    kind: str
+
+
+def emit_unique_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, kind: str, ptr: str,
+                      refs: tuple) -> int:
+    plain = {k: v for k, v in schema.items() if k != "uniqueItems"}
+    return emit_call(nfa, start, ctx.rule_index(UniqueArray(plain, ptr, refs, kind), ptr))
 
 
 _MAX_UNIQUE_VALUES = 32
@@ -55,12 +73,10 @@ _UNIQUE_ITEM_KEYWORDS = {"string": {"type", "minLength"},
 def unique_item_kind(ctx, schema: dict, ptr: str, refs: tuple) -> str | None:
     """"string", "integer" or "number" where uniqueItems is checked in the matcher (the
     array then is a rule of its own); None where it is not (finite items, or refused)."""
-    from .json_schema import ANNOTATIONS, _flatten
-
     items = schema.get("items", True)
     if schema.get("prefixItems") or ctx.inline_leaves or not isinstance(items, dict):
         return None
-    flat, _ = _flatten(ctx, items, f"{ptr}/items", refs)
+    flat, _ = flatten(ctx, items, f"{ptr}/items", refs)
     if not isinstance(flat, dict):
         return None
     kind = flat.get("type")
@@ -73,8 +89,6 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
     """uniqueItems over a finite item domain: distinct values, written in the domain's order
     (a valid subset: every set of values has exactly one spelling). States: the index of the
     last value written, and the count so far where min/maxItems need it."""
-    from .json_schema import _punct, finite_texts
-
     texts = None if schema.get("prefixItems") else finite_texts(ctx, schema.get("items", True), f"{ptr}/items")
     if texts is None or len(texts) > _MAX_UNIQUE_VALUES:
         raise UnsupportedSchemaError.at(
@@ -84,7 +98,7 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
     k = len(texts)
     hi = k if hi is None else min(hi, k)
     cap = hi if hi < k else max(lo, 1)  # counts past cap are all alike
-    s0 = _punct(ctx, nfa, start, b"[")
+    s0 = punct(ctx, nfa, start, b"[")
     end = nfa.new_state()
     if lo == 0:
         nfa.add_eps(s0, end)
@@ -101,38 +115,36 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
                 nfa.add_eps(s, end)
             if c == hi:
                 continue
-            comma = _punct(ctx, nfa, s, b",")
+            comma = punct(ctx, nfa, s, b",")
             for j in range(i + 1, k):
                 written = emit_bytes(nfa, comma, texts[j])
                 if (nxt, j) in after:
                     nfa.add_eps(written, after[(nxt, j)])
                 else:
                     after[(nxt, j)] = written
-    return _punct(ctx, nfa, end, b"]")
+    return punct(ctx, nfa, end, b"]")
 
 
 def _emit_rest(ctx, nfa: NFA, s: int, items, done: int, lo: int, hi: int | None, ptr: str,
                refs: tuple) -> int:
     """Items after the prefixItems: count in [max(lo - done, 0), hi - done]."""
-    from .json_schema import _punct, emit_schema
-
     rest_lo = max(lo - done, 0)
     rest_hi = None if hi is None else hi - done
     if items is False or rest_hi == 0:
         return s if rest_lo == 0 else emit_nothing(nfa, s)
 
     def item(n, x):
-        return emit_schema(ctx, n, x, items, f"{ptr}/items", refs)
+        return ctx.emit_schema(n, x, items, f"{ptr}/items", refs)
 
     def sep(n, x):
-        return _punct(ctx, n, x, b",")
+        return punct(ctx, n, x, b",")
 
     if done == 0:
         return emit_repeat(nfa, s, item, rest_lo, rest_hi, sep=sep)
     return emit_repeat(nfa, s, lambda n, x: item(n, sep(n, x)), rest_lo, rest_hi)
 
 
-def _emit_object(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) -> int:
+def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) -> int:
     """Declared properties in schema order (optional ones skippable), then extra ones.
 
     The states after each property form tracks keyed by (members written so far, capped;
@@ -140,8 +152,6 @@ def _emit_object(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple)
     minProperties / maxProperties / dependentRequired read the key. Without those keywords
     there are two tracks, nothing written and something written.
     """
-    from .json_schema import _punct, emit_schema
-
     patterns = _mapping(schema, "patternProperties", ptr)
     deps = _dependent_required(schema, ptr)
     lo, hi = _count(schema, "minProperties", ptr, 0), _count(schema, "maxProperties", ptr, None)
@@ -160,7 +170,7 @@ def _emit_object(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple)
         props = {k: v if names.matches(json_string(k)) else False for k, v in props.items()}
     order = list(props)
     cap = hi if hi is not None else max(lo, 1)
-    tracks: dict[tuple, int] = {(0, frozenset()): _punct(ctx, nfa, start, b"{")}
+    tracks: dict[tuple, int] = {(0, frozenset()): punct(ctx, nfa, start, b"{")}
     for i, (name, sub) in enumerate(props.items()):
         new: dict[tuple, int] = {}
         for (c, present), s in tracks.items():  # leave it out
@@ -175,8 +185,8 @@ def _emit_object(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple)
         for dest, sources in dests.items():
             entry = nfa.new_state()
             for c, s in sources:
-                nfa.add_eps(_key(ctx, nfa, s if c == 0 else _punct(ctx, nfa, s, b","), name), entry)
-            _join(nfa, new, dest, emit_schema(ctx, nfa, entry, sub, f"{ptr}/properties/{_escape(name)}", refs))
+                nfa.add_eps(_key(ctx, nfa, s if c == 0 else punct(ctx, nfa, s, b","), name), entry)
+            _join(nfa, new, dest, ctx.emit_schema(nfa, entry, sub, f"{ptr}/properties/{_escape(name)}", refs))
         tracks = new
     classes = _extra_classes(tuple(props), patterns, extra, names, ptr)
     if classes:
@@ -185,7 +195,7 @@ def _emit_object(ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple)
     for (c, _), s in tracks.items():
         if c >= lo:
             nfa.add_eps(s, end)
-    return _punct(ctx, nfa, end, b"}")
+    return punct(ctx, nfa, end, b"}")
 
 
 def _join(nfa: NFA, tracks: dict, key: tuple, state: int) -> None:
@@ -199,8 +209,6 @@ def _join(nfa: NFA, tracks: dict, key: tuple, state: int) -> None:
 def _emit_extras(ctx, nfa: NFA, tracks: dict, classes: list, cap: int, hi: int | None, refs: tuple) -> dict:
     """Extra members after the declared ones: from each track, one more member moves to the
     next count (the capped count loops on itself)."""
-    from .json_schema import _punct, emit_leaf, emit_schema
-
     loops = {}
     for key, s in tracks.items():
         loops[key] = nfa.new_state()
@@ -216,10 +224,10 @@ def _emit_extras(ctx, nfa: NFA, tracks: dict, classes: list, cap: int, hi: int |
         if dest not in loops:
             loops[dest] = nfa.new_state()
             todo.append(dest)
-        entry = loops[key] if c == 0 else _punct(ctx, nfa, loops[key], b",")
+        entry = loops[key] if c == 0 else punct(ctx, nfa, loops[key], b",")
         for key_dfa_, value, vptr in classes:
-            key_end = _punct(ctx, nfa, emit_leaf(ctx, nfa, entry, key_dfa_), b":")
-            nfa.add_eps(emit_schema(ctx, nfa, key_end, value, vptr, refs), loops[dest])
+            key_end = punct(ctx, nfa, emit_leaf(ctx, nfa, entry, key_dfa_), b":")
+            nfa.add_eps(ctx.emit_schema(nfa, key_end, value, vptr, refs), loops[dest])
     return loops
 
 
@@ -236,7 +244,7 @@ def _extra_classes(declared: tuple, patterns: dict, extra, names, ptr: str) -> l
         keys = _pattern_keys(declared, None, tuple(plist), ptr) if plist else key_dfa(declared)
         classes.append((keys, extra, f"{ptr}/additionalProperties"))
     if names is not None:
-        budget = _leaf_budget()
+        budget = leaf_budget()
         classes = [(trim_and_minimize(product(k, names, "and", budget)), v, p) for k, v, p in classes]
     return [c for c in classes if not c[0].is_empty()]
 
@@ -273,8 +281,6 @@ def _with_patterns(sub, pattern_schemas: list):
 
 def _property_names_dfa(ctx, schema: dict, ptr: str):
     """The quoted names propertyNames allows, or None when it allows any."""
-    from .json_schema import emit_schema
-
     names = schema.get("propertyNames", True)
     if names is True or names == {}:
         return None
@@ -284,7 +290,7 @@ def _property_names_dfa(ctx, schema: dict, ptr: str):
     start = sub.new_state()
     ctx.inline_leaves, outer = True, ctx.inline_leaves
     try:
-        end = emit_schema(ctx, sub, start, names, f"{ptr}/propertyNames", ())
+        end = ctx.emit_schema(sub, start, names, f"{ptr}/propertyNames", ())
     finally:
         ctx.inline_leaves = outer
     return trim_and_minimize(determinize(sub, start, end, ctx.budget))
@@ -323,13 +329,11 @@ def _count(schema: dict, keyword: str, ptr: str, default):
 
 
 def _key(ctx, nfa: NFA, start: int, name: str) -> int:
-    from .json_schema import _punct
-
-    return _punct(ctx, nfa, emit_bytes(nfa, start, json_string(name)), b":")
+    return punct(ctx, nfa, emit_bytes(nfa, start, json_string(name)), b":")
 
 
 def _escape(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
 
 
-__all__ = ["_emit_array", "_emit_object", "emit_alt"]
+__all__ = ["UniqueArray", "emit_array", "emit_object", "emit_unique_array", "unique_item_kind"]

@@ -108,7 +108,7 @@ def leaves_within(budget: CompileBudget):
         _DEADLINE.reset(token)
 
 
-def _leaf_budget(max_states: int = 50_000) -> CompileBudget:
+def leaf_budget(max_states: int = 50_000) -> CompileBudget:
     budget = CompileBudget(max_states=max_states, timeout_s=30.0)
     deadline = _DEADLINE.get()
     if deadline is not None and deadline < budget.deadline:
@@ -135,14 +135,14 @@ def emit_json_char(nfa: NFA, start: int) -> int:
 
 @lru_cache(maxsize=512)
 def regex_leaf(pattern: str) -> ByteDFA:
-    return regex_to_dfa(pattern, _leaf_budget())
+    return regex_to_dfa(pattern, leaf_budget())
 
 
 @lru_cache(maxsize=512)
 def string_dfa(min_len: int, max_len: int | None, pattern: str | None, fmt: str | None,
                budget_states: int = 50_000) -> ByteDFA:
     """A quoted JSON string honoring length (in characters), pattern (search) and format."""
-    budget = _leaf_budget(budget_states)
+    budget = leaf_budget(budget_states)
     if pattern is None and fmt is None:
         body = _counted_chars(min_len, max_len, budget)
     else:
@@ -241,7 +241,7 @@ def key_dfa(excluded: tuple[str, ...], matching: str | None = None,
     `not_matching` does. Those names are spelled without escapes, so the text a pattern sees
     is the bytes between the quotes and the pattern test is exact.
     """
-    budget = _leaf_budget()
+    budget = leaf_budget()
     if matching is None and not not_matching:
         strings = string_dfa(0, None, None, None)
     else:
@@ -261,7 +261,7 @@ def key_dfa(excluded: tuple[str, ...], matching: str | None = None,
 @lru_cache(maxsize=256)
 def pattern_matches(pattern: str, text: str) -> bool:
     """Whether JSON Schema `pattern` (a search) matches `text`, by the automaton we generate with."""
-    return search_dfa(pattern, _leaf_budget()).matches(text.encode())
+    return search_dfa(pattern, leaf_budget()).matches(text.encode())
 
 
 def json_string(text: str) -> bytes:

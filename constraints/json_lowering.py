@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .json_drafts import subschemas
+from .json_keywords import ANNOTATIONS
 from .json_merge import provably_disjoint
 
 _MAX_CASES = 64
 _IN_PLACE = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas")
-_ANNOTATIONS = {"title", "description", "$comment", "default", "examples", "deprecated"}
 
 
 def lower_keywords(root):
@@ -238,10 +238,10 @@ def _with_dependency(absent, present, extra, sub):
     contradicts the case."""
     if sub is False:
         return None
-    keys = set(sub) - _ANNOTATIONS if isinstance(sub, dict) else set()
+    keys = set(sub) - ANNOTATIONS if isinstance(sub, dict) else set()
     if keys == {"required"} and _names(sub["required"]):
         present = present | set(sub["required"])
-    elif keys == {"not"} and isinstance(sub["not"], dict) and set(sub["not"]) - _ANNOTATIONS == {"required"} \
+    elif keys == {"not"} and isinstance(sub["not"], dict) and set(sub["not"]) - ANNOTATIONS == {"required"} \
             and _names(sub["not"]["required"]) and len(sub["not"]["required"]) == 1:
         absent = absent | set(sub["not"]["required"])
     elif sub is not True and keys:

@@ -12,13 +12,15 @@ import json
 
 from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, trim_and_minimize
+from .json_context import flatten
+from .json_keywords import ANNOTATIONS
 from .json_merge import EXCLUDED, FRACTIONAL, declared_types, infer_types, merge_schemas
 from .nfa import NFA, emit_alt, emit_bytes
 
 _SHORT = {8: b"\\b", 9: b"\\t", 10: b"\\n", 12: b"\\f", 13: b"\\r"}
 
 
-def narrow_not(ctx, schema: dict, ptr: str, flatten, annotations: set) -> dict | bool:
+def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
     """``schema`` without its `not`, narrowed to exclude what `not` forbids."""
     neg = schema["not"]
     rest = {k: v for k, v in schema.items() if k != "not"}
@@ -29,13 +31,13 @@ def narrow_not(ctx, schema: dict, ptr: str, flatten, annotations: set) -> dict |
         return rest
     if isinstance(neg, dict):
         neg, _ = flatten(ctx, neg, where, ())
-    if neg is True or isinstance(neg, dict) and set(neg) <= annotations:
+    if neg is True or isinstance(neg, dict) and set(neg) <= ANNOTATIONS:
         return False
     if neg is False:
         return rest
     if not isinstance(neg, dict):
         raise UnsupportedSchemaError.at("not", where, "of a recursive $ref is not supported")
-    keys = set(neg) - annotations
+    keys = set(neg) - ANNOTATIONS
     if keys == {"not"}:  # not(not X) is X
         return merge_schemas(rest, neg["not"], where)
     if keys == {"type"}:
@@ -67,13 +69,13 @@ def narrow_not(ctx, schema: dict, ptr: str, flatten, annotations: set) -> dict |
         if "oneOf" in rest:
             raise UnsupportedSchemaError.at("not", where, "of several required names beside oneOf")
         if "anyOf" in rest:  # (A or B) and not N is (A and not N) or (B and not N)
-            return _distribute(ctx, rest, neg, where, flatten, annotations)
+            return _distribute(ctx, rest, neg, where)
         return {"anyOf": missing}
     if keys == {"anyOf"} and isinstance(neg["anyOf"], list):
         # not (X or Y) is (not X) and (not Y): narrow by each in turn.
         out = rest
         for i, sub in enumerate(neg["anyOf"]):
-            out = narrow_not(ctx, {**out, "not": sub}, f"{where}/anyOf/{i}", flatten, annotations)
+            out = narrow_not(ctx, {**out, "not": sub}, f"{where}/anyOf/{i}")
             if out is False:
                 return False
         return out
@@ -83,7 +85,7 @@ def narrow_not(ctx, schema: dict, ptr: str, flatten, annotations: set) -> dict |
         # names it requires and `rest` does not, a subset of what fails it (objects that
         # have them all but fail another of its keywords are left out: over-constrained,
         # never under).
-        return narrow_not(ctx, {**rest, "not": {"required": missing}}, where, flatten, annotations)
+        return narrow_not(ctx, {**rest, "not": {"required": missing}}, where)
     raise UnsupportedSchemaError.at("not", where, "is enforced only for type, enum/const, required "
                                     f"names, one property and anyOf of these, not {sorted(keys)}")
 
@@ -103,7 +105,7 @@ def _unrequired_names(rest: dict, neg: dict, keys: set) -> list[str]:
     return [n for n in dict.fromkeys(required) if isinstance(n, str) and n not in have]
 
 
-def _distribute(ctx, rest: dict, neg: dict, where: str, flatten, annotations: set) -> dict | bool:
+def _distribute(ctx, rest: dict, neg: dict, where: str) -> dict | bool:
     base = {k: v for k, v in rest.items() if k != "anyOf"}
     out = []
     for i, branch in enumerate(rest["anyOf"]):
@@ -113,7 +115,7 @@ def _distribute(ctx, rest: dict, neg: dict, where: str, flatten, annotations: se
         merged = base if branch is True else merge_schemas(base, branch, f"{where}/anyOf/{i}")
         if merged is False:
             continue
-        narrowed = narrow_not(ctx, {**merged, "not": neg}, where, flatten, annotations)
+        narrowed = narrow_not(ctx, {**merged, "not": neg}, where)
         if narrowed is not False:
             out.append(narrowed)
     return {"anyOf": out} if out else False

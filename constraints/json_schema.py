@@ -27,17 +27,26 @@ from .errors import (
     UnsupportedSchemaError,
 )
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
+from .json_compound import UniqueArray, emit_array, emit_object
+from .json_context import (
+    Ctx,
+    RefCall,
+    emit_leaf,
+    flatten,
+    literal_texts,
+    merge_or_fail,
+    punct,
+    resolve_ref,
+)
 from .json_drafts import normalize_drafts
+from .json_keywords import UNSUPPORTED
 from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
 from .json_lowering import lower_keywords
 from .json_merge import (
-    EXCLUDED,
     FRACTIONAL,
     TYPES,
-    declared_types,
     exclusive_branches,
     infer_types,
-    merge_schemas,
 )
 from .json_not import branch_if, excluded, narrow_not, spellings_dfa
 from .leaves import CountedLeaf
@@ -54,44 +63,8 @@ from .numbers import (
 from .pushdown import PushdownAutomaton, build_pushdown
 from .vocab import TokenizerInfo
 
-ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "$schema", "$id",
-               "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding",
-               "contentSchema", "$anchor", "$vocabulary", "$defs", "definitions"}
-SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalProperties", "items",
-             "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern",
-             "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
-             "oneOf", "allOf", "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties",
-             "propertyNames", "minProperties", "maxProperties", "dependentRequired", "not", "if",
-             "then", "else"}
-UNSUPPORTED = {"dependentSchemas", "dependencies",
-               "unevaluatedProperties", "unevaluatedItems", "contains", "minContains",
-               "maxContains", "$dynamicRef", "$dynamicAnchor",
-               "$recursiveRef", "$recursiveAnchor"}
 MAX_RULES = 4096  # rules of one schema's pushdown automaton
 ANY_DEPTH = 3  # nesting depth of values under an unconstrained schema ({} / true)
-_FLEX_WS = b" \t\n"
-_FLEX_WS_MAX = 8
-
-
-@dataclass(slots=True)
-class _Ctx:
-    root: object
-    lenient: bool
-    flexible: bool
-    budget: CompileBudget
-    validator: object = field(default=None)
-    # Pushdown rules in call order: a recursive $ref (str) or a shared leaf (ByteDFA) -> the
-    # pointer it was first met at; rule k is called by symbol CALL_BASE + k.
-    rules: dict[str | ByteDFA, str] = field(default_factory=dict)
-
-    def rule_index(self, key: str | ByteDFA, ptr: str) -> int:
-        if key not in self.rules:
-            self.rules[key] = ptr
-            self._rule_ids[key] = len(self._rule_ids)
-        return self._rule_ids[key]
-
-    _rule_ids: dict[str | ByteDFA, int] = field(default_factory=dict)
-    inline_leaves: bool = False  # emitting a fragment that becomes a plain DFA: no calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,30 +83,6 @@ def _sub_rule(schema: dict, ptr: str, refs: tuple) -> _SubRule:
     return _SubRule(schema, ptr, refs, json.dumps(schema, sort_keys=True, default=repr))
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class _UniqueArray:
-    """An array with uniqueItems over strings or numbers: a rule of its own, whose states
-    tell the matcher's duplicate check (unique_items.py) where an array of ``kind`` opens."""
-
-    schema: dict  # without uniqueItems
-    ptr: str
-    refs: tuple
-    kind: str
-
-
-def emit_unique_array(ctx: _Ctx, nfa: NFA, start: int, schema: dict, kind: str, ptr: str,
-                      refs: tuple) -> int:
-    plain = {k: v for k, v in schema.items() if k != "uniqueItems"}
-    return emit_call(nfa, start, ctx.rule_index(_UniqueArray(plain, ptr, refs, kind), ptr))
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """A $ref met again inside its own expansion: matched by calling the ref's rule."""
-
-    ref: str
-
-
 def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, lenient: bool,
                              budget: CompileBudget) -> DFAAutomaton:
     if whitespace not in ("compact", "flexible"):
@@ -143,7 +92,7 @@ def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, le
     except json.JSONDecodeError as e:
         raise InvalidConstraintError(f"json_schema is not valid JSON: {e}") from e
     root = lower_keywords(normalize_drafts(root))
-    ctx = _Ctx(root, lenient, whitespace == "flexible", budget)
+    ctx = Ctx(root, lenient, whitespace == "flexible", budget, emit_schema)
     ctx.validator = jsonschema.Draft202012Validator(root if isinstance(root, (dict, bool)) else {})
     nfa = NFA(budget)
     start = nfa.new_state()
@@ -154,7 +103,7 @@ def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, le
     return DFAAutomaton(info, trim_and_minimize(determinize(nfa, start, end, budget)))
 
 
-def _pushdown_automaton(ctx: _Ctx, info: TokenizerInfo, main: tuple) -> PushdownAutomaton:
+def _pushdown_automaton(ctx: Ctx, info: TokenizerInfo, main: tuple) -> PushdownAutomaton:
     """One rule per recursive $ref, each emitted like any schema (calls where it recurses),
     and one per shared leaf, whose DFA is the rule as it is."""
     fragments: list = [main]
@@ -175,43 +124,43 @@ def _pushdown_automaton(ctx: _Ctx, info: TokenizerInfo, main: tuple) -> Pushdown
         nfa = NFA(ctx.budget)
         start = nfa.new_state()
         if isinstance(key, _SubRule):
-            end = _emit_object(ctx, nfa, start, key.schema, key.ptr, key.refs)
-        elif isinstance(key, _UniqueArray):
-            end = _emit_array(ctx, nfa, start, key.schema, key.ptr, key.refs)
+            end = emit_object(ctx, nfa, start, key.schema, key.ptr, key.refs)
+        elif isinstance(key, UniqueArray):
+            end = emit_array(ctx, nfa, start, key.schema, key.ptr, key.refs)
         else:
-            target = _resolve_ref(ctx, key, ctx.rules[key])
+            target = resolve_ref(ctx, key, ctx.rules[key])
             end = emit_schema(ctx, nfa, start, target, key[1:], (key,))
         fragments.append((nfa, start, end))
     pointers = [key[1:] if isinstance(key, str) else ptr for key, ptr in ctx.rules.items()]
-    unique = {1 + k: key.kind for k, key in enumerate(ctx.rules) if isinstance(key, _UniqueArray)}
+    unique = {1 + k: key.kind for k, key in enumerate(ctx.rules) if isinstance(key, UniqueArray)}
     return build_pushdown(info, fragments, pointers, ctx.budget, unique)
 
 
-def emit_schema(ctx: _Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -> int:
+def emit_schema(ctx: Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -> int:
     if schema is True:
         return _emit_any(ctx, nfa, start)
     if schema is False:
         return emit_nothing(nfa, start)
-    if isinstance(schema, _Call):
+    if isinstance(schema, RefCall):
         return _emit_call(ctx, nfa, start, schema, ptr)
     if not isinstance(schema, dict):
         raise InvalidConstraintError(f"schema at {ptr or '/'} must be an object or boolean")
-    schema, refs = _flatten(ctx, schema, ptr, refs)
+    schema, refs = flatten(ctx, schema, ptr, refs)
     if schema is False:
         return emit_nothing(nfa, start)
-    if isinstance(schema, _Call):
+    if isinstance(schema, RefCall):
         return _emit_call(ctx, nfa, start, schema, ptr)
     _check_keywords(ctx, schema, ptr)
     if {"if", "then", "else"} & schema.keys():
         schema = branch_if(schema, ptr)
         if schema is False:
             return emit_nothing(nfa, start)
-        schema, refs = _flatten(ctx, schema, ptr, refs)
+        schema, refs = flatten(ctx, schema, ptr, refs)
         if schema is False:
             return emit_nothing(nfa, start)
     if "not" in schema:
         try:
-            schema = narrow_not(ctx, schema, ptr, _flatten, ANNOTATIONS)
+            schema = narrow_not(ctx, schema, ptr)
         except UnsupportedSchemaError:
             if not ctx.lenient:
                 raise
@@ -228,118 +177,11 @@ def emit_schema(ctx: _Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) 
     return emit_alt(nfa, start, branches)
 
 
-def _emit_call(ctx: _Ctx, nfa: NFA, start: int, call: _Call, ptr: str) -> int:
+def _emit_call(ctx: Ctx, nfa: NFA, start: int, call: RefCall, ptr: str) -> int:
     return emit_call(nfa, start, ctx.rule_index(call.ref, ptr))
 
 
-LEAF_CALL_MIN_STATES = 4
-
-
-def emit_leaf(ctx: _Ctx, nfa: NFA, start: int, dfa: ByteDFA, ptr: str = "") -> int:
-    """A terminal (string body, number, format, key): called as a rule of its own, so its DFA
-    is shared by every schema that uses it (its token walks too) and never copied into the
-    structure's automaton, whose size then adds to the leaves' instead of multiplying.
-    Tiny leaves are inlined: a call costs more than it saves."""
-    if ctx.inline_leaves or dfa.num_states < LEAF_CALL_MIN_STATES or dfa.accept[0]:
-        return embed_dfa(nfa, start, dfa)
-    return emit_call(nfa, start, ctx.rule_index(dfa, ptr))
-
-
-def _flatten(ctx: _Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool | _Call, tuple]:
-    """Inline local $refs and merge allOf into one dict (siblings of $ref apply too).
-
-    `refs` are the $refs being expanded around this point: meeting one again is recursion,
-    returned as a _Call of that ref's rule (exact, through the pushdown automaton).
-    """
-    while "$ref" in schema or "allOf" in schema:
-        if "$ref" in schema:
-            ref = schema["$ref"]
-            rest = {k: v for k, v in schema.items() if k != "$ref"}
-            if ref in refs:
-                if not _is_annotation_only(rest) and not _implied_by_ref(ctx, rest, ref, ptr):
-                    raise UnsupportedSchemaError.at(
-                        "$ref", f"{ptr}/$ref", f"is recursive ({ref}) with sibling keywords "
-                        f"{sorted(set(rest) - ANNOTATIONS)}; a recursive $ref must stand alone")
-                return _Call(ref), refs
-            target = _resolve_ref(ctx, ref, ptr)
-            refs = refs + (ref,)
-            schema = _merge_or_fail(ctx, target, rest, ptr + "/$ref")
-        else:
-            parts = schema["allOf"]
-            merged: dict | bool | _Call = {k: v for k, v in schema.items() if k != "allOf"}
-            for i, part in enumerate(parts):
-                if isinstance(part, dict) and "$ref" in part:
-                    part, refs = _flatten(ctx, part, f"{ptr}/allOf/{i}", refs)
-                merged = _merge_or_fail(ctx, merged, part, f"{ptr}/allOf/{i}")
-            schema = merged
-        if schema is True:
-            return {}, refs
-        if schema is False or isinstance(schema, _Call):
-            return schema, refs
-    return schema, refs
-
-
-def _implied_by_ref(ctx: _Ctx, siblings, ref: str, ptr: str) -> bool:
-    """Whether every sibling of a recursive $ref is already said by its target: the same
-    keyword with the same value, or a type the target's types fall within (``{"type":
-    "object", "anyOf": [{"$ref": node}, ...]}`` with node an object), so the call alone is
-    the conjunction."""
-    if not isinstance(siblings, dict):
-        return False
-    target = _resolve_ref(ctx, ref, ptr)
-    if not isinstance(target, dict):
-        return False
-    for key in set(siblings) - ANNOTATIONS:
-        if key == "type" and "type" in target:
-            if not declared_types(target) <= declared_types(siblings):
-                return False
-        elif key not in target or not _json_equal(siblings[key], target[key]):
-            return False
-    return True
-
-
-def _is_annotation_only(schema) -> bool:
-    return schema is True or isinstance(schema, dict) and set(schema) <= ANNOTATIONS
-
-
-def _merge_or_fail(ctx: _Ctx, a, b, ptr: str) -> dict | bool | _Call:
-    if isinstance(a, _Call) or isinstance(b, _Call):
-        call, other = (a, b) if isinstance(a, _Call) else (b, a)
-        if other is False:
-            return False
-        if not _is_annotation_only(other) and not _implied_by_ref(ctx, other, call.ref, ptr):
-            raise UnsupportedSchemaError.at(
-                "$ref", ptr, f"recursive ({call.ref}) is combined with other keywords; "
-                "a recursive $ref must stand alone")
-        return call
-    try:
-        return merge_schemas(a, b, ptr)
-    except UnsupportedSchemaError:
-        if ctx.lenient:
-            return a if isinstance(a, dict) else b
-        raise
-
-
-def _resolve_ref(ctx: _Ctx, ref: str, ptr: str):
-    if not isinstance(ref, str) or not ref.startswith("#") or (len(ref) > 1 and ref[1] != "/"):
-        raise UnsupportedSchemaError.at("$ref", ptr, f"value {ref!r}: only local '#/...' refs")
-    node = ctx.root
-    for raw in ref[2:].split("/") if len(ref) > 1 else []:
-        part = _unescape_pointer(raw)
-        try:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        except (KeyError, IndexError, ValueError, TypeError) as e:
-            raise InvalidConstraintError(f"$ref {ref!r} at {ptr or '/'} does not resolve") from e
-    return node
-
-
-def _unescape_pointer(part: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(part).replace("~1", "/").replace("~0", "~")
-
-
-def _check_keywords(ctx: _Ctx, schema: dict, ptr: str) -> None:
+def _check_keywords(ctx: Ctx, schema: dict, ptr: str) -> None:
     if ctx.lenient:
         return
     for key in schema:
@@ -347,7 +189,7 @@ def _check_keywords(ctx: _Ctx, schema: dict, ptr: str) -> None:
             raise UnsupportedSchemaError.at(key, f"{ptr}/{key}")
 
 
-def _emit_branches(ctx: _Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr: str,
+def _emit_branches(ctx: Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr: str,
                    refs: tuple) -> int:
     rest = {k: v for k, v in schema.items() if k != key}
     branches, branch_refs, raw = [], [], []
@@ -355,9 +197,9 @@ def _emit_branches(ctx: _Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr:
         bptr = f"{ptr}/{key}/{i}"
         brefs = refs
         if isinstance(branch, dict):
-            branch, brefs = _flatten(ctx, branch, bptr, refs)
+            branch, brefs = flatten(ctx, branch, bptr, refs)
         raw.append(branch)
-        branches.append(_merge_or_fail(ctx, rest, branch, bptr))
+        branches.append(merge_or_fail(ctx, rest, branch, bptr))
         branch_refs.append(brefs)
     if key == "oneOf" and not ctx.lenient:
         branches = _one_of_disjoint(ctx, branches, raw, ptr)
@@ -366,7 +208,7 @@ def _emit_branches(ctx: _Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr:
     return emit_alt(nfa, start, [lambda n, s, e=e: e(n, s) for e in emits])
 
 
-def _one_of_disjoint(ctx: _Ctx, branches: list, raw: list, ptr: str) -> list:
+def _one_of_disjoint(ctx: Ctx, branches: list, raw: list, ptr: str) -> list:
     """oneOf generated as anyOf, exactly: branches provably disjoint stay as they are; a
     branch that may overlap another is narrowed by `not` of it (branch i and not branch j:
     i's own part beside the oneOf already holds j's), exact where narrow_not is."""
@@ -385,79 +227,32 @@ def _one_of_disjoint(ctx: _Ctx, branches: list, raw: list, ptr: str) -> list:
     return out
 
 
-def _narrow_by_not(ctx: _Ctx, branch, other, ptr: str):
-    if not isinstance(branch, dict) or isinstance(other, _Call):
+def _narrow_by_not(ctx: Ctx, branch, other, ptr: str):
+    if not isinstance(branch, dict) or isinstance(other, RefCall):
         raise UnsupportedSchemaError.at("not", f"{ptr}/not", "of a recursive $ref is not supported")
     if "not" in branch:
         if not {"enum", "const"} & branch.keys():
             raise UnsupportedSchemaError.at("not", f"{ptr}/not", "beside another not")
         # Listed values are each validated against the whole schema: both nots hold.
         return {**branch, "not": {"anyOf": [branch["not"], other]}}
-    return narrow_not(ctx, {**branch, "not": other}, ptr, _flatten, ANNOTATIONS)
+    return narrow_not(ctx, {**branch, "not": other}, ptr)
 
 
-def _call_target(ctx: _Ctx, schema):
+def _call_target(ctx: Ctx, schema):
     """The schema a recursive call stands for, one level deep (for the oneOf disjointness test)."""
-    if not isinstance(schema, _Call):
+    if not isinstance(schema, RefCall):
         return schema
-    target, _ = _flatten(ctx, {"$ref": schema.ref}, "", ())
-    return True if isinstance(target, _Call) else target
+    target, _ = flatten(ctx, {"$ref": schema.ref}, "", ())
+    return True if isinstance(target, RefCall) else target
 
 
-def _emit_literals(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
+def _emit_literals(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
     """enum/const: every listed value that the whole schema accepts (jsonschema decides)."""
     texts = literal_texts(ctx, schema, ptr)
     return emit_alt(nfa, start, [lambda n, s, t=t: emit_bytes(n, s, t) for t in texts])
 
 
-def literal_texts(ctx: _Ctx, schema: dict, ptr: str) -> list[bytes]:
-    """The compact JSON of each enum/const value the schema accepts, one per distinct value
-    (1 and 1.0 are the same value)."""
-    values = schema["enum"] if "enum" in schema else [schema["const"]]
-    if "enum" in schema and "const" in schema:
-        values = [v for v in values if _json_equal(v, schema["const"])]
-    validator = ctx.validator.evolve(schema=schema)
-    removed = [json.loads(t) for t in schema.get(EXCLUDED, ())]
-    texts, seen = [], []
-    for v in values:
-        try:
-            ok = validator.is_valid(v)
-        except jsonschema.exceptions.SchemaError as e:
-            raise InvalidConstraintError(f"invalid schema at {ptr or '/'}: {e}") from e
-        if ok and any(_json_equal(v, w) for w in removed):  # a `not` merged in from outside
-            ok = False
-        if ok and not any(_json_equal(v, w) for w in seen):
-            seen.append(v)
-            texts.append(json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode())
-    return texts
-
-
-def finite_texts(ctx: _Ctx, schema, ptr: str) -> list[bytes] | None:
-    """Every value of a schema with a finite domain (enum, const, boolean, null) as compact
-    JSON, one per distinct value; None when the domain is not one of those."""
-    if schema is False:
-        return []
-    if not isinstance(schema, dict):
-        return None
-    schema, _ = _flatten(ctx, schema, ptr, ())
-    if not isinstance(schema, dict) or "anyOf" in schema or "oneOf" in schema:
-        return None if schema is not False else []
-    if "enum" in schema or "const" in schema:
-        return literal_texts(ctx, schema, ptr)
-    types = infer_types(schema)
-    if set(types) <= {"boolean", "null"} and set(schema) - ANNOTATIONS <= {"type", "nullable"}:
-        return [t for name, ts in (("boolean", [b"false", b"true"]), ("null", [b"null"]))
-                if name in types for t in ts]
-    return None
-
-
-def _json_equal(a, b) -> bool:
-    return type(a) is type(b) and a == b or (
-        isinstance(a, (int, float)) and isinstance(b, (int, float))
-        and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
-
-
-def _emit_typed(nfa: NFA, start: int, ctx: _Ctx, schema: dict, t: str, ptr: str,
+def _emit_typed(nfa: NFA, start: int, ctx: Ctx, schema: dict, t: str, ptr: str,
                 refs: tuple) -> int:
     if t == "null":
         return emit_nothing(nfa, start) if excluded(schema, type(None)) else emit_bytes(nfa, start, b"null")
@@ -469,13 +264,13 @@ def _emit_typed(nfa: NFA, start: int, ctx: _Ctx, schema: dict, t: str, ptr: str,
     if t == "string":
         return _emit_string(ctx, nfa, start, schema, ptr)
     if t == "array":
-        return _emit_array(ctx, nfa, start, schema, ptr, refs)
+        return emit_array(ctx, nfa, start, schema, ptr, refs)
     if ptr and not ctx.inline_leaves:
         return emit_call(nfa, start, ctx.rule_index(_sub_rule(schema, ptr, refs), ptr))
-    return _emit_object(ctx, nfa, start, schema, ptr, refs)
+    return emit_object(ctx, nfa, start, schema, ptr, refs)
 
 
-def _emit_number(ctx: _Ctx, nfa: NFA, start: int, schema: dict, t: str, ptr: str) -> int:
+def _emit_number(ctx: Ctx, nfa: NFA, start: int, schema: dict, t: str, ptr: str) -> int:
     names = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
     bounds = [schema.get(k) for k in names]
     for k, b in zip(names, bounds):
@@ -508,7 +303,7 @@ def _minus_excluded(dfa, schema: dict, kind: type, budget: CompileBudget):
 _MAX_MULTIPLE_STATES = 20_000
 
 
-def _multiple_of_dfa(ctx: _Ctx, step, ptr: str):
+def _multiple_of_dfa(ctx: Ctx, step, ptr: str):
     if isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0:
         raise InvalidConstraintError(f"'multipleOf' at {ptr}/multipleOf must be a number > 0")
     table = multiple_of_table(as_decimal(step), min(_MAX_MULTIPLE_STATES, ctx.budget.max_states))
@@ -531,7 +326,7 @@ def _bounded(dfa, other, budget: CompileBudget):
     return trim_and_minimize(product(dfa, other, "and", budget))
 
 
-def _emit_string(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
+def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
     lo = schema.get("minLength", 0)
     hi = schema.get("maxLength")
     pattern = schema.get("pattern")
@@ -562,18 +357,7 @@ def _emit_string(ctx: _Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int
     return emit_leaf(ctx, nfa, start, _minus_excluded(dfa, schema, str, ctx.budget), ptr)
 
 
-def _ws(ctx: _Ctx, nfa: NFA, start: int) -> int:
-    if not ctx.flexible:
-        return start
-    return emit_repeat(nfa, start, lambda n, s: emit_alt(
-        n, s, [lambda n2, s2, b=b: emit_bytes(n2, s2, bytes([b])) for b in _FLEX_WS]), 0, _FLEX_WS_MAX)
-
-
-def _punct(ctx: _Ctx, nfa: NFA, start: int, char: bytes) -> int:
-    return _ws(ctx, nfa, emit_bytes(nfa, _ws(ctx, nfa, start), char))
-
-
-def _emit_any(ctx: _Ctx, nfa: NFA, start: int) -> int:
+def _emit_any(ctx: Ctx, nfa: NFA, start: int) -> int:
     return emit_leaf(ctx, nfa, start, any_value_dfa(ANY_DEPTH, ctx.flexible))
 
 
@@ -581,14 +365,14 @@ def _emit_any(ctx: _Ctx, nfa: NFA, start: int) -> int:
 def any_value_dfa(depth: int, flexible: bool):
     """Any JSON value nested at most `depth` containers deep (deeper values are not generated)."""
     budget = CompileBudget(max_states=200_000, timeout_s=60.0)
-    ctx = _Ctx({}, True, flexible, budget)
+    ctx = Ctx({}, True, flexible, budget, emit_schema)
     nfa = NFA(budget)
     start = nfa.new_state()
     end = _emit_any_value(ctx, nfa, start, depth)
     return trim_and_minimize(determinize(nfa, start, end, budget))
 
 
-def _emit_any_value(ctx: _Ctx, nfa: NFA, start: int, depth: int) -> int:
+def _emit_any_value(ctx: Ctx, nfa: NFA, start: int, depth: int) -> int:
     scalars = [lambda n, s, t=t: emit_bytes(n, s, t) for t in (b"null", b"true", b"false")]
     scalars += [lambda n, s: embed_dfa(n, s, regex_leaf(NUMBER)),
                 lambda n, s: embed_dfa(n, s, string_dfa(0, None, None, None))]
@@ -600,18 +384,16 @@ def _emit_any_value(ctx: _Ctx, nfa: NFA, start: int, depth: int) -> int:
         return embed_dfa(n, s, any_value_dfa(depth - 1, ctx.flexible))
 
     def member(n, s):
-        return inner(n, _punct(ctx, n, embed_dfa(n, s, key_dfa(())), b":"))
+        return inner(n, punct(ctx, n, embed_dfa(n, s, key_dfa(())), b":"))
 
     def container(n, s, open_, item, close):
-        body = emit_repeat(n, _punct(ctx, n, s, open_), item, 0, None,
-                           sep=lambda n2, s2: _punct(ctx, n2, s2, b","))
-        return _punct(ctx, n, body, close)
+        body = emit_repeat(n, punct(ctx, n, s, open_), item, 0, None,
+                           sep=lambda n2, s2: punct(ctx, n2, s2, b","))
+        return punct(ctx, n, body, close)
 
     return emit_alt(nfa, start, scalars + [
         lambda n, s: container(n, s, b"[", inner, b"]"),
         lambda n, s: container(n, s, b"{", member, b"}")])
 
-
-from .json_compound import _emit_array, _emit_object  # noqa: E402  (mutual recursion)
 
 __all__ = ["TYPES", "emit_schema", "json_schema_to_automaton"]

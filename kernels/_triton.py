@@ -4,21 +4,16 @@ CPU-only installs have no triton. The ``*_ref`` functions beside each kernel are
 so the engine's CPU path keeps working; calling a Triton launcher there raises RuntimeError.
 
 On a machine without CUDA, Triton kernels can only run in Triton's interpreter, and triton
-decides that once, when ``triton.language`` is first imported. So unless the user chose
-(``TRITON_INTERPRET`` set), this module selects the interpreter there before importing triton:
-the launchers then work on CPU tensors (slowly: tests and debugging) instead of failing.
+decides that once, when ``triton.language`` is first imported: call
+``kernels.select_interpreter()`` before the first kernel import to get it (tests do); importing
+this module never changes the environment.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from types import SimpleNamespace
 
 import torch
-
-if "TRITON_INTERPRET" not in os.environ and "triton" not in sys.modules and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
 
 try:
     import triton

@@ -31,6 +31,7 @@ import constraints
 from constraints import CompileTimeoutError, ConstraintLimits
 from constraints import errors as constraint_errors
 from constraints.compile_worker import loads_grammar
+from sglang_lite.errors import CompileBusyError, CompileWorkerError, EngineShutDown
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,6 @@ _POLL_S = 0.02
 _KILL_GRACE_S = 0.5  # past the worker's own (cooperative) budget, before the kill
 _START_TIMEOUT_S = 120.0
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(constraints.__file__)))
-
-
-class CompileBusyError(RuntimeError):
-    """Every compile worker is busy and the wait queue is full; retry later."""
 
 
 class CompileCancelled(Exception):
@@ -56,10 +53,6 @@ class CompilePoolStats:
     cancelled: int = 0  # workers killed because the caller left
     busy: int = 0  # callers refused: queue full
     restarts: int = 0
-
-
-class CompileWorkerError(RuntimeError):
-    """A compile worker process could not be started."""
 
 
 class _Worker:
@@ -191,7 +184,7 @@ class CompilePool:
     def _acquire(self, cancel: threading.Event | None) -> _Worker:
         with self._cond:
             if self._closed:
-                raise RuntimeError("engine: shut down")
+                raise EngineShutDown()
             if not self._idle and self._waiting >= self.max_queue:
                 self.stats.busy += 1
                 raise CompileBusyError(f"constraint compiles: {self.max_queue} already waiting; retry later")
@@ -202,7 +195,7 @@ class CompilePool:
                     if cancel is not None and cancel.is_set():
                         raise CompileCancelled()
                     if self._closed:
-                        raise RuntimeError("engine: shut down")
+                        raise EngineShutDown()
                 return self._idle.pop()
             finally:
                 self._waiting -= 1
@@ -228,11 +221,11 @@ class CompilePool:
         status, *rest = worker.conn.recv()
         if status == "ok":
             return loads_grammar(rest[0], self.info)
-        name, message, limit = rest
+        name, message, facts = rest
         cls = getattr(constraint_errors, name, constraint_errors.InvalidConstraintError)
         error = cls(message)
-        if limit:
-            error.limit = limit
+        for key, value in facts.items():  # limit; keyword and pointer of a schema keyword
+            setattr(error, key, value)
         raise error
 
     def _replace(self, worker: _Worker, reason: str) -> None:

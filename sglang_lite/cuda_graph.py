@@ -33,8 +33,8 @@ from sglang_lite.config import MAX_CONTINUOUS_DECODE_STEPS
 from sglang_lite.mem.req_to_token import ReqToTokenPool
 
 if TYPE_CHECKING:
-    from sglang_lite.model_runner import ScheduledBatch
     from sglang_lite.request import Req
+    from sglang_lite.scheduled_batch import ScheduledBatch
 
 # Rows of the packed input buffer [NUM_ROWS, max_bs], and what a padding row holds in each.
 INPUT_IDS, POSITIONS, OUT_CACHE_LOC, REQ_POOL_INDICES, SEQ_LENS, PREFIX_LENS = range(6)

@@ -15,6 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
+from sglang_lite.errors import ConstraintRefused, InvalidRequest
+from sglang_lite.outputs import FinishReason
 from sglang_lite.request import Req
 from sglang_lite.sampling_params import SamplingParams
 
@@ -71,21 +73,22 @@ class GrammarBackend:
             else:
                 grammar = self.compiler.compile_ebnf(spec)
         except ConstraintError as e:
-            raise ConstraintRefused(f"{kind}: {e}", refusal_reason(e)) from e
+            raise ConstraintRefused(kind, str(e), refusal_reason(e), keyword=getattr(e, "keyword", ""),
+                                    pointer=getattr(e, "pointer", "")) from e
         except RecursionError as e:
-            raise ConstraintRefused(f"{kind}: nested too deeply to compile", "too_complex") from e
+            raise ConstraintRefused(kind, "nested too deeply to compile", "too_complex") from e
         if params.reasoning_prefix is None:
             return grammar
         return self.compiler.compile_after_think(grammar, params.reasoning_prefix)
 
     def admit(self, params: SamplingParams, cancel: threading.Event | None = None):
         """Compile ``params``' constraint (never on the scheduler thread) and check that
-        max_new_tokens leaves room for a complete output; ValueError naming the field."""
+        max_new_tokens leaves room for a complete output; InvalidRequest naming the field."""
         grammar = self.compile(params, cancel)
         need = grammar.matcher().min_tokens_to_finish()
         if math.isfinite(need) and params.max_new_tokens < need:
-            raise ValueError(
-                f"max_new_tokens: {params.max_new_tokens} is too few for this constraint: its "
+            raise InvalidRequest(
+                "max_new_tokens", f"{params.max_new_tokens} is too few for this constraint: its "
                 f"shortest complete output takes {int(need)} tokens; set it to at least {int(need)}")
         return grammar
 
@@ -181,29 +184,21 @@ class GrammarBackend:
             return False
         return True
 
-    def accept(self, req: Req, token: int) -> dict | None:
+    def accept(self, req: Req, token: int) -> FinishReason | None:
         """Advance the matcher; a finish reason if the constraint is done or broken."""
         if req.grammar is None:
             return None
         if isinstance(req.grammar, _BrokenMatcher):
-            return {"type": "abort", "message": req.grammar.message}
+            return FinishReason.abort(req.grammar.message)
         try:
             accepted = req.grammar.accept_token(token)
         except Exception as e:
-            return {"type": "abort", "message": f"constraint: {type(e).__name__}: {e}"}
+            return FinishReason.abort(f"constraint: {type(e).__name__}: {e}")
         if not accepted:
-            return {"type": "abort", "message": f"constraint: token {token} rejected by the grammar"}
+            return FinishReason.abort(f"constraint: token {token} rejected by the grammar")
         if req.grammar.is_terminated():
-            return {"type": "stop", "matched": token}
+            return FinishReason.stop(token)
         return None
-
-
-class ConstraintRefused(ValueError):
-    """A constraint that will not be compiled; ``reason`` labels the refusal metric."""
-
-    def __init__(self, message: str, reason: str):
-        super().__init__(message)
-        self.reason = reason
 
 
 def refusal_reason(e: Exception) -> str:

@@ -6,30 +6,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch, ForwardMode
+from sglang_lite.cuda_graph import CudaGraphRunner, capture_batch_sizes
 from sglang_lite.mem.req_to_token import ReqToTokenPool
 from sglang_lite.model.batch_invariant import BatchInvariantMode
 from sglang_lite.request import Req
-
-
-@dataclass(slots=True)
-class ScheduledBatch:
-    """What the scheduler decided for one step: each request computes ``extend_lens[i]``
-    new tokens, starting at its kv_len, into ``slots[i]``. A continuous decode batch runs
-    ``num_steps`` decode steps back to back: ``slots[i]`` then holds one slot per step."""
-
-    reqs: list[Req]
-    extend_lens: list[int]
-    slots: list[torch.Tensor]
-    num_steps: int = 1
-
-    @property
-    def is_decode(self) -> bool:
-        return all(n == 1 for n in self.extend_lens)
+from sglang_lite.scheduled_batch import ScheduledBatch
 
 
 class ModelRunner:
@@ -43,8 +28,6 @@ class ModelRunner:
         self.device = device
         self.graph_runner = None  # decode batches up to cuda_graph_max_bs replay captured graphs
         if cuda_graph_max_bs > 0:
-            from sglang_lite.cuda_graph import CudaGraphRunner, capture_batch_sizes
-
             self.graph_runner = CudaGraphRunner(model, backend, req_pool, device,
                                                 capture_batch_sizes(cuda_graph_max_bs))
 

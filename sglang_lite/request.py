@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_lite.outputs import FinishReason, OutputChunk
 from sglang_lite.sampling_params import SamplingParams
 
 
@@ -23,7 +24,7 @@ class Req:
     origin_input_ids: list[int]
     sampling: SamplingParams
     seed: int
-    on_output: Callable[[dict[str, Any]], None]
+    on_output: Callable[[OutputChunk], None]
     return_logprob: bool = False
     top_logprobs_num: int = 0
     stream: bool = False
@@ -34,7 +35,7 @@ class Req:
 
     output_ids: list[int] = field(default_factory=list)
     status: ReqStatus = ReqStatus.WAITING
-    finished_reason: dict[str, Any] | None = None
+    finished_reason: FinishReason | None = None
     # KV memory: positions [0, kv_len) have k/v in the pool.
     req_pool_idx: int | None = None
     kv_len: int = 0
@@ -56,20 +57,30 @@ class Req:
     grammar: Any = None  # its matcher, made when the scheduler queues the request
     first_token_time: float | None = None
     finish_time: float | None = None
+    # fill_ids / cache_ids as last built, and the sequence length they were built at.
+    _fill: tuple[int, list[int], list] | None = field(default=None, init=False, repr=False)
 
     @property
     def fill_ids(self) -> list[int]:
-        """Every token whose k/v must exist before the next token is sampled."""
-        return self.origin_input_ids + self.output_ids
+        """Every token whose k/v must exist before the next token is sampled. Built once per
+        sequence length (admission reads it for every waiting request on every step, and a
+        waiting request does not grow); read-only."""
+        return self._built()[1]
 
     @property
     def cache_ids(self) -> list:
         """``fill_ids`` as the prefix cache keys them: with a salt, the first token becomes
-        (salt, token), so no key of one salt is ever a prefix of another salt's."""
-        ids = self.fill_ids
-        if self.cache_salt is None or not ids:
-            return ids
-        return [(self.cache_salt, ids[0]), *ids[1:]]
+        (salt, token), so no key of one salt is ever a prefix of another salt's. Read-only."""
+        return self._built()[2]
+
+    def _built(self) -> tuple[int, list[int], list]:
+        # Tokens are only ever appended to output_ids, so the length tells whether it changed.
+        n = len(self.origin_input_ids) + len(self.output_ids)
+        if self._fill is None or self._fill[0] != n:
+            ids = self.origin_input_ids + self.output_ids
+            keyed = ids if self.cache_salt is None or not ids else [(self.cache_salt, ids[0]), *ids[1:]]
+            self._fill = (n, ids, keyed)
+        return self._fill
 
     def tokens(self, start: int, end: int) -> list[int]:
         """fill_ids[start:end] without building the whole concatenation (hot path)."""

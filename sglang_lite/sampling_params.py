@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from sglang_lite.errors import InvalidRequest
+
 
 @dataclass(slots=True)
 class SamplingParams:
@@ -38,12 +40,12 @@ class SamplingParams:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
-        """Build and validate; every error is a ValueError naming the field."""
+        """Build and validate; every error is an InvalidRequest naming the field."""
         d = dict(d or {})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"sampling_params: unknown key {unknown[0]!r} (known: {sorted(known)})")
+            raise InvalidRequest("sampling_params", f"unknown key {unknown[0]!r} (known: {sorted(known)})")
         if isinstance(d.get("stop"), str):
             d["stop"] = [d["stop"]]
         if d.get("stop") is None:
@@ -66,47 +68,47 @@ class SamplingParams:
         _check_int("max_new_tokens", self.max_new_tokens, lo=0)
         _check_int("min_new_tokens", self.min_new_tokens, lo=0)
         if self.min_new_tokens > self.max_new_tokens:
-            raise ValueError("min_new_tokens: must be <= max_new_tokens")
+            raise InvalidRequest("min_new_tokens", "must be <= max_new_tokens")
         _check_num("temperature", self.temperature, lo=0.0)
         _check_num("top_p", self.top_p, lo=0.0, lo_open=True, hi=1.0)
         _check_int("top_k", self.top_k, lo=-1, hi=INT32_MAX)
         if self.top_k == 0:
-            raise ValueError("top_k: must be -1 (disabled) or >= 1, got 0")
+            raise InvalidRequest("top_k", "must be -1 (disabled) or >= 1, got 0")
         _check_num("min_p", self.min_p, lo=0.0, hi=1.0)
         _check_num("frequency_penalty", self.frequency_penalty, lo=-2.0, hi=2.0)
         _check_num("presence_penalty", self.presence_penalty, lo=-2.0, hi=2.0)
         _check_num("repetition_penalty", self.repetition_penalty, lo=0.0, lo_open=True, hi=2.0)
-        _check_int("n", self.n, lo=1, hi=128)
+        check_n(self.n)
         if self.seed is not None:
             _check_int("seed", self.seed, lo=0, hi=INT64_MAX)
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
-            raise ValueError("stop: must be a non-empty string or a list of non-empty strings")
+            raise InvalidRequest("stop", "must be a non-empty string or a list of non-empty strings")
         if len(self.stop) > 16:
-            raise ValueError("stop: at most 16 stop strings")
+            raise InvalidRequest("stop", "at most 16 stop strings")
         if not isinstance(self.stop_token_ids, list) or not all(
                 isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= INT32_MAX for t in self.stop_token_ids):
-            raise ValueError("stop_token_ids: must be a list of non-negative integers")
+            raise InvalidRequest("stop_token_ids", "must be a list of non-negative integers")
         if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
-            raise ValueError(f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} token ids")
+            raise InvalidRequest("stop_token_ids", f"at most {MAX_STOP_TOKEN_IDS} token ids")
         if self.logit_bias is not None:
             if not isinstance(self.logit_bias, dict) or len(self.logit_bias) > MAX_LOGIT_BIAS:
-                raise ValueError(f"logit_bias: must map at most {MAX_LOGIT_BIAS} token ids to numbers")
+                raise InvalidRequest("logit_bias", f"must map at most {MAX_LOGIT_BIAS} token ids to numbers")
             for token, bias in self.logit_bias.items():
                 _check_int("logit_bias", token, lo=0)
                 if not isinstance(bias, (int, float)) or isinstance(bias, bool) or not -100 <= bias <= 100:
-                    raise ValueError(f"logit_bias: the bias of token {token} must be a number in "
+                    raise InvalidRequest("logit_bias", f"the bias of token {token} must be a number in "
                                      f"[-100, 100], got {bias!r}")
         _check_stop_regex(self.stop_regex)
         constraints = [k for k in _CONSTRAINT_KINDS if getattr(self, k) is not None]
         if len(constraints) > 1:
-            raise ValueError(f"{constraints[1]}: only one of regex, json_schema, ebnf, choices per request")
+            raise InvalidRequest(constraints[1], "only one of regex, json_schema, ebnf, choices per request")
         for k in constraints:
             if k == "choices":
                 _check_choices(self.choices)
             elif not isinstance(getattr(self, k), str):
-                raise ValueError(f"{k}: must be a string")
+                raise InvalidRequest(k, "must be a string")
         if self.reasoning_prefix not in (None, "optional", "open"):
-            raise ValueError(f"reasoning_prefix: must be 'optional' or 'open', got {self.reasoning_prefix!r}")
+            raise InvalidRequest("reasoning_prefix", f"must be 'optional' or 'open', got {self.reasoning_prefix!r}")
 
     def check_limits(self, vocab_size: int, context_length: int) -> None:
         """The checks that need the model: token counts within the context, token ids
@@ -116,9 +118,9 @@ class SamplingParams:
         _check_int("top_k", self.top_k, hi=vocab_size)
         bad = [t for t in self.stop_token_ids if t >= vocab_size]
         if bad:
-            raise ValueError(f"stop_token_ids: token id {bad[0]} is not in [0, {vocab_size})")
+            raise InvalidRequest("stop_token_ids", f"token id {bad[0]} is not in [0, {vocab_size})")
         if self.logit_bias and max(self.logit_bias) >= vocab_size:
-            raise ValueError(f"logit_bias: token id {max(self.logit_bias)} is not in [0, {vocab_size})")
+            raise InvalidRequest("logit_bias", f"token id {max(self.logit_bias)} is not in [0, {vocab_size})")
 
     @property
     def greedy(self) -> bool:
@@ -138,6 +140,25 @@ class SamplingParams:
         return None
 
 
+MAX_N = 128
+
+
+def check_n(n: Any) -> int:
+    """``n`` (choices per prompt) as every API takes it: an integer in [1, MAX_N]."""
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_N:
+        raise InvalidRequest("n", f"must be an integer in [1, {MAX_N}], got {n!r}")
+    return n
+
+
+def choice_seeds(seed: Any, n: int) -> list[Any]:
+    """The seed of each of a prompt's ``n`` choices, the one place ``n`` is expanded: seed,
+    seed + 1, ... when seeded (distinct and reproducible), else ``seed`` (None: each choice
+    draws its own) for every choice."""
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        return [seed + j for j in range(n)]
+    return [seed] * n
+
+
 MAX_LOGIT_BIAS = 1024
 MAX_STOP_TOKEN_IDS = 1024
 INT32_MAX = 2**31 - 1
@@ -148,14 +169,14 @@ _CONSTRAINT_KINDS = ("regex", "json_schema", "ebnf", "choices")
 
 def _check_choices(choices: Any) -> None:
     if not isinstance(choices, list) or not choices or not all(isinstance(c, str) and c for c in choices):
-        raise ValueError("choices: must be a non-empty list of non-empty strings")
+        raise InvalidRequest("choices", "must be a non-empty list of non-empty strings")
 
 
 def _check_stop_regex(patterns: Any) -> None:
     if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
-        raise ValueError("stop_regex: must be a non-empty string or a list of non-empty strings")
+        raise InvalidRequest("stop_regex", "must be a non-empty string or a list of non-empty strings")
     if len(patterns) > MAX_STOP_REGEX:
-        raise ValueError(f"stop_regex: at most {MAX_STOP_REGEX} patterns")
+        raise InvalidRequest("stop_regex", f"at most {MAX_STOP_REGEX} patterns")
     from sglang_lite.stop_regex import compile_stop_regex
 
     for p in patterns:
@@ -167,23 +188,23 @@ def _token_id_key(key: Any) -> Any:
         try:
             return int(key)
         except ValueError:
-            raise ValueError(f"logit_bias: keys must be token ids, got {key!r}") from None
+            raise InvalidRequest("logit_bias", f"keys must be token ids, got {key!r}") from None
     return key
 
 
 def _check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{name}: must be an integer, got {value!r}")
+        raise InvalidRequest(name, f"must be an integer, got {value!r}")
     if lo is not None and value < lo:
-        raise ValueError(f"{name}: must be >= {lo}, got {value}")
+        raise InvalidRequest(name, f"must be >= {lo}, got {value}")
     if hi is not None and value > hi:
-        raise ValueError(f"{name}: must be <= {hi}, got {value}")
+        raise InvalidRequest(name, f"must be <= {hi}, got {value}")
 
 
 def _check_num(name: str, value: Any, lo: float, hi: float | None = None, lo_open: bool = False) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
-        raise ValueError(f"{name}: must be a finite number, got {value!r}")
+        raise InvalidRequest(name, f"must be a finite number, got {value!r}")
     if value < lo or (lo_open and value == lo):
-        raise ValueError(f"{name}: must be {'>' if lo_open else '>='} {lo}, got {value}")
+        raise InvalidRequest(name, f"must be {'>' if lo_open else '>='} {lo}, got {value}")
     if hi is not None and value > hi:
-        raise ValueError(f"{name}: must be <= {hi}, got {value}")
+        raise InvalidRequest(name, f"must be <= {hi}, got {value}")

@@ -12,17 +12,19 @@ from functools import lru_cache
 
 import regex
 
+from sglang_lite.errors import InvalidRequest
+
 
 @lru_cache(maxsize=256)
 def compile_stop_regex(pattern: str) -> regex.Pattern:
-    """The compiled pattern; ValueError naming ``stop_regex`` if it does not compile or can
+    """The compiled pattern; InvalidRequest naming ``stop_regex`` if it does not compile or can
     match the empty string (it would stop before the first token)."""
     try:
         compiled = regex.compile(pattern)
     except regex.error as e:
-        raise ValueError(f"stop_regex: {pattern!r} is not a valid regex: {e}") from None
+        raise InvalidRequest("stop_regex", f"{pattern!r} is not a valid regex: {e}") from None
     if compiled.fullmatch("") is not None:
-        raise ValueError(f"stop_regex: {pattern!r} matches the empty string")
+        raise InvalidRequest("stop_regex", f"{pattern!r} matches the empty string")
     return compiled
 
 

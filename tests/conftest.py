@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
-import torch
+import kernels
 
-from sglang_lite import Engine
-from sglang_lite.model.loader import embedded_model_dir
+kernels.select_interpreter()  # before anything imports triton: kernels run interpreted on CPU
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from sglang_lite import Engine  # noqa: E402
+from sglang_lite.model.loader import embedded_model_dir  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

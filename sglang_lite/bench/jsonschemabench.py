@@ -40,7 +40,7 @@ def worker_main(engine_name: str, schemas_dir: Path, start: int) -> None:
     from constraints import TokenizerInfo
 
     from .constraint_engines import make_engine
-    from .constraints_mask import load_tokenizer
+    from .tokenizer import load_tokenizer
 
     torch.set_num_threads(1)
     tokenizer = load_tokenizer()

@@ -207,6 +207,11 @@ class RadixCache:
                 self.protected_size += len(n.key)
             n.lock_ref += 1
 
+    def lock_cost(self, node: TreeNode) -> int:
+        """Tokens that ``inc_lock_ref(node)`` would take out of the evictable ones (the
+        unlocked nodes of the path root..``node``); changes nothing."""
+        return sum(len(n.key) for n in self._path_to_root(node) if n.lock_ref == 0)
+
     def dec_lock_ref(self, node: TreeNode) -> None:
         """Undo one ``inc_lock_ref(node)``; raises ValueError on underflow."""
         path = self._path_to_root(node)

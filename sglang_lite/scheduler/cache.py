@@ -7,11 +7,28 @@ for the scheduler. Without a radix tree every request owns all of its pages.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
 from sglang_lite.mem.kv_pool import KVPool
 from sglang_lite.mem.req_to_token import ReqToTokenPool
 from sglang_lite.request import Req
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatch:
+    """What admitting a request would reuse, found without taking anything: its cached
+    prefix (page-aligned), the node that ends it, and what locking that node would cost."""
+
+    length: int  # tokens served from the prefix cache
+    node: Any = None  # the radix node ending the match (None: no match)
+    slots: torch.Tensor | None = None  # [length] int64
+    lock_pages: int = 0  # pages locking ``node`` takes out of the evictable ones
+
+
+_NO_MATCH = PrefixMatch(0)
 
 
 class KVCacheManager:
@@ -40,30 +57,41 @@ class KVCacheManager:
             return 0
         return len(self.radix.match_prefix(token_ids).slots)
 
-    # ---- lifecycle --------------------------------------------------------------------
-    def admit(self, req: Req) -> None:
-        """Give ``req`` a req_to_token row and reuse its longest cached prefix."""
+    # ---- admission: plan, then commit ------------------------------------------------------
+    def match(self, req: Req) -> PrefixMatch:
+        """The cached prefix ``req`` would reuse if admitted now; locks and writes nothing."""
+        if self.radix is None:
+            return _NO_MATCH
+        m = self.radix.match_prefix(req.cache_ids[: req.cacheable_prefix_limit])
+        if not m.prefix_len:
+            return _NO_MATCH
+        return PrefixMatch(m.prefix_len, m.last_node, m.slots, self.radix.lock_cost(m.last_node) // self.page_size)
+
+    def pages_to_admit(self, match: PrefixMatch, num_tokens: int) -> int:
+        """New pages a request admitted with ``match`` needs for its first ``num_tokens``."""
+        return max(-(-(match.length + num_tokens) // self.page_size) - match.length // self.page_size, 0)
+
+    def available_after(self, match: PrefixMatch) -> int:
+        """``available_pages`` once ``match``'s prefix is locked."""
+        return self.available_pages - match.lock_pages
+
+    def admit(self, req: Req, match: PrefixMatch | None = None) -> None:
+        """Give ``req`` a req_to_token row and its cached prefix (``match``, found now if not
+        given): the one commit of an admission."""
+        match = self.match(req) if match is None else match
         req.req_pool_idx = self.req_pool.allocate()
         req.pages, req.kv_len, req.num_cached_pages = [], 0, 0
-        if self.radix is None:
-            return
-        m = self.radix.match_prefix(req.cache_ids[: req.cacheable_prefix_limit])
-        n = len(m.slots)
-        if n:
-            self.radix.inc_lock_ref(m.last_node)
-            req.cache_node = m.last_node
-            req.pages = (m.slots[:: self.page_size] // self.page_size).tolist()
+        if match.length:
+            self.radix.inc_lock_ref(match.node)
+            req.cache_node = match.node
+            req.pages = (match.slots[:: self.page_size] // self.page_size).tolist()
             req.num_cached_pages = len(req.pages)
-            req.kv_len = n
-            self.req_pool.write(req.req_pool_idx, 0, m.slots)
-
-    def allocate(self, req: Req, num_tokens: int) -> torch.Tensor:
-        """Slots [num_tokens] for positions kv_len .. kv_len+num_tokens, pages allocated
-        (evicting cached pages if needed) and req_to_token updated."""
-        return self.allocate_batch([req], [num_tokens])[0]
+            req.kv_len = match.length
+            self.req_pool.write(req.req_pool_idx, 0, match.slots)
 
     def allocate_batch(self, reqs: list[Req], lens: list[int]) -> list[torch.Tensor]:
-        """``allocate`` for a whole step, with one req_to_token write for all requests."""
+        """Slots [lens[i]] for positions kv_len .. kv_len+lens[i] of each request, pages
+        allocated (evicting cached pages if needed), with one req_to_token write for all."""
         ps = self.page_size
         rows, positions, slots_all, per_req = [], [], [], []
         for req, n in zip(reqs, lens):
@@ -88,7 +116,14 @@ class KVCacheManager:
             raise MemoryError(f"KV pool: need {num_pages} pages, {self.allocator.num_free_pages} free")
 
     def slots_of(self, req: Req, length: int) -> torch.Tensor:
-        return self.req_pool.req_to_token[req.req_pool_idx, :length].to(torch.int64).cpu()
+        """Slots [length] of positions 0 .. length, from the host pages: the device row of the
+        request-to-token table is written, never read back (a read is a device sync)."""
+        ps = self.page_size
+        pages = req.pages[: -(-length // ps)]
+        if len(pages) * ps < length or min(pages, default=0) < 0:
+            raise RuntimeError(f"{req.rid}: positions < {length} are not all backed by pages")
+        page_ids = torch.tensor(pages, dtype=torch.int64)
+        return (page_ids[:, None] * ps + torch.arange(ps, dtype=torch.int64)).flatten()[:length]
 
     def cache_unfinished(self, req: Req) -> None:
         """Insert the computed, page-aligned part of a still-running request (a chunk that

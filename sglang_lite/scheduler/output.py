@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from sglang_lite.detokenizer import IncrementalDetokenizer
+from sglang_lite.outputs import FinishReason, OutputChunk
 from sglang_lite.request import Req
 from sglang_lite.stop_regex import first_match, hold_from
 
@@ -18,7 +19,7 @@ class OutputProcessor:
         self.stream_interval = stream_interval
 
     def append_token(self, req: Req, token: int, logprob: float | None,
-                     top: list[tuple[float, int]] | None, context_length: int) -> dict | None:
+                     top: list[tuple[float, int]] | None, context_length: int) -> FinishReason | None:
         """Record ``token``; return a finish reason if the request is now done."""
         if req.first_token_time is None:
             req.first_token_time = time.monotonic()
@@ -31,7 +32,7 @@ class OutputProcessor:
         return self._finish_reason(req, token, context_length)
 
     def append_run(self, req: Req, tokens: list[int], context_length: int,
-                   logprobs: tuple[list[float], list | None] | None = None) -> tuple[int, dict | None]:
+                   logprobs: tuple[list[float], list | None] | None = None) -> tuple[int, FinishReason | None]:
         """Record the tokens of a continuous decode run up to the first one that finishes the
         request -> (tokens taken, finish reason or None); ``logprobs`` = (the tokens' logprobs,
         their top logprobs or None) when the request wants them. The tokens are detokenized
@@ -61,20 +62,20 @@ class OutputProcessor:
         self._detokenize(req, taken)
         return len(taken), reason
 
-    def _finish_reason(self, req: Req, token: int, context_length: int) -> dict | None:
+    def _finish_reason(self, req: Req, token: int, context_length: int) -> FinishReason | None:
         """Whether ``token``, just appended, finishes the request."""
         p = req.sampling
         n = len(req.output_ids)
         if n > p.min_new_tokens or n == p.max_new_tokens:
             if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
-                return {"type": "stop", "matched": token}
+                return FinishReason.stop(token)
             matched = self._find_stop_string(req)
             if matched is not None:
-                return {"type": "stop", "matched": matched}
+                return FinishReason.stop(matched)
         if n >= p.max_new_tokens:
-            return {"type": "length", "length": p.max_new_tokens}
+            return FinishReason.at_length(p.max_new_tokens)
         if req.seq_len >= context_length:
-            return {"type": "length", "length": n}
+            return FinishReason.at_length(n)
         return None
 
     def _detokenize(self, req: Req, ids: list[int]) -> None:
@@ -120,7 +121,7 @@ class OutputProcessor:
     def finish(self, req: Req) -> None:
         req.finish_time = time.monotonic()
         # A stop-string match already trimmed the text: nothing after it may be added.
-        if req.detok is not None and not isinstance(req.finished_reason.get("matched"), str):
+        if req.detok is not None and not isinstance(req.finished_reason.matched, str):
             req.text += req.detok.flush()
         self._emit(req, final=True)
 
@@ -128,7 +129,7 @@ class OutputProcessor:
         """The final chunk of a request whose normal finish raised: its reason and counts,
         nothing new to decode (the detokenizer may be what broke)."""
         req.finish_time = time.monotonic()
-        req.on_output({"text": "", "output_ids": [], "meta_info": self.meta_info(req), "finished": True})
+        req.on_output(OutputChunk("", [], self.meta_info(req), finished=True))
 
     def _emit(self, req: Req, final: bool) -> None:
         text_end = len(req.text)
@@ -137,25 +138,21 @@ class OutputProcessor:
             text_end = max(req.emitted_chars, text_end - (max(len(s) for s in req.sampling.stop) - 1))
         if not final and req.sampling.stop_regex:
             text_end = min(text_end, hold_from(req.sampling.stop_regex, req.text, req.emitted_chars))
-        chunk: dict[str, Any] = {
-            "text": req.text[req.emitted_chars : text_end],
-            "output_ids": req.output_ids[req.emitted_ids :],
-            "meta_info": self.meta_info(req),
-            "finished": final,
-        }
+        chunk = OutputChunk(req.text[req.emitted_chars : text_end], req.output_ids[req.emitted_ids :],
+                            self.meta_info(req), final)
         if req.return_logprob:
-            chunk["meta_info"]["output_token_logprobs"] = [
+            chunk.meta_info["output_token_logprobs"] = [
                 (lp, t, None) for lp, t in req.output_logprobs[req.emitted_ids :]
             ]
             if req.top_logprobs_num:
-                chunk["meta_info"]["output_top_logprobs"] = [
+                chunk.meta_info["output_top_logprobs"] = [
                     [(lp, t, None) for lp, t in row] for row in req.output_top_logprobs[req.emitted_ids :]
                 ]
         if final and req.logprob_start_len is not None:
             first = [(None, req.origin_input_ids[0], None)] if req.logprob_start_len == 0 else []
-            chunk["meta_info"]["input_token_logprobs"] = first + [(lp, t, None) for lp, t in req.input_logprobs]
+            chunk.meta_info["input_token_logprobs"] = first + [(lp, t, None) for lp, t in req.input_logprobs]
             if req.top_logprobs_num:
-                chunk["meta_info"]["input_top_logprobs"] = [None] * len(first) + [
+                chunk.meta_info["input_top_logprobs"] = [None] * len(first) + [
                     [(lp, t, None) for lp, t in row] for row in req.input_top_logprobs]
         req.emitted_chars = text_end
         req.emitted_ids = len(req.output_ids)
@@ -168,7 +165,7 @@ class OutputProcessor:
             "prompt_tokens": len(req.origin_input_ids),
             "completion_tokens": len(req.output_ids),
             "cached_tokens": req.cached_tokens,
-            "finish_reason": req.finished_reason,
+            "finish_reason": req.finished_reason.to_dict() if req.finished_reason else None,
             "num_retractions": req.num_retractions,
         }
         if req.first_token_time is not None:

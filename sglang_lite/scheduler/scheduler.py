@@ -19,9 +19,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from sglang_lite.config import EngineConfig
-from sglang_lite.model_runner import ModelRunner, ScheduledBatch
+from sglang_lite.model_runner import ModelRunner
+from sglang_lite.outputs import LENGTH, FinishReason
 from sglang_lite.request import Req, ReqStatus
 from sglang_lite.sampler import Sampler
+from sglang_lite.scheduled_batch import ScheduledBatch
 from sglang_lite.scheduler.cache import KVCacheManager
 from sglang_lite.scheduler.output import OutputProcessor
 from sglang_lite.scheduler.policy import PriorityRule
@@ -91,7 +93,7 @@ class Scheduler:
             self.abort_one(req, message)
 
     def abort_one(self, req: Req, message: str) -> None:
-        reason = {"type": "abort", "message": message}
+        reason = FinishReason.abort(message)
         if req in self.running:
             self._retire(req, reason)
             return
@@ -283,7 +285,7 @@ class Scheduler:
         self.waiting.appendleft(req)
         self.new_token_ratio = min(1.0, self.new_token_ratio + 0.1)
 
-    def _retire(self, req: Req, reason: dict) -> None:
+    def _retire(self, req: Req, reason: FinishReason) -> None:
         """Release a finished (or aborted) running request, then deliver its last output.
         Once out of the running set it is in no list ``abort_all`` searches, so a failure in
         either step ends the request here, with an error, after freeing what it holds."""
@@ -325,43 +327,45 @@ class Scheduler:
         reserve = self._reserved_tokens()
         # Requests that would compute the same uncached tokens as one admitted this step wait
         # one step: by then its prefix is in the tree and they reuse it instead.
-        in_flight = {self._dedup_key(r) for r, _ in picked}
+        in_flight = {self._dedup_key(r, r.kv_len) for r, _ in picked}
         for req in self._ordered_waiting():
             if budget <= 0 or len(self.running) >= self.config.max_running_requests:
                 break
             if self.cache.req_pool.num_free_rows == 0:
                 break
-            self.cache.admit(req)
-            key = self._dedup_key(req)
+            # Plan first (nothing locked or written), commit only an admission that fits.
+            match = self.cache.match(req)
+            key = self._dedup_key(req, match.length)
             if self.cache.radix is not None and key is not None and key in in_flight:
-                self.cache.release(req)
                 continue
-            n = min(req.extend_len, chunk, budget)
-            need = self.cache.pages_needed(req, n)
+            extend = req.seq_len - match.length
+            n = min(extend, chunk, budget)
+            need = self.cache.pages_to_admit(match, n)
             reserve_pages = -(-int(reserve) // self.cache.page_size)
-            available = self.cache.available_pages - committed  # after admit() locked its prefix
+            available = self.cache.available_after(match) - committed
             alone = not self.running and not picked
             if need + (0 if alone else reserve_pages) > available:
-                self.cache.release(req)
                 break
-            if n < req.extend_len and self.chunked is not None:
-                self.cache.release(req)
+            if n < extend and self.chunked is not None:
                 break
+            self.cache.admit(req, match)
             self._start(req)
             in_flight.add(key)
             committed += need
-            if n < req.extend_len:
+            if n < extend:
                 self.chunked = req
             picked.append((req, n))
             budget -= n
             reserve += min(req.remaining_new_tokens, self.context_length) * self.new_token_ratio
         return picked
 
-    def _dedup_key(self, req: Req) -> tuple | None:
+    @staticmethod
+    def _dedup_key(req: Req, kv_len: int) -> tuple | None:
+        """The first uncached tokens of ``req`` computed from ``kv_len`` (None if few)."""
         n = _DEDUP_TOKENS
-        if req.extend_len <= n:
+        if req.seq_len - kv_len <= n:
             return None
-        return req.kv_len, req.cache_salt, tuple(req.tokens(req.kv_len, req.kv_len + n))
+        return kv_len, req.cache_salt, tuple(req.tokens(kv_len, kv_len + n))
 
     def _reserved_tokens(self) -> float:
         return sum(r.remaining_new_tokens for r in self.running) * self.new_token_ratio
@@ -396,7 +400,7 @@ class Scheduler:
             if req is self.chunked:
                 self.chunked = None
             if req.sampling.max_new_tokens == 0:  # prefill only (scoring, e.g. select)
-                self._retire(req, {"type": "length", "length": 0})
+                self._retire(req, FinishReason.at_length(0))
                 continue
             ready_rows.append(i)
             ready.append(req)
@@ -419,12 +423,12 @@ class Scheduler:
                 self.outputs.maybe_emit(req)
         self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002)
 
-    def _append_constrained(self, req: Req, token: int, lp, top) -> dict | None:
+    def _append_constrained(self, req: Req, token: int, lp, top) -> FinishReason | None:
         """The matcher sees the sampled token first (a broken constraint must not emit it);
         then the text the grammar forces next is appended too (jump-forward), its k/v
         computed with the next step's batch."""
         reason = self.grammar_backend.accept(req, token)
-        if reason is not None and reason["type"] == "abort":
+        if reason is not None and reason.is_abort:
             return reason
         tokens = [token]
         if reason is None:  # forced tokens come out of the budget left after this one
@@ -438,13 +442,13 @@ class Scheduler:
                                                     top if sampled else [(0.0, t)], self.context_length)
             if step_reason is not None:
                 break
-        if step_reason is not None and step_reason["type"] != "length":
+        if step_reason is not None and step_reason.type != LENGTH:
             return step_reason  # EOS, a stop token or a stop string
         if req.grammar.is_terminated():  # complete, even when on the budget's last token
-            return {"type": "stop", "matched": req.output_ids[-1]}
+            return FinishReason.stop(req.output_ids[-1])
         return step_reason
 
-    def _finish(self, req: Req, reason: dict) -> None:
+    def _finish(self, req: Req, reason: FinishReason) -> None:
         """Hand ``req`` its final chunk. Its KV is already released, so if building or
         delivering that chunk fails the request still ends, with an error chunk."""
         req.status = ReqStatus.FINISHED
@@ -455,11 +459,11 @@ class Scheduler:
             log.exception("finishing %s failed", req.rid)
             reason = req.finished_reason = _error_reason(e)
             self.outputs.fail(req)
-        if reason["type"] == "abort":
+        if reason.is_abort:
             self.stats.num_aborted += 1
         else:
             self.stats.num_finished += 1
 
 
-def _error_reason(e: Exception) -> dict:
-    return {"type": "abort", "message": f"engine error: {type(e).__name__}: {e}"}
+def _error_reason(e: Exception) -> FinishReason:
+    return FinishReason.abort(f"engine error: {type(e).__name__}: {e}")

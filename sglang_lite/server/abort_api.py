@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
 
-from sglang_lite.server.errors import APIError
+from sglang_lite.errors import InvalidRequest
 from sglang_lite.server.generation import Job, StreamGroup
 
 router = APIRouter()
@@ -33,8 +33,7 @@ class RequestIds:
 
     def reserve(self, rid: str, engine_rids: list[str]) -> _Entry:
         if rid in self.entries:
-            raise APIError(400, f"rid: a request with rid {rid!r} is already running", param="rid",
-                           code="duplicate_rid")
+            raise InvalidRequest("rid", f"a request with rid {rid!r} is already running", code="duplicate_rid")
         entry = self.entries[rid] = _Entry(engine_rids)
         return entry
 
@@ -81,12 +80,11 @@ def rid_list(rid: str | list[str] | None, num_prompts: int, single: bool) -> lis
         return None
     rids = [rid] if isinstance(rid, str) else list(rid)
     if isinstance(rid, str) and not single and num_prompts != 1:
-        raise APIError(400, "rid: a batch takes a list of rids, one per prompt", param="rid")
+        raise InvalidRequest("rid", "a batch takes a list of rids, one per prompt")
     if len(rids) != num_prompts or not all(isinstance(r, str) and r for r in rids):
-        raise APIError(400, f"rid: must be {num_prompts} non-empty string(s), one per prompt",
-                       param="rid")
+        raise InvalidRequest("rid", f"must be {num_prompts} non-empty string(s), one per prompt")
     if len(set(rids)) != len(rids):
-        raise APIError(400, "rid: the rids of a batch must differ", param="rid")
+        raise InvalidRequest("rid", "the rids of a batch must differ")
     return rids
 
 
@@ -126,6 +124,6 @@ async def abort_request(body: AbortRequest, request: Request):
     if body.abort_all:
         return {"success": True, "aborted": state.request_ids.abort_all(state.engine)}
     if not body.rid:
-        raise APIError(400, "rid: required (or abort_all: true)", param="rid")
+        raise InvalidRequest("rid", "required (or abort_all: true)")
     found = state.request_ids.abort(state.engine, body.rid)
     return {"success": found, "message": None if found else f"rid: no running request has rid {body.rid!r}"}

@@ -1,4 +1,8 @@
-"""Errors in OpenAI's JSON shape: ``{"error": {"message", "type", "param", "code"}}``."""
+"""Errors in OpenAI's JSON shape: ``{"error": {"message", "type", "param", "code"}}``, plus
+the structured facts of a typed request error (a schema keyword's ``keyword`` and ``pointer``).
+
+``api_error`` is the one mapping from the engine's typed errors (sglang_lite/errors.py) to
+these bodies; the app's exception handlers and in-band stream errors both go through it."""
 
 from __future__ import annotations
 
@@ -7,8 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sglang_lite.compile_pool import CompileBusyError, CompileWorkerError
-from sglang_lite.engine import QueueFullError
+from sglang_lite.errors import RequestError
 
 RETRY_AFTER_SECONDS = "1"
 
@@ -20,58 +23,64 @@ _DEFAULT_CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_all
 
 
 class APIError(Exception):
+    """An HTTP error as the client will see it (status, OpenAI body fields, headers)."""
+
     def __init__(self, status: int, message: str, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None, headers: dict | None = None):
+                 param: str | None = None, code: str | None = None, headers: dict | None = None,
+                 details: dict | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type
         self.param = param
-        self.code = code
+        self.code = code if code is not None else _default_code(status)
         self.headers = headers
+        self.details = details or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code, **self.details}}
+
+
+def _default_code(status: int) -> str | None:
+    return _DEFAULT_CODES.get(status, "invalid_value" if 400 <= status < 500 else None)
 
 
 def error_response(status: int, message: str, type: str = "invalid_request_error",
                    param: str | None = None, code: str | None = None,
                    headers: dict | None = None) -> JSONResponse:
-    if code is None:
-        code = _DEFAULT_CODES.get(status, "invalid_value" if 400 <= status < 500 else None)
-    body = {"error": {"message": message, "type": type, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return _response(APIError(status, message, type, param, code, headers))
 
 
-def from_engine_error(e: Exception, openai_names: bool = True) -> APIError:
-    """Map an exception raised by ``Engine.async_generate`` (or its stream) to an APIError."""
-    if isinstance(e, CompileWorkerError):
-        return APIError(503, str(e), type="service_unavailable", code="compile_unavailable",
-                        headers={"Retry-After": RETRY_AFTER_SECONDS})
-    if isinstance(e, CompileBusyError):
-        return APIError(429, str(e), type="rate_limit_error", code="compile_queue_full",
-                        headers={"Retry-After": RETRY_AFTER_SECONDS})
-    if isinstance(e, QueueFullError):
-        return APIError(429, str(e), type="rate_limit_error", code="rate_limit_exceeded",
-                        headers={"Retry-After": RETRY_AFTER_SECONDS})
-    if isinstance(e, ValueError):
-        message = str(e)
-        param, _, rest = message.partition(":")
-        param = param.strip() if rest and " " not in param.strip() else None
-        if param and openai_names and param in _OPENAI_FIELD_NAMES:
-            param = _OPENAI_FIELD_NAMES[param]
-            message = f"{param}:{rest}"
-        if param in ("prompt", "messages") and "context length" in message:
-            return APIError(413, message, param=param, code="context_length_exceeded")
-        reason = getattr(e, "reason", None)  # a refused constraint: limit, timeout, ...
-        code = {"limit": "constraint_too_large", "timeout": "constraint_timeout",
-                "too_complex": "constraint_too_complex"}.get(reason, "invalid_value")
-        return APIError(400, message, param=param, code=code)
-    if isinstance(e, RuntimeError) and str(e).startswith("engine: shut down"):
-        return APIError(503, "server is shutting down", type="service_unavailable",
-                        headers={"Retry-After": RETRY_AFTER_SECONDS})
+def _response(e: APIError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+
+def api_error(e: BaseException, openai_names: bool = True) -> APIError:
+    """The HTTP error for an exception raised while serving a request: a typed request error
+    by its type's status, code and field (renamed to OpenAI's spelling with
+    ``openai_names``), anything else a 500."""
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, RequestError):
+        param = e.field
+        if param is not None and openai_names:
+            param = _OPENAI_FIELD_NAMES.get(param, param)
+        message = e.client_message or (f"{param}: {e.detail}" if param else e.detail)
+        headers = {"Retry-After": RETRY_AFTER_SECONDS} if e.retry else None
+        return APIError(e.status, message, type=e.type, param=param, code=e.code, headers=headers,
+                        details=e.details())
     return APIError(500, f"{type(e).__name__}: {e}", type="internal_error")
 
 
 async def _api_error_handler(request: Request, exc: APIError) -> JSONResponse:
-    return error_response(exc.status, exc.message, exc.type, exc.param, exc.code, exc.headers)
+    return _response(exc)
+
+
+async def _request_error_handler(request: Request, exc: RequestError) -> JSONResponse:
+    # Native routes (/generate) name fields as the engine does; the OpenAI ones as OpenAI does.
+    engine_names = getattr(request.state, "engine_field_names", False)
+    return _response(api_error(exc, openai_names=not engine_names))
 
 
 def from_validation_errors(errors: list[dict]) -> APIError:
@@ -109,6 +118,7 @@ async def _internal_error_handler(request: Request, exc: Exception) -> JSONRespo
 
 def install_error_handlers(app) -> None:
     app.add_exception_handler(APIError, _api_error_handler)
+    app.add_exception_handler(RequestError, _request_error_handler)
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_error_handler)
     app.add_exception_handler(Exception, _internal_error_handler)

@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
-from sglang_lite.compile_pool import CompileBusyError
-from sglang_lite.engine import QueueFullError
-from sglang_lite.server.errors import RETRY_AFTER_SECONDS, APIError, from_engine_error
+from sglang_lite.errors import CompileBusyError, ConstraintRefused, QueueFullError
+from sglang_lite.outputs import ABORT, OutputAccumulator
+from sglang_lite.server.errors import RETRY_AFTER_SECONDS, APIError
 
 
 class ClientGone(Exception):
@@ -33,17 +33,12 @@ class Job:
     priority: int | None = None
 
 
-@dataclass(slots=True)
-class Output:
-    """What one engine stream has produced so far (cumulative)."""
+@dataclass(slots=True, kw_only=True)
+class Output(OutputAccumulator):
+    """What one engine stream has produced so far (the Python API's accumulator), and the
+    response's bookkeeping of it."""
 
     job: Job
-    text: str = ""
-    output_ids: list[int] = field(default_factory=list)
-    token_logprobs: list[tuple] = field(default_factory=list)  # (logprob, token_id, None)
-    top_logprobs: list[list[tuple]] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
-    finished: bool = False
     started: bool = False  # submitted to the engine
     ended: bool = False  # recorded in the metrics
     last_time: float | None = None
@@ -52,16 +47,12 @@ class Output:
     def index(self) -> int:
         return self.job.index
 
-    @property
-    def finish_reason(self) -> dict[str, Any] | None:
-        return self.meta.get("finish_reason") if self.finished else None
-
 
 class StreamGroup:
     def __init__(self, state, request, jobs: list[Job], agens: list, start: float):
         self.state = state
         self.request = request
-        self.outputs = [Output(job) for job in jobs]
+        self.outputs = [Output(job=job) for job in jobs]
         self.agens = agens
         self.start = start
         self._primed: list[dict] = []
@@ -73,9 +64,10 @@ class StreamGroup:
 
     @classmethod
     async def open(cls, state, request, jobs: list[Job], return_logprob: bool = False,
-                   top_logprobs_num: int = 0, openai_names: bool = True,
+                   top_logprobs_num: int = 0,
                    logprob_start_len: int | None = None) -> StreamGroup:
-        """Validate and submit every job; raise APIError (nothing left running) on failure."""
+        """Validate and submit every job; on failure, nothing is left running and the engine's
+        typed error (a RequestError) propagates, for the app's handler to map."""
         engine, start = state.engine, time.monotonic()
         agens: list = []
         try:
@@ -97,7 +89,7 @@ class StreamGroup:
             if isinstance(e, ClientGone):
                 raise
             state.metrics.on_grammar_refused(_refusal_reason(e))
-            raise from_engine_error(e, openai_names) from e
+            raise
         group = cls(state, request, jobs, agens, start)
         await group._prime()
         return group
@@ -134,7 +126,7 @@ class StreamGroup:
             first = next((e for e in errors if not isinstance(e, StopAsyncIteration)), None)
             if isinstance(first, QueueFullError):
                 self.state.metrics.on_rejected()
-            raise from_engine_error(first or RuntimeError("engine: stream ended early"))
+            raise first or RuntimeError("engine: stream ended early")
         self._primed = [t.result() for t in tasks]
         for i, chunk in enumerate(self._primed):
             self._absorb(i, chunk)
@@ -195,15 +187,9 @@ class StreamGroup:
         else:
             metrics.on_chunk(now - out.last_time, len(chunk["output_ids"]))
         out.last_time = now
-        out.text += chunk["text"]
-        out.output_ids += chunk["output_ids"]
-        meta = chunk["meta_info"]
-        out.token_logprobs += meta.get("output_token_logprobs", [])
-        out.top_logprobs += meta.get("output_top_logprobs", [])
-        out.meta = meta
+        out.add(chunk)
         if chunk["finished"]:
-            out.finished = True
-            self._end(out, aborted=(meta.get("finish_reason") or {}).get("type") == "abort")
+            self._end(out, aborted=(out.finish_reason or {}).get("type") == ABORT)
         return out
 
     def _end(self, out: Output, aborted: bool) -> None:
@@ -312,7 +298,7 @@ def _refusal_reason(e: Exception) -> str | None:
     """The compile-refusal metric's label for an intake error, None if not a refusal."""
     if isinstance(e, CompileBusyError):
         return "busy"
-    return getattr(e, "reason", None)
+    return e.reason if isinstance(e, ConstraintRefused) else None
 
 
 def _constrained(params: dict) -> bool:

@@ -13,12 +13,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
+from sglang_lite.errors import InvalidRequest, RequestError
+from sglang_lite.sampling_params import check_n, choice_seeds
 from sglang_lite.server.abort_api import open_group, rid_list
 from sglang_lite.server.errors import (
     RETRY_AFTER_SECONDS,
     APIError,
+    api_error,
     error_response,
-    from_engine_error,
     from_validation_errors,
 )
 from sglang_lite.server.generation import Job, Output, StreamGroup
@@ -30,13 +32,10 @@ router = APIRouter()
 # ---- /generate --------------------------------------------------------------------------------
 def _prompts(state, body) -> tuple[list[list[int]], bool]:
     if (body.text is None) == (body.input_ids is None):
-        raise APIError(400, "text: pass exactly one of text or input_ids", param="text")
+        raise InvalidRequest("text", "pass exactly one of text or input_ids")
     if body.text is not None:
         texts = [body.text] if isinstance(body.text, str) else body.text
-        try:
-            return [state.engine.tokenize(t) for t in texts], isinstance(body.text, str)
-        except ValueError as e:
-            raise from_engine_error(e, openai_names=False) from e
+        return [state.engine.tokenize(t) for t in texts], isinstance(body.text, str)
     ids = body.input_ids
     if ids and isinstance(ids[0], list):
         return [list(x) for x in ids], False
@@ -47,24 +46,20 @@ def _jobs(prompts: list[list[int]], sampling_params, salt: str | None = None, de
           priority: int | None = None) -> list[Job]:
     if isinstance(sampling_params, list):
         if len(sampling_params) != len(prompts):
-            raise APIError(400, "sampling_params: a list must have one entry per prompt",
-                           param="sampling_params")
+            raise InvalidRequest("sampling_params", "a list must have one entry per prompt")
         per_prompt = sampling_params
     else:
         per_prompt = [sampling_params or {}] * len(prompts)
     jobs = []
     for p, (ids, params) in enumerate(zip(prompts, per_prompt)):
         if not isinstance(params, dict):
-            raise APIError(400, "sampling_params: must be an object", param="sampling_params")
+            raise InvalidRequest("sampling_params", "must be an object")
         params = defaults.with_defaults(params, set(params)) if defaults is not None else dict(params)
         if defaults is not None and defaults.default_max_new_tokens and "max_new_tokens" not in params:
             params["max_new_tokens"] = defaults.default_max_new_tokens
-        n = params.pop("n", 1)
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 128:
-            raise APIError(400, f"n: must be an integer in [1, 128], got {n!r}", param="n")
-        seed = params.get("seed")
-        for j in range(n):
-            choice = dict(params, seed=seed + j) if isinstance(seed, int) and n > 1 else params
+        n = check_n(params.pop("n", 1))
+        for choice_seed in choice_seeds(params.get("seed"), n):
+            choice = dict(params, seed=choice_seed) if choice_seed is not None else params
             jobs.append(Job(ids, choice, index=len(jobs), prompt_index=p, cache_salt=salt,
                             priority=priority))
     return jobs
@@ -101,19 +96,20 @@ def _generate_body_schema() -> dict:
 async def generate(request: Request):
     from sglang_lite.server.protocol import GenerateRequest
 
+    request.state.engine_field_names = True  # errors name max_new_tokens, not max_tokens
     try:
         body = GenerateRequest.model_validate(await request.json())
     except ValidationError as e:  # a list body, a wrong type
         raise from_validation_errors(e.errors()) from e
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        raise APIError(400, f"body: invalid JSON: {e}", param="body", code="invalid_json") from e
+        raise InvalidRequest("body", f"invalid JSON: {e}", code="invalid_json") from e
     state = request.app.state
     prompts, single = _prompts(state, body)
     rids = rid_list(body.rid, len(prompts), single)
     jobs = _jobs(prompts, body.sampling_params, effective_salt(state, request, body.cache_salt),
                  state.serving_options, body.priority)
     group = await open_group(state, request, jobs, rids, return_logprob=body.return_logprob,
-                                   top_logprobs_num=body.top_logprobs_num, openai_names=False,
+                                   top_logprobs_num=body.top_logprobs_num,
                                    logprob_start_len=body.logprob_start_len
                                    if body.return_logprob and body.logprob_start_len >= 0 else None)
     if not body.stream:
@@ -125,9 +121,8 @@ async def generate(request: Request):
         try:
             async for out, _ in group.chunks():
                 yield f"data: {json.dumps(_result(state, out, body), ensure_ascii=False)}\n\n"
-        except APIError as e:
-            err = {"error": {"message": e.message, "type": e.type, "param": e.param, "code": e.code}}
-            yield f"data: {json.dumps(err)}\n\n"
+        except (APIError, RequestError) as e:
+            yield f"data: {json.dumps(api_error(e, openai_names=False).body())}\n\n"
         except Exception as e:
             err = {"error": {"message": f"{type(e).__name__}: {e}", "type": "internal_error"}}
             yield f"data: {json.dumps(err)}\n\n"

@@ -2,33 +2,37 @@
 
 from __future__ import annotations
 
-import json
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
+from sglang_lite.errors import ConstraintRefused, InvalidRequest, RequestError
+from sglang_lite.sampling_params import check_n, choice_seeds
 from sglang_lite.server.abort_api import open_group, rid_list
-from sglang_lite.server.errors import APIError, from_engine_error
-from sglang_lite.server.generation import Job, Output, StreamGroup
+from sglang_lite.server.errors import APIError
+from sglang_lite.server.generation import Job, StreamGroup
+from sglang_lite.server.openai_responses import (
+    ChatResponder,
+    CompletionResponder,
+    Envelope,
+    include_usage,
+    sse_stream,
+    streaming_response,
+)
 from sglang_lite.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingFields
 from sglang_lite.server.serving_options import template_kwargs
 from sglang_lite.server.tenancy import effective_salt
 from sglang_lite.server.tools import (
     ToolPlan,
     history_message,
-    new_call_id,
     plan_tools,
     render_tools_prompt,
 )
 from sglang_lite.server.vllm_compat import constraint_params, continuous_usage
 
 router = APIRouter()
-
-_FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
 # ---- /v1/models -----------------------------------------------------------------------------
@@ -65,8 +69,7 @@ def _check_model(state, model: str | None) -> str:
 def _sampling_params(body: _SamplingFields, max_tokens: int | None, options=None) -> dict[str, Any]:
     """Engine sampling params; ``options`` (ServingOptions) fills the model's defaults for
     the fields the client left out."""
-    if not isinstance(body.n, int) or not 1 <= body.n <= 128:
-        raise APIError(400, f"n: must be an integer in [1, 128], got {body.n}", param="n")
+    check_n(body.n)
     params: dict[str, Any] = {
         "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
         "min_p": body.min_p, "frequency_penalty": body.frequency_penalty,
@@ -83,13 +86,12 @@ def _sampling_params(body: _SamplingFields, max_tokens: int | None, options=None
         if fmt.type == "json_object":
             schema: Any = {"type": "object"}
         elif fmt.json_schema is None or fmt.json_schema.schema_ is None:
-            raise APIError(400, "response_format.json_schema.schema: required for type json_schema",
-                           param="response_format.json_schema.schema")
+            raise InvalidRequest("response_format.json_schema.schema", "required for type json_schema")
         else:
             schema = fmt.json_schema.schema_
         if any(k in params for k in ("json_schema", "regex", "ebnf", "choices")):
-            raise APIError(400, "response_format: pass response_format or another constraint "
-                                "(json_schema, regex, guided_*, ...), not both", param="response_format")
+            raise InvalidRequest("response_format", "pass response_format or another constraint "
+                                "(json_schema, regex, guided_*, ...), not both")
         params["json_schema"] = schema
     if options is not None:
         params = options.with_defaults(params, body.model_fields_set)
@@ -100,59 +102,11 @@ def _jobs(prompts: list[list[int]], params: dict[str, Any], n: int, seed: int | 
           salt: str | None = None, priority: int | None = None) -> list[Job]:
     jobs = []
     for p, ids in enumerate(prompts):
-        for j in range(n):
-            choice_params = dict(params, seed=seed + j) if seed is not None else params
+        for j, choice_seed in enumerate(choice_seeds(seed, n)):
+            choice_params = dict(params, seed=choice_seed) if choice_seed is not None else params
             jobs.append(Job(ids, choice_params, index=p * n + j, prompt_index=p, cache_salt=salt,
                             priority=priority))
     return jobs
-
-
-def _usage(outputs: list[Output]) -> dict[str, Any]:
-    prompt = cached = 0
-    seen: set[int] = set()
-    for out in outputs:
-        if out.job.prompt_index not in seen:
-            seen.add(out.job.prompt_index)
-            prompt += out.meta.get("prompt_tokens", len(out.job.input_ids))
-            cached += out.meta.get("cached_tokens", 0)
-    completion = sum(len(out.output_ids) for out in outputs)
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}}
-
-
-def _finish(out: Output) -> tuple[str | None, Any]:
-    reason = out.finish_reason
-    if reason is None:
-        return None, None
-    return _FINISH_REASONS.get(reason.get("type"), reason.get("type")), reason.get("matched")
-
-
-def _sse(event: dict[str, Any]) -> str:
-    return f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
-
-
-async def _sse_stream(group: StreamGroup, head: list[dict], event: Callable[[Output, dict], dict | None],
-                      tail: Callable[[], list[dict]]) -> AsyncIterator[str]:
-    try:
-        for ev in head:
-            yield _sse(ev)
-        async for out, chunk in group.chunks():
-            ev = event(out, chunk)
-            if ev is not None:
-                yield _sse(ev)
-        for ev in tail():
-            yield _sse(ev)
-    except APIError as e:  # headers are sent: report in-band, as OpenAI does
-        yield _sse({"error": {"message": e.message, "type": e.type, "param": e.param, "code": e.code}})
-    except Exception as e:
-        yield _sse({"error": {"message": f"{type(e).__name__}: {e}", "type": "internal_error",
-                              "param": None, "code": None}})
-    yield "data: [DONE]\n\n"
-
-
-def _streaming_response(gen: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(gen, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 # ---- /v1/completions ---------------------------------------------------------------------------
@@ -160,7 +114,7 @@ def _completion_prompts(state, prompt) -> tuple[list[list[int]], list[str | None
     if isinstance(prompt, str):
         prompt = [prompt]
     if not prompt:
-        raise APIError(400, "prompt: must not be empty", param="prompt")
+        raise InvalidRequest("prompt", "must not be empty")
     if isinstance(prompt[0], int):
         prompt = [prompt]
     ids, texts = [], []
@@ -174,115 +128,47 @@ def _completion_prompts(state, prompt) -> tuple[list[list[int]], list[str | None
     return ids, texts
 
 
-def _best_of(outputs: list[Output], n: int, best_of: int) -> list[Output]:
-    """Of each prompt's ``best_of`` candidates, the ``n`` with the highest mean token logprob
-    (OpenAI's "highest log probability per token"), best first; prompts in order."""
-    if best_of == n:
-        return outputs
-    kept = []
-    for p in range(0, len(outputs), best_of):
-        candidates = outputs[p : p + best_of]
-        candidates.sort(key=lambda o: -sum(lp for lp, _, _ in o.token_logprobs) / max(len(o.token_logprobs), 1))
-        kept.extend(candidates[:n])
-    return kept
-
-
 def _tokenize(state, text: str) -> list[int]:
-    try:
-        return state.engine.tokenize(text)
-    except ValueError as e:  # 413 for text that cannot fit the context
-        raise from_engine_error(e) from e
+    return state.engine.tokenize(text)  # ContextLengthExceeded (413) for text that cannot fit
 
 
-def _completion_logprobs(state, tokens: list[tuple], tops: list[list[tuple]], offset: int) -> dict:
-    out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-    for i, (lp, tid, _) in enumerate(tokens):
-        text = state.token_text(tid)
-        out["tokens"].append(text)
-        out["token_logprobs"].append(lp)
-        row = tops[i] if i < len(tops) else []
-        out["top_logprobs"].append(None if row is None else {state.token_text(t): v for v, t, _ in row})
-        out["text_offset"].append(offset)
-        offset += len(text)
-    return out
+def _check_completion_options(body: CompletionRequest) -> tuple[int, bool]:
+    """(best_of, prompt_logprobs): the options only /v1/completions has, checked."""
+    if body.suffix:
+        raise InvalidRequest("suffix", "not supported", code="unsupported")
+    best_of = body.n if body.best_of is None else body.best_of
+    if not isinstance(best_of, int) or not body.n <= best_of <= 128:
+        raise InvalidRequest("best_of", f"must be an integer in [n, 128], got {body.best_of}")
+    if best_of > body.n and body.stream:
+        raise InvalidRequest("best_of", "cannot be combined with stream")
+    if body.logprobs is not None and not 0 <= body.logprobs <= 20:
+        raise InvalidRequest("logprobs", f"must be in [0, 20], got {body.logprobs}")
+    prompt_logprobs = bool(body.echo and body.logprobs is not None)  # scoring, e.g. lm-eval loglikelihood
+    if prompt_logprobs and body.stream:
+        raise InvalidRequest("echo", "prompt logprobs (echo with logprobs) need stream=false")
+    return best_of, prompt_logprobs
 
 
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
     state = request.app.state
     model = _check_model(state, body.model)
-    if body.suffix:
-        raise APIError(400, "suffix: not supported", param="suffix", code="unsupported")
-    best_of = body.n if body.best_of is None else body.best_of
-    if not isinstance(best_of, int) or not body.n <= best_of <= 128:
-        raise APIError(400, f"best_of: must be an integer in [n, 128], got {body.best_of}", param="best_of")
-    if best_of > body.n and body.stream:
-        raise APIError(400, "best_of: cannot be combined with stream", param="best_of")
-    if body.logprobs is not None and not 0 <= body.logprobs <= 20:
-        raise APIError(400, f"logprobs: must be in [0, 20], got {body.logprobs}", param="logprobs")
-    prompt_logprobs = body.echo and body.logprobs is not None  # scoring, e.g. lm-eval loglikelihood
-    if prompt_logprobs and body.stream:
-        raise APIError(400, "echo: prompt logprobs (echo with logprobs) need stream=false", param="echo")
+    best_of, prompt_logprobs = _check_completion_options(body)
     prompts, texts = _completion_prompts(state, body.prompt)
     params = _sampling_params(body, body.max_tokens, state.serving_options)
     salt = effective_salt(state, request, body.cache_salt, body.user)
     jobs = _jobs(prompts, params, best_of, body.seed, salt, body.priority)
     group = await open_group(state, request, jobs, rid_list(body.rid, len(prompts), len(prompts) == 1),
-                                   return_logprob=body.logprobs is not None or best_of > body.n,
-                                   top_logprobs_num=body.logprobs or 0,
-                                   logprob_start_len=0 if prompt_logprobs else None)
-    rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-    every_chunk_usage = continuous_usage(body)
+                             return_logprob=body.logprobs is not None or best_of > body.n,
+                             top_logprobs_num=body.logprobs or 0,
+                             logprob_start_len=0 if prompt_logprobs else None)
     echo = [(t if t is not None else state.engine.tokenizer.decode(ids)) if body.echo else ""
             for ids, t in zip(prompts, texts)]
-
-    def completion(choices: list[dict], usage=None) -> dict:
-        ev = {"id": rid, "object": "text_completion", "created": created,
-              "model": model, "choices": choices}
-        if usage is None and every_chunk_usage:
-            usage = _usage(group.outputs)
-        if usage is not None or not body.stream:
-            ev["usage"] = usage
-        return ev
-
-    def choice(out: Output, text: str, tokens, tops, offset: int, index: int | None = None) -> dict:
-        reason, matched = _finish(out)
-        lp = _completion_logprobs(state, tokens, tops, offset) if body.logprobs is not None else None
-        return {"index": out.index if index is None else index, "text": text, "logprobs": lp,
-                "finish_reason": reason, "matched_stop": matched}
-
+    envelope = Envelope(f"cmpl-{uuid.uuid4().hex}", model, group, continuous_usage(body))
+    responder = CompletionResponder(state, body, envelope, echo, best_of, prompt_logprobs)
     if not body.stream:
-        outputs = await group.collect()
-        kept = _best_of(outputs, body.n, best_of)
-        if prompt_logprobs:  # the prompt's tokens first, from offset 0
-            choices = [choice(o, echo[o.job.prompt_index] + o.text,
-                              o.meta.get("input_token_logprobs", []) + o.token_logprobs,
-                              o.meta.get("input_top_logprobs", []) + o.top_logprobs, 0, i)
-                       for i, o in enumerate(kept)]
-        else:
-            choices = [choice(o, echo[o.job.prompt_index] + o.text, o.token_logprobs, o.top_logprobs,
-                              len(echo[o.job.prompt_index]), i) for i, o in enumerate(kept)]
-        return JSONResponse(completion(choices, _usage(outputs)))
-
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    head = [completion([{"index": i, "text": e, "logprobs": None, "finish_reason": None}])
-            for i, e in enumerate(echo) if e] if body.echo else []
-
-    def event(out: Output, chunk: dict) -> dict | None:
-        meta = chunk["meta_info"]
-        if not chunk["text"] and not chunk["finished"] and "output_token_logprobs" not in meta:
-            return None
-        offset = len(echo[out.job.prompt_index]) + len(out.text) - len(chunk["text"])
-        c = choice(out, chunk["text"], meta.get("output_token_logprobs", []),
-                   meta.get("output_top_logprobs", []), offset)
-        if not chunk["finished"]:
-            c["finish_reason"] = c["matched_stop"] = None
-        return completion([c], None)
-
-    def tail() -> list[dict]:
-        return [completion([], _usage(group.outputs))] if include_usage else []
-
-    return _streaming_response(_sse_stream(group, head, event, tail))
+        return JSONResponse(responder.response(await group.collect()))
+    return streaming_response(sse_stream(group, responder.head(), responder.event, responder.tail))
 
 
 # ---- /v1/chat/completions ----------------------------------------------------------------------
@@ -295,38 +181,71 @@ def _chat_prompt(state, body: ChatCompletionRequest, plan: ToolPlan) -> list[int
         content = m.content
         if isinstance(content, list):
             if any(part.type != "text" for part in content):
-                raise APIError(400, f"messages.{i}.content: only text parts are supported",
-                               param=f"messages.{i}.content")
+                raise InvalidRequest(f"messages.{i}.content", "only text parts are supported")
             content = "".join(part.text or "" for part in content)
         role = "system" if m.role == "developer" else m.role
         messages.append(history_message(role, content, m.tool_calls, m.tool_call_id, has_tools))
     messages, extra = render_tools_prompt(messages, plan, has_tools)
-    try:
-        extra = {**template_kwargs(body.chat_template_kwargs), **extra}
-    except ValueError as e:
-        param = str(e).partition(":")[0]
-        raise APIError(400, str(e), param=param) from e
+    extra = {**template_kwargs(body.chat_template_kwargs), **extra}
     if override:
         extra["chat_template"] = override
     try:
         text = state.engine.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt, **extra)
-    except ValueError as e:
-        raise from_engine_error(e) from e
+    except RequestError:
+        raise
     except Exception as e:  # the template itself rejects the conversation (jinja errors)
-        raise APIError(400, f"messages: {e}", param="messages") from e
+        raise InvalidRequest("messages", f"{e}") from e
     return _tokenize(state, text)
 
 
-def _chat_logprobs(state, tokens: list[tuple], tops: list[list[tuple]]) -> dict:
-    def entry(lp, tid):
-        s = state.token_text(tid)
-        return {"token": s, "logprob": lp, "bytes": list(s.encode("utf-8"))}
+_CONSTRAINT_KEYS = ("json_schema", "regex", "ebnf", "choices")
 
-    content = []
-    for i, (lp, tid, _) in enumerate(tokens):
-        row = tops[i] if i < len(tops) else []
-        content.append({**entry(lp, tid), "top_logprobs": [entry(v, t) for v, t, _ in row]})
-    return {"content": content}
+
+def _check_top_logprobs(body: ChatCompletionRequest) -> None:
+    top = body.top_logprobs
+    if top is not None and not 0 <= top <= 20:
+        raise InvalidRequest("top_logprobs", f"must be in [0, 20], got {top}")
+    if top and not body.logprobs:
+        raise InvalidRequest("top_logprobs", "requires logprobs to be true")
+
+
+def _chat_max_tokens(state, body: ChatCompletionRequest, ids: list[int]) -> int:
+    """The client's limit, else what the context leaves (capped by generation_config.json)."""
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    if max_tokens is not None:
+        return max_tokens
+    max_tokens = max(state.engine.context_length - len(ids), 1)
+    default = state.serving_options.default_max_new_tokens  # generation_config.json
+    return min(max_tokens, default) if default else max_tokens
+
+
+def _chat_params(state, body: ChatCompletionRequest, plan: ToolPlan, ids: list[int]) -> dict[str, Any]:
+    params = _sampling_params(body, _chat_max_tokens(state, body, ids), state.serving_options)
+    if plan.constrained:
+        if any(k in params for k in _CONSTRAINT_KEYS):
+            raise InvalidRequest("tool_choice", "a required or named tool call cannot be combined with "
+                                                "response_format, json_schema, regex or ebnf")
+        params["json_schema"] = plan.schema()
+    if plan.keeps_special_tokens:
+        params.setdefault("skip_special_tokens", False)
+    thinker = getattr(state, "reasoning_parser", None)
+    if thinker and body.response_format is not None and body.response_format.type != "text":
+        # A reasoning model thinks first: the format applies once its <think> block has ended.
+        params["reasoning_prefix"] = "open" if thinker.starts_in_reasoning else "optional"
+    return params
+
+
+async def _open_chat(state, request: Request, body: ChatCompletionRequest, plan: ToolPlan,
+                     ids: list[int], params: dict[str, Any]) -> StreamGroup:
+    try:
+        salt = effective_salt(state, request, body.cache_salt, body.user)
+        return await open_group(state, request, _jobs([ids], params, body.n, body.seed, salt, body.priority),
+                                rid_list(body.rid, 1, True), return_logprob=body.logprobs,
+                                top_logprobs_num=body.top_logprobs or 0)
+    except ConstraintRefused as e:
+        if plan.constrained and e.field == "json_schema":  # the tools' parameter schemas
+            raise e.for_field("tools") from e
+        raise
 
 
 @router.post("/v1/chat/completions")
@@ -335,129 +254,13 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     model = _check_model(state, body.model)
     plan = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, getattr(state, "tool_parser", None))
     reasoner = getattr(state, "reasoning_parser", None) if body.separate_reasoning else None
-    top = body.top_logprobs
-    if top is not None and not 0 <= top <= 20:
-        raise APIError(400, f"top_logprobs: must be in [0, 20], got {top}", param="top_logprobs")
-    if top and not body.logprobs:
-        raise APIError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
+    _check_top_logprobs(body)
     ids = _chat_prompt(state, body, plan)
-    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    if max_tokens is None:
-        max_tokens = max(state.engine.context_length - len(ids), 1)
-        default = state.serving_options.default_max_new_tokens  # generation_config.json
-        max_tokens = min(max_tokens, default) if default else max_tokens
-    params = _sampling_params(body, max_tokens, state.serving_options)
-    if plan.constrained:
-        if any(k in params for k in ("json_schema", "regex", "ebnf", "choices")):
-            raise APIError(400, "tool_choice: a required or named tool call cannot be combined with "
-                                "response_format, json_schema, regex or ebnf", param="tool_choice")
-        params["json_schema"] = plan.schema()
-    if plan.keeps_special_tokens:
-        params.setdefault("skip_special_tokens", False)
-    thinker = getattr(state, "reasoning_parser", None)
-    if thinker and body.response_format is not None and body.response_format.type != "text":
-        # A reasoning model thinks first: the format applies once its <think> block has ended.
-        params["reasoning_prefix"] = "open" if thinker.starts_in_reasoning else "optional"
-    try:
-        salt = effective_salt(state, request, body.cache_salt, body.user)
-        group = await open_group(state, request, _jobs([ids], params, body.n, body.seed, salt, body.priority),
-                                 rid_list(body.rid, 1, True), return_logprob=body.logprobs,
-                                 top_logprobs_num=top or 0)
-    except APIError as e:
-        if plan.constrained and e.param == "json_schema":  # the tools' parameter schemas
-            raise APIError(400, "tools: " + e.message.removeprefix("json_schema:").strip(), param="tools") from e
-        raise
-    rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-
-    def completion(choices: list[dict], usage=None, obj="chat.completion.chunk") -> dict:
-        ev = {"id": rid, "object": obj, "created": created, "model": model,
-              "choices": choices}
-        if usage is None and every_chunk_usage:
-            usage = _usage(group.outputs)
-        if usage is not None or obj == "chat.completion" or include_usage:
-            ev["usage"] = usage
-        return ev
-
-    include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
-    every_chunk_usage = continuous_usage(body)
+    params = _chat_params(state, body, plan, ids)
+    group = await _open_chat(state, request, body, plan, ids, params)
+    envelope = Envelope(f"chatcmpl-{uuid.uuid4().hex}", model, group, continuous_usage(body),
+                         null_usage_on_chunks=include_usage(body))
+    responder = ChatResponder(state, body, plan, reasoner, envelope)
     if not body.stream:
-        outputs = await group.collect()
-        choices = []
-        for o in outputs:
-            reason, matched = _finish(o)
-            reasoning, text = reasoner.split(o.text) if reasoner else (None, o.text)
-            content, calls = plan.split(text)
-            message: dict[str, Any] = {"role": "assistant", "content": content}
-            if reasoner:
-                message["reasoning_content"] = reasoning
-            if calls:
-                message["tool_calls"] = calls
-                reason = "tool_calls" if reason == "stop" else reason
-            choices.append({"index": o.index, "message": message,
-                            "logprobs": _chat_logprobs(state, o.token_logprobs, o.top_logprobs)
-                            if body.logprobs else None,
-                            "finish_reason": reason, "matched_stop": matched})
-        return JSONResponse(completion(choices, _usage(outputs), obj="chat.completion"))
-
-    head = [completion([{"index": j, "delta": {"role": "assistant", "content": ""},
-                         "logprobs": None, "finish_reason": None}]) for j in range(body.n)]
-
-    streaming_content: set[int] = set()  # choices known not to be tool calls
-    reasoning_streams = {j: reasoner.stream() for j in range(body.n)} if reasoner else {}
-    call_ids: dict[int, str] = {}  # choice -> id of its streamed named call
-
-    def named_call_event(out: Output, chunk: dict, reason, matched) -> dict | None:
-        first = out.index not in call_ids
-        if not chunk["text"] and not first and not chunk["finished"]:
-            return None
-        call: dict[str, Any] = {"index": 0, "function": {"arguments": chunk["text"]}}
-        if first:
-            call_ids[out.index] = new_call_id()
-            call.update(id=call_ids[out.index], type="function")
-            call["function"]["name"] = plan.function
-        return completion([{"index": out.index, "delta": {"tool_calls": [call]}, "logprobs": None,
-                            "finish_reason": "tool_calls" if reason == "stop" else reason,
-                            "matched_stop": matched}])
-
-    def event(out: Output, chunk: dict) -> dict | None:
-        meta = chunk["meta_info"]
-        text, full, thought = chunk["text"], out.text, ""
-        reason, matched = _finish(out) if chunk["finished"] else (None, None)
-        if out.index in reasoning_streams:  # the reasoning block streams apart; the rest is the reply
-            stream = reasoning_streams[out.index]
-            thought, text = stream.feed(chunk["text"], final=chunk["finished"])
-            full = stream.content
-        if plan.streams_arguments:
-            return named_call_event(out, chunk, reason, matched)
-        if plan.mode != "none" and out.index not in streaming_content:
-            # Tool calls go out whole, at the end; text held back while the reply could still
-            # be one goes out as content once it cannot.
-            if chunk["finished"]:
-                calls = plan.calls(full)
-                if calls:
-                    delta = {"tool_calls": [{"index": k, **c} for k, c in enumerate(calls)]}
-                    return completion([{"index": out.index, "delta": delta, "logprobs": None,
-                                        "finish_reason": "tool_calls" if reason == "stop" else reason,
-                                        "matched_stop": matched}])
-                text = full
-            elif plan.may_be_calls(full):
-                if not thought:
-                    return None
-                text = ""  # held back; the reasoning goes out
-            else:
-                streaming_content.add(out.index)
-                text = full  # everything held so far, this chunk included
-        if not text and not thought and not chunk["finished"] and "output_token_logprobs" not in meta:
-            return None
-        delta = {"content": text} if text else {}
-        if thought:
-            delta["reasoning_content"] = thought
-        lp = (_chat_logprobs(state, meta.get("output_token_logprobs", []),
-                             meta.get("output_top_logprobs", [])) if body.logprobs else None)
-        return completion([{"index": out.index, "delta": delta, "logprobs": lp,
-                            "finish_reason": reason, "matched_stop": matched}])
-
-    def tail() -> list[dict]:
-        return [completion([], _usage(group.outputs))] if include_usage else []
-
-    return _streaming_response(_sse_stream(group, head, event, tail))
+        return JSONResponse(responder.response(await group.collect()))
+    return streaming_response(sse_stream(group, responder.head(), responder.event, responder.tail))

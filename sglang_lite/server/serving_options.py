@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglang_lite.errors import InvalidRequest
+
 # generation_config.json keys that become request defaults (vLLM's set), as engine keys.
 _GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens")
 
@@ -47,10 +49,10 @@ _RESERVED_TEMPLATE_KWARGS = frozenset({
 
 def template_kwargs(kwargs: dict[str, Any] | None) -> dict[str, Any]:
     """A request's ``chat_template_kwargs`` (variables for the template, e.g.
-    ``enable_thinking``); ValueError naming a reserved key."""
+    ``enable_thinking``); InvalidRequest naming a reserved key."""
     for key in kwargs or {}:
         if key in _RESERVED_TEMPLATE_KWARGS:
-            raise ValueError(f"chat_template_kwargs.{key}: reserved; not settable per request")
+            raise InvalidRequest(f"chat_template_kwargs.{key}", "reserved; not settable per request")
     return dict(kwargs or {})
 
 

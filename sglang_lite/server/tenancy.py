@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from sglang_lite.server.errors import APIError
+from sglang_lite.errors import InvalidRequest
 
 SALT_BY = ("none", "api_key", "user")
 MAX_SALT_CHARS = 256
@@ -21,8 +21,8 @@ def effective_salt(state, request, cache_salt: str | None, user: str | None = No
     """The salt the engine keys this request's prefixes with (a digest), or None."""
     if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt
                                    or len(cache_salt) > MAX_SALT_CHARS):
-        raise APIError(400, f"cache_salt: must be a non-empty string of at most {MAX_SALT_CHARS} "
-                            "characters", param="cache_salt")
+        raise InvalidRequest("cache_salt", f"must be a non-empty string of at most {MAX_SALT_CHARS} "
+                            "characters")
     parts = []
     by = getattr(state, "cache_salt_by", "none")
     if by == "api_key":

@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
 
-from sglang_lite.server.errors import APIError
+from sglang_lite.errors import InvalidRequest
 from sglang_lite.server.openai_api import _chat_prompt, _check_model
 from sglang_lite.server.protocol import ChatCompletionRequest, ChatMessage
 from sglang_lite.server.tools import plan_tools
@@ -57,7 +57,7 @@ async def tokenize(body: TokenizeRequest, request: Request):
     tokenizer = _tokenizer(state)
     given = [name for name in ("prompt", "text", "messages") if getattr(body, name) is not None]
     if len(given) != 1:
-        raise APIError(400, "prompt: pass exactly one of prompt, text or messages", param="prompt")
+        raise InvalidRequest("prompt", "pass exactly one of prompt, text or messages")
     if body.messages is not None:
         ids_list, single = [_message_ids(state, body)], True
     else:
@@ -65,7 +65,7 @@ async def tokenize(body: TokenizeRequest, request: Request):
         single = isinstance(prompts, str)
         prompts = [prompts] if single else prompts
         if not 1 <= len(prompts) <= MAX_TOKENIZE_PROMPTS:
-            raise APIError(400, f"{given[0]}: give 1 to {MAX_TOKENIZE_PROMPTS} prompts", param=given[0])
+            raise InvalidRequest(given[0], f"give 1 to {MAX_TOKENIZE_PROMPTS} prompts")
         ids_list = [_prompt_ids(state, p, body.add_special_tokens) for p in prompts]
     out: dict[str, Any] = {"tokens": ids_list[0] if single else ids_list,
                            "count": len(ids_list[0]) if single else [len(x) for x in ids_list],
@@ -88,7 +88,7 @@ async def detokenize(body: DetokenizeRequest, request: Request):
     for ids in lists:
         bad = next((t for t in ids if not 0 <= t < vocab), None)
         if bad is not None:
-            raise APIError(400, f"tokens: token id {bad} is not in [0, {vocab})", param="tokens")
+            raise InvalidRequest("tokens", f"token id {bad} is not in [0, {vocab})")
     texts = [tokenizer.decode(ids) for ids in lists]
     text: str | list[str] = texts[0] if single else texts
     return {"prompt": text, "text": text}
@@ -97,7 +97,7 @@ async def detokenize(body: DetokenizeRequest, request: Request):
 def _tokenizer(state):
     tokenizer = state.engine.tokenizer
     if tokenizer is None:
-        raise APIError(400, "model: this model has no tokenizer", param="model")
+        raise InvalidRequest("model", "this model has no tokenizer")
     return tokenizer
 
 
@@ -105,14 +105,14 @@ def _prompt_ids(state, text: str, add_special_tokens: bool | None) -> list[int]:
     if add_special_tokens is None:
         try:
             return state.engine.tokenize(text)
-        except ValueError as e:
-            raise APIError(400, str(e), param="prompt") from e
+        except InvalidRequest as e:  # too long for the context: a 400 here, not a 413
+            raise InvalidRequest("prompt", e.detail) from e
     return state.engine.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
 
 def _message_ids(state, body: TokenizeRequest) -> list[int]:
     if not body.messages:
-        raise APIError(400, "messages: must not be empty", param="messages")
+        raise InvalidRequest("messages", "must not be empty")
     chat = ChatCompletionRequest(messages=body.messages, add_generation_prompt=body.add_generation_prompt,
                                  tools=body.tools, chat_template_kwargs=body.chat_template_kwargs)
     return _chat_prompt(state, chat, plan_tools(body.tools, "auto" if body.tools else None, None))

@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_lite.server.errors import APIError
+from sglang_lite.errors import InvalidRequest
 from sglang_lite.server.parsers.tool_calls import ToolCallParser
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -121,28 +121,26 @@ def plan_tools(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel_to
     the model family's tool-call format, for "auto" replies."""
     if not tools:
         if tool_choice not in (None, "none"):
-            raise APIError(400, "tool_choice: requires tools", param="tool_choice")
+            raise InvalidRequest("tool_choice", "requires tools")
         return ToolPlan("none", [])
     if len(tools) > MAX_TOOLS:
-        raise APIError(400, f"tools: at most {MAX_TOOLS} tools", param="tools")
+        raise InvalidRequest("tools", f"at most {MAX_TOOLS} tools")
     seen: set[str] = set()
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") != "function":
-            raise APIError(400, f"tools.{i}.type: must be 'function'", param=f"tools.{i}.type")
+            raise InvalidRequest(f"tools.{i}.type", "must be 'function'")
         fn = tool.get("function")
         if not isinstance(fn, dict):
-            raise APIError(400, f"tools.{i}.function: must be an object", param=f"tools.{i}.function")
+            raise InvalidRequest(f"tools.{i}.function", "must be an object")
         name = fn.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
-            raise APIError(400, f"tools.{i}.function.name: must be 1-64 letters, digits, '_' or '-'",
-                           param=f"tools.{i}.function.name")
+            raise InvalidRequest(f"tools.{i}.function.name", "must be 1-64 letters, digits, '_' or '-'")
         if name in seen:
-            raise APIError(400, f"tools.{i}.function.name: duplicate tool {name!r}", param=f"tools.{i}.function.name")
+            raise InvalidRequest(f"tools.{i}.function.name", f"duplicate tool {name!r}")
         seen.add(name)
         params = fn.get("parameters")
         if params is not None and (not isinstance(params, dict) or params.get("type", "object") != "object"):
-            raise APIError(400, f"tools.{i}.function.parameters: must be a JSON Schema of type object",
-                           param=f"tools.{i}.function.parameters")
+            raise InvalidRequest(f"tools.{i}.function.parameters", "must be a JSON Schema of type object")
     parallel = True if parallel_tool_calls is None else bool(parallel_tool_calls)
     choice = "auto" if tool_choice is None else tool_choice
     if choice in ("none", "auto", "required"):
@@ -150,10 +148,10 @@ def plan_tools(tools: list[dict[str, Any]] | None, tool_choice: Any, parallel_to
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
         name = choice["function"].get("name")
         if name not in seen:
-            raise APIError(400, f"tool_choice: no tool named {name!r}", param="tool_choice")
+            raise InvalidRequest("tool_choice", f"no tool named {name!r}")
         return ToolPlan("named", tools, function=name, parallel=parallel, parser=parser)
-    raise APIError(400, "tool_choice: must be 'none', 'auto', 'required' or "
-                        "{'type': 'function', 'function': {'name': ...}}", param="tool_choice")
+    raise InvalidRequest("tool_choice", "must be 'none', 'auto', 'required' or "
+                        "{'type': 'function', 'function': {'name': ...}}")
 
 
 def render_tools_prompt(messages: list[dict[str, Any]], plan: ToolPlan, template_has_tools: bool

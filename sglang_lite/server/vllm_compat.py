@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_lite.server.errors import APIError
+from sglang_lite.errors import InvalidRequest
 
 # (request field, engine key), in the order conflicts are reported.
 _FLAT = (("json_schema", "json_schema"), ("regex", "regex"), ("ebnf", "ebnf"), ("choices", "choices"),
@@ -33,8 +33,7 @@ def constraint_params(body) -> dict[str, Any]:
     found += _structured(getattr(body, "structured_outputs", None))
     if len(found) > 1:
         first, second = found[0][0], found[1][0]
-        raise APIError(400, f"{second}: only one constraint per request (also got {first})",
-                       param=second)
+        raise InvalidRequest(second, f"only one constraint per request (also got {first})")
     if not found:
         return {}
     name, key, spec = found[0]
@@ -52,7 +51,7 @@ def _structured(so: dict[str, Any] | None) -> list[tuple[str, str, Any]]:
         if field in _STRUCTURED_IGNORED or value is None or (field == "json_object" and value is False):
             continue
         if field not in _STRUCTURED:
-            raise APIError(400, f"{where}: not supported (supported: {sorted(_STRUCTURED)})", param=where)
+            raise InvalidRequest(where, f"not supported (supported: {sorted(_STRUCTURED)})")
         if field == "json_object":
             value = {"type": "object"}
         out.append((where, _STRUCTURED[field], value))
@@ -61,8 +60,8 @@ def _structured(so: dict[str, Any] | None) -> list[tuple[str, str, Any]]:
 
 def _check_lark(name: str, grammar: Any) -> None:
     if isinstance(grammar, str) and "::=" in grammar:
-        raise APIError(400, f"{name}: GBNF grammars (rules written with '::=') are not supported; "
-                            "write it as a Lark grammar with a 'start' rule", param=name)
+        raise InvalidRequest(name, "GBNF grammars (rules written with '::=') are not supported; "
+                                   "write it as a Lark grammar with a 'start' rule")
 
 
 def continuous_usage(body) -> bool:

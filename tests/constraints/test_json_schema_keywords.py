@@ -478,12 +478,12 @@ def test_leaves_built_for_a_schema_stop_at_its_deadline():
     import uuid
 
     from constraints.budget import CompileBudget
-    from constraints.json_leaves import _leaf_budget, leaves_within
+    from constraints.json_leaves import leaf_budget, leaves_within
 
     request = CompileBudget(timeout_s=0.5)
     with leaves_within(request):
-        assert _leaf_budget().deadline == request.deadline
-    assert _leaf_budget().deadline > request.deadline + 20  # outside a compilation: its own 30 s
+        assert leaf_budget().deadline == request.deadline
+    assert leaf_budget().deadline > request.deadline + 20  # outside a compilation: its own 30 s
 
     compiler = GrammarCompiler(byte_vocab_info(), max_states=20_000, compile_timeout_s=0.05)
     fresh = uuid.uuid4().hex  # a pattern no earlier test has cached

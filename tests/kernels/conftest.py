@@ -1,19 +1,14 @@
 """Kernel tests: Triton's interpreter on CPU when there is no CUDA device.
 
-triton reads TRITON_INTERPRET once, when ``triton.language`` is first imported; this conftest
-sets it before anything here imports triton (``kernels._triton`` does the same for sessions
-where the engine imported the kernels first).
+triton reads TRITON_INTERPRET once, when ``triton.language`` is first imported; the root
+conftest calls ``kernels.select_interpreter()`` before anything imports triton.
 """
 
-import os
-
 import pytest
-import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+import kernels
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+INTERPRET = kernels.select_interpreter()
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ CHAT = [{"role": "user", "content": "hi"}]
 def _error(r: httpx.Response, status: int, param: str | None = None) -> dict:
     assert r.status_code == status, r.text
     err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"}
+    # OpenAI's four fields; a refused schema keyword adds its keyword and JSON pointer.
+    assert {"message", "type", "param", "code"} <= set(err) <= {"message", "type", "param", "code", "keyword", "pointer"}
     if param is not None:
         assert err["param"] == param and param.split(".")[0] in err["message"], err
     return err
@@ -61,6 +62,18 @@ def test_unsupported_schema_keyword_is_named(http):
     r = http.post("/v1/chat/completions", json={"messages": CHAT, "response_format": {
         "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
     assert "not" in _error(r, 400)["message"]
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"messages": CHAT, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "string", "not": {"pattern": "a"}}}}}}}),
+    ("/generate", {"text": "x", "sampling_params": {"json_schema": {
+        "type": "object", "properties": {"a": {"type": "string", "not": {"pattern": "a"}}}}}}),
+])
+def test_a_refused_schema_keyword_reaches_the_client_as_fields(http, path, body):
+    """Compiled in the server's worker processes: keyword and pointer survive the pool too."""
+    err = _error(http.post(path, json=body), 400, "json_schema")
+    assert (err["keyword"], err["pointer"]) == ("not", "/properties/a/not"), err
 
 
 def test_a_budget_below_the_constraint_minimum_is_a_400_with_the_minimum(http):

@@ -25,7 +25,7 @@ from sglang_lite.cuda_graph import (
     fill_decode_inputs,
     padded_batch_size,
 )
-from sglang_lite.model_runner import ScheduledBatch
+from sglang_lite.scheduled_batch import ScheduledBatch
 
 
 @pytest.mark.parametrize("max_bs, expected", [

@@ -1,7 +1,7 @@
 """Frontend-DSL programs through ``run_batch``, radix cache on vs off, in one process.
 
-  python -m sglang_lite.bench.dsl                    # few-shot select + RAG, 32 inputs each
-  python -m sglang_lite.bench.dsl --programs rag --num-inputs 8
+  python -m frontend_dsl.bench                 # few-shot select + RAG, 32 inputs each
+  python -m frontend_dsl.bench --programs rag --num-inputs 8
 
 Each program runs on two embedded engines (``Engine()`` and
 ``Engine(disable_radix_cache=True)``); prints wall time, cache hit rate and the speedup, and

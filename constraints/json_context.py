@@ -1,0 +1,225 @@
+"""What every part of a JSON schema's emission shares: the compile context of one schema,
+$ref inlining and allOf merging (flatten), enum/const values, punctuation, shared leaves.
+
+The emitters of values (json_schema) and of arrays and objects (json_compound) recurse into
+each other through ``Ctx.emit_schema``, so the modules import in one direction: both import
+this one, json_schema imports json_compound, nothing here imports either.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+import jsonschema
+
+from .budget import CompileBudget
+from .errors import InvalidConstraintError, UnsupportedSchemaError
+from .fsm import ByteDFA, embed_dfa
+from .json_keywords import ANNOTATIONS
+from .json_merge import EXCLUDED, declared_types, infer_types, merge_schemas
+from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_repeat
+
+_FLEX_WS = b" \t\n"
+_FLEX_WS_MAX = 8
+LEAF_CALL_MIN_STATES = 4
+
+
+@dataclass(slots=True)
+class Ctx:
+    """The compile context of one schema: its root (for $refs), options, budget, and the
+    pushdown rules met so far."""
+
+    root: object
+    lenient: bool
+    flexible: bool
+    budget: CompileBudget
+    # The emitter of any subschema (json_schema.emit_schema), called by arrays and objects.
+    emit: Callable[..., int]
+    validator: object = field(default=None)
+    # Pushdown rules in call order: a recursive $ref (str) or a shared leaf (ByteDFA) -> the
+    # pointer it was first met at; rule k is called by symbol CALL_BASE + k.
+    rules: dict[str | ByteDFA, str] = field(default_factory=dict)
+
+    def rule_index(self, key: str | ByteDFA, ptr: str) -> int:
+        if key not in self.rules:
+            self.rules[key] = ptr
+            self._rule_ids[key] = len(self._rule_ids)
+        return self._rule_ids[key]
+
+    _rule_ids: dict[str | ByteDFA, int] = field(default_factory=dict)
+    inline_leaves: bool = False  # emitting a fragment that becomes a plain DFA: no calls
+
+    def emit_schema(self, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -> int:
+        """Emit ``schema`` (at JSON pointer ``ptr``, inside the expansion of ``refs``) from
+        ``start``; returns the end state."""
+        return self.emit(self, nfa, start, schema, ptr, refs)
+
+
+@dataclass(frozen=True, slots=True)
+class RefCall:
+    """A $ref met again inside its own expansion: matched by calling the ref's rule."""
+
+    ref: str
+
+
+def emit_leaf(ctx: Ctx, nfa: NFA, start: int, dfa: ByteDFA, ptr: str = "") -> int:
+    """A terminal (string body, number, format, key): called as a rule of its own, so its DFA
+    is shared by every schema that uses it (its token walks too) and never copied into the
+    structure's automaton, whose size then adds to the leaves' instead of multiplying.
+    Tiny leaves are inlined: a call costs more than it saves."""
+    if ctx.inline_leaves or dfa.num_states < LEAF_CALL_MIN_STATES or dfa.accept[0]:
+        return embed_dfa(nfa, start, dfa)
+    return emit_call(nfa, start, ctx.rule_index(dfa, ptr))
+
+
+def flatten(ctx: Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool | RefCall, tuple]:
+    """Inline local $refs and merge allOf into one dict (siblings of $ref apply too).
+
+    `refs` are the $refs being expanded around this point: meeting one again is recursion,
+    returned as a RefCall of that ref's rule (exact, through the pushdown automaton).
+    """
+    while "$ref" in schema or "allOf" in schema:
+        if "$ref" in schema:
+            ref = schema["$ref"]
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
+            if ref in refs:
+                if not is_annotation_only(rest) and not _implied_by_ref(ctx, rest, ref, ptr):
+                    raise UnsupportedSchemaError.at(
+                        "$ref", f"{ptr}/$ref", f"is recursive ({ref}) with sibling keywords "
+                        f"{sorted(set(rest) - ANNOTATIONS)}; a recursive $ref must stand alone")
+                return RefCall(ref), refs
+            target = resolve_ref(ctx, ref, ptr)
+            refs = refs + (ref,)
+            schema = merge_or_fail(ctx, target, rest, ptr + "/$ref")
+        else:
+            parts = schema["allOf"]
+            merged: dict | bool | RefCall = {k: v for k, v in schema.items() if k != "allOf"}
+            for i, part in enumerate(parts):
+                if isinstance(part, dict) and "$ref" in part:
+                    part, refs = flatten(ctx, part, f"{ptr}/allOf/{i}", refs)
+                merged = merge_or_fail(ctx, merged, part, f"{ptr}/allOf/{i}")
+            schema = merged
+        if schema is True:
+            return {}, refs
+        if schema is False or isinstance(schema, RefCall):
+            return schema, refs
+    return schema, refs
+
+
+def _implied_by_ref(ctx: Ctx, siblings, ref: str, ptr: str) -> bool:
+    """Whether every sibling of a recursive $ref is already said by its target: the same
+    keyword with the same value, or a type the target's types fall within (``{"type":
+    "object", "anyOf": [{"$ref": node}, ...]}`` with node an object), so the call alone is
+    the conjunction."""
+    if not isinstance(siblings, dict):
+        return False
+    target = resolve_ref(ctx, ref, ptr)
+    if not isinstance(target, dict):
+        return False
+    for key in set(siblings) - ANNOTATIONS:
+        if key == "type" and "type" in target:
+            if not declared_types(target) <= declared_types(siblings):
+                return False
+        elif key not in target or not json_equal(siblings[key], target[key]):
+            return False
+    return True
+
+
+def is_annotation_only(schema) -> bool:
+    return schema is True or isinstance(schema, dict) and set(schema) <= ANNOTATIONS
+
+
+def merge_or_fail(ctx: Ctx, a, b, ptr: str) -> dict | bool | RefCall:
+    if isinstance(a, RefCall) or isinstance(b, RefCall):
+        call, other = (a, b) if isinstance(a, RefCall) else (b, a)
+        if other is False:
+            return False
+        if not is_annotation_only(other) and not _implied_by_ref(ctx, other, call.ref, ptr):
+            raise UnsupportedSchemaError.at(
+                "$ref", ptr, f"recursive ({call.ref}) is combined with other keywords; "
+                "a recursive $ref must stand alone")
+        return call
+    try:
+        return merge_schemas(a, b, ptr)
+    except UnsupportedSchemaError:
+        if ctx.lenient:
+            return a if isinstance(a, dict) else b
+        raise
+
+
+def resolve_ref(ctx: Ctx, ref: str, ptr: str):
+    if not isinstance(ref, str) or not ref.startswith("#") or (len(ref) > 1 and ref[1] != "/"):
+        raise UnsupportedSchemaError.at("$ref", ptr, f"value {ref!r}: only local '#/...' refs")
+    node = ctx.root
+    for raw in ref[2:].split("/") if len(ref) > 1 else []:
+        part = _unescape_pointer(raw)
+        try:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        except (KeyError, IndexError, ValueError, TypeError) as e:
+            raise InvalidConstraintError(f"$ref {ref!r} at {ptr or '/'} does not resolve") from e
+    return node
+
+
+def _unescape_pointer(part: str) -> str:
+    return unquote(part).replace("~1", "/").replace("~0", "~")
+
+
+def literal_texts(ctx: Ctx, schema: dict, ptr: str) -> list[bytes]:
+    """The compact JSON of each enum/const value the schema accepts, one per distinct value
+    (1 and 1.0 are the same value)."""
+    values = schema["enum"] if "enum" in schema else [schema["const"]]
+    if "enum" in schema and "const" in schema:
+        values = [v for v in values if json_equal(v, schema["const"])]
+    validator = ctx.validator.evolve(schema=schema)
+    removed = [json.loads(t) for t in schema.get(EXCLUDED, ())]
+    texts, seen = [], []
+    for v in values:
+        try:
+            ok = validator.is_valid(v)
+        except jsonschema.exceptions.SchemaError as e:
+            raise InvalidConstraintError(f"invalid schema at {ptr or '/'}: {e}") from e
+        if ok and any(json_equal(v, w) for w in removed):  # a `not` merged in from outside
+            ok = False
+        if ok and not any(json_equal(v, w) for w in seen):
+            seen.append(v)
+            texts.append(json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode())
+    return texts
+
+
+def finite_texts(ctx: Ctx, schema, ptr: str) -> list[bytes] | None:
+    """Every value of a schema with a finite domain (enum, const, boolean, null) as compact
+    JSON, one per distinct value; None when the domain is not one of those."""
+    if schema is False:
+        return []
+    if not isinstance(schema, dict):
+        return None
+    schema, _ = flatten(ctx, schema, ptr, ())
+    if not isinstance(schema, dict) or "anyOf" in schema or "oneOf" in schema:
+        return None if schema is not False else []
+    if "enum" in schema or "const" in schema:
+        return literal_texts(ctx, schema, ptr)
+    types = infer_types(schema)
+    if set(types) <= {"boolean", "null"} and set(schema) - ANNOTATIONS <= {"type", "nullable"}:
+        return [t for name, ts in (("boolean", [b"false", b"true"]), ("null", [b"null"]))
+                if name in types for t in ts]
+    return None
+
+
+def json_equal(a, b) -> bool:
+    return type(a) is type(b) and a == b or (
+        isinstance(a, (int, float)) and isinstance(b, (int, float))
+        and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
+
+
+def _ws(ctx: Ctx, nfa: NFA, start: int) -> int:
+    if not ctx.flexible:
+        return start
+    return emit_repeat(nfa, start, lambda n, s: emit_alt(
+        n, s, [lambda n2, s2, b=b: emit_bytes(n2, s2, bytes([b])) for b in _FLEX_WS]), 0, _FLEX_WS_MAX)
+
+
+def punct(ctx: Ctx, nfa: NFA, start: int, char: bytes) -> int:
+    return _ws(ctx, nfa, emit_bytes(nfa, _ws(ctx, nfa, start), char))

@@ -1,0 +1,58 @@
+"""The shape of the code itself: importing it changes nothing, its modules import in one direction."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_importing_the_packages_changes_no_environment_variable():
+    code = (
+        "import json, os; before = dict(os.environ); "
+        "import kernels, kernels.sampling, kernels.decode_attention, sglang_lite, "
+        "sglang_lite.engine, sglang_lite.server.app, constraints, frontend_dsl; "
+        "after = dict(os.environ); "
+        "print(json.dumps({k: v for k, v in after.items() if before.get(k) != v}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {}
+
+
+# Cycles left on purpose, each through annotations only (TYPE_CHECKING imports): a module
+# that is one class's methods in a file of their own, typed by that class.
+_KNOWN_TYPE_ONLY_CYCLES = {
+    "constraints": [["constraints.pda_walk", "constraints.pushdown"]],
+}
+
+
+@pytest.mark.parametrize("package", ["sglang_lite", "constraints", "kernels"])
+def test_no_import_cycles(package):
+    from tools.code_shape import import_cycles
+
+    assert import_cycles(package, local=False) == []
+    assert import_cycles(package, local=True) == _KNOWN_TYPE_ONLY_CYCLES.get(package, [])
+
+
+def test_imports_point_one_way():
+    """frontend_dsl -> sglang_lite -> constraints, kernels (DESIGN.md): never back."""
+    from tools.code_shape import imports, module_files
+
+    known = {m for p in ("sglang_lite", "constraints", "kernels", "frontend_dsl") for m in module_files(p)}
+    lower = {"sglang_lite": ("frontend_dsl",), "constraints": ("sglang_lite", "frontend_dsl", "kernels"),
+             "kernels": ("sglang_lite", "frontend_dsl", "constraints")}
+    wrong = []
+    for package, forbidden in lower.items():
+        for module, path in module_files(package).items():
+            for target in imports(module, path, known, local=True):
+                if target.split(".")[0] in forbidden:
+                    wrong.append(f"{module} -> {target}")
+    assert wrong == []
