@@ -106,3 +106,9 @@ def test_unknown_kv_cache_dtype_and_triton_with_8_bit_are_refused():
         triton.validate()
     EngineConfig(device="cuda", dtype="bfloat16", attention_backend="triton", kv_cache_dtype="auto",
                  num_continuous_decode_steps=8).validate()
+
+
+def test_serve_flag_reaches_the_engine_options():
+    from sglang_lite.server.args import parse_args
+
+    assert parse_args(["--kv-cache-dtype", "fp8_e4m3"]).engine_options == {"kv_cache_dtype": "fp8_e4m3"}
