@@ -80,14 +80,23 @@ class KVPool:
         self.device = torch.device(device)
         shape = (self.num_slots, num_kv_heads, head_dim)
         storage = self.format.storage
-        self.k_buffers = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
-        self.v_buffers = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
         self.k_scales: list[torch.Tensor] | None = None
         self.v_scales: list[torch.Tensor] | None = None
         if self.format.scaled:
-            # Zero scales: slots never written (page 0's padding) read back as zeros.
-            self.k_scales = [torch.zeros(shape[:2], dtype=SCALE_DTYPE, device=device) for _ in range(num_layers)]
-            self.v_scales = [torch.zeros(shape[:2], dtype=SCALE_DTYPE, device=device) for _ in range(num_layers)]
+            # k and v of a slot side by side ([num_slots, 2, H, D] codes, [num_slots, 2, H]
+            # scales): one write and one gather (convert, scale) per layer serve both, half
+            # the small ops of a decode step. Zero scales: slots never written read back as 0.
+            self._codes = [torch.zeros((self.num_slots, 2, num_kv_heads, head_dim), dtype=storage, device=device)
+                           for _ in range(num_layers)]
+            self._scales = [torch.zeros((self.num_slots, 2, num_kv_heads), dtype=SCALE_DTYPE, device=device)
+                            for _ in range(num_layers)]
+            self.k_buffers = [c[:, 0] for c in self._codes]
+            self.v_buffers = [c[:, 1] for c in self._codes]
+            self.k_scales = [c[:, 0] for c in self._scales]
+            self.v_scales = [c[:, 1] for c in self._scales]
+        else:
+            self.k_buffers = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
+            self.v_buffers = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
         self.allocator = PageAllocator(num_pages, page_size)
 
     @staticmethod
@@ -102,43 +111,35 @@ class KVPool:
         return self.num_slots * self.bytes_per_token(self.num_layers, self.num_kv_heads, self.head_dim,
                                                      self.dtype, self.format)
 
-    @property
-    def plain(self) -> bool:
-        """Stored in the model's own dtype: the buffers can be read as they are."""
-        return self.format.storage == self.dtype
-
     def store(self, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write k/v [T, num_kv_heads, head_dim] of new tokens into ``slots`` [T]."""
         if not self.format.scaled:
             self.k_buffers[layer_id].index_copy_(0, slots, k.to(self.format.storage))
             self.v_buffers[layer_id].index_copy_(0, slots, v.to(self.format.storage))
             return
-        for x, buffers, scales in ((k, self.k_buffers, self.k_scales), (v, self.v_buffers, self.v_scales)):
-            codes, scale = self.format.quantize(x)
-            # index_copy_ has no float8 kernel on CPU: copy the bytes.
-            buffers[layer_id].view(torch.uint8).index_copy_(0, slots, codes.view(torch.uint8))
-            scales[layer_id].index_copy_(0, slots, scale)
+        codes, scale = self.format.quantize(torch.stack((k, v), 1))  # [T, 2, H, D], [T, 2, H]
+        # index_copy_ has no float8 kernel on CPU: copy the bytes.
+        self._codes[layer_id].view(torch.uint8).index_copy_(0, slots, codes.view(torch.uint8))
+        self._scales[layer_id].index_copy_(0, slots, scale)
 
     def gather_pages(self, layer_id: int, pages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k, v of whole ``pages`` [N], in the model's dtype: [N, page_size, num_kv_heads, head_dim]."""
-        return (self._gather_pages(self.k_buffers, self.k_scales, layer_id, pages),
-                self._gather_pages(self.v_buffers, self.v_scales, layer_id, pages))
+        if not self.format.scaled:
+            return (self._gather_pages(self.k_buffers, layer_id, pages),
+                    self._gather_pages(self.v_buffers, layer_id, pages))
+        ps, h, d = self.page_size, self.num_kv_heads, self.head_dim
+        codes = self._codes[layer_id].view(-1, ps, 2, h, d).index_select(0, pages)
+        scale = self._scales[layer_id].view(-1, ps, 2, h).index_select(0, pages)
+        kv = self.format.dequantize(codes, scale, self.dtype)  # [N, page_size, 2, H, D]
+        return kv[:, :, 0], kv[:, :, 1]
 
     def gather_slots(self, layer_id: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k, v at ``slots`` [L], in the model's dtype: [L, num_kv_heads, head_dim]."""
-        return (self._gather_slots(self.k_buffers, self.k_scales, layer_id, slots),
-                self._gather_slots(self.v_buffers, self.v_scales, layer_id, slots))
+        if not self.format.scaled:
+            return self.k_buffers[layer_id][slots].to(self.dtype), self.v_buffers[layer_id][slots].to(self.dtype)
+        kv = self.format.dequantize(self._codes[layer_id][slots], self._scales[layer_id][slots], self.dtype)
+        return kv[:, 0], kv[:, 1]
 
-    def _gather_pages(self, buffers, scales, layer_id: int, pages: torch.Tensor) -> torch.Tensor:
+    def _gather_pages(self, buffers, layer_id: int, pages: torch.Tensor) -> torch.Tensor:
         ps, h, d = self.page_size, self.num_kv_heads, self.head_dim
-        codes = buffers[layer_id].view(-1, ps, h, d).index_select(0, pages)
-        if scales is None:
-            return codes.to(self.dtype)
-        scale = scales[layer_id].view(-1, ps, h).index_select(0, pages)
-        return self.format.dequantize(codes, scale, self.dtype)
-
-    def _gather_slots(self, buffers, scales, layer_id: int, slots: torch.Tensor) -> torch.Tensor:
-        codes = buffers[layer_id][slots]
-        if scales is None:
-            return codes.to(self.dtype)
-        return self.format.dequantize(codes, scales[layer_id][slots], self.dtype)
+        return buffers[layer_id].view(-1, ps, h, d).index_select(0, pages).to(self.dtype)
