@@ -55,6 +55,8 @@ class KVFormat:
         """Codes [..., H, D] (and scales [..., H]) -> values in ``dtype``."""
         if scale is None:
             return codes.to(dtype)
+        if self.storage == torch.int8:  # int8 * float promotes in the multiply: one pass, same values
+            return codes * scale.to(dtype)[..., None]
         return self.code_values(codes, dtype) * scale.to(dtype)[..., None]
 
     def code_values(self, codes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
