@@ -112,3 +112,13 @@ def test_serve_flag_reaches_the_engine_options():
     from sglang_lite.server.args import parse_args
 
     assert parse_args(["--kv-cache-dtype", "fp8_e4m3"]).engine_options == {"kv_cache_dtype": "fp8_e4m3"}
+
+
+def test_triton_backend_refuses_an_8_bit_pool():
+    pytest.importorskip("triton")
+    from sglang_lite.attention import UnsupportedAttention, create_backend
+
+    pool = KVPool(num_pages=3, page_size=2, num_layers=1, num_kv_heads=1, head_dim=4,
+                  dtype=torch.float32, device="cpu", kv_format=kv_format("int8"))
+    with pytest.raises(UnsupportedAttention, match="kv_cache_dtype"):
+        create_backend("triton", pool)
