@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from sglang_lite.mem.kv_format import KVFormat, kv_format, resolve_kv_cache_dtype
+
 MAX_CONTINUOUS_DECODE_STEPS = 64  # longest run of decode steps between two host syncs
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -48,6 +50,9 @@ class EngineConfig:
     deterministic: bool = False
     page_size: int = 16
     kv_cache_memory: str | int = "1GiB"  # CPU: size of the KV pool
+    # KV pool storage: auto (the model's dtype), bf16, fp8_e4m3 or int8 (8-bit codes with a
+    # scale per token and kv head: ~2x the tokens of bf16 in one budget; torch attention only).
+    kv_cache_dtype: str = "auto"
     mem_fraction_static: float = 0.85  # GPU: fraction of free memory for weights + KV
     max_total_tokens: int | None = None  # overrides both sizes above
     max_running_requests: int = 256
@@ -92,9 +97,11 @@ class EngineConfig:
         device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         on_gpu = device.startswith("cuda")
         dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if on_gpu or native_cpu_bf16() else "float32")
+        kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, dtype)
         backend = cfg.attention_backend
-        if backend == "auto":
-            backend = "invariant" if cfg.deterministic else "triton" if on_gpu else "torch"
+        if backend == "auto":  # the triton kernels read the pool in the model's own dtype
+            backend = ("invariant" if cfg.deterministic
+                       else "triton" if on_gpu and kv_dtype == _canonical(dtype) else "torch")
         budgets = {}
         if cfg.num_continuous_decode_steps is None:
             budgets["num_continuous_decode_steps"] = 8 if on_gpu else 1
@@ -103,7 +110,8 @@ class EngineConfig:
             budgets["chunked_prefill_size"] = options.get(
                 "chunked_prefill_size", min(8192, budgets["max_prefill_tokens"]))
         resolved = cls(**{**{f.name: getattr(cfg, f.name) for f in fields(cls)},
-                          "device": device, "dtype": dtype, "attention_backend": backend, **budgets})
+                          "device": device, "dtype": dtype, "attention_backend": backend,
+                          "kv_cache_dtype": kv_dtype, **budgets})
         resolved.validate()
         return resolved
 
@@ -117,6 +125,10 @@ class EngineConfig:
                              f"not {self.attention_backend!r}")
         if self.attention_backend == "triton" and not self.device.startswith("cuda"):
             raise ValueError("attention_backend: 'triton' needs a CUDA device")
+        kv_dtype = resolve_kv_cache_dtype(self.kv_cache_dtype, self.dtype)
+        if self.attention_backend == "triton" and kv_dtype != _canonical(self.dtype):
+            raise ValueError(f"kv_cache_dtype: {self.kv_cache_dtype!r} needs attention_backend='torch' "
+                             f"(the triton kernels read a KV pool in the model's dtype, {self.dtype})")
         for name in ("page_size", "max_running_requests", "max_prefill_tokens", "chunked_prefill_size",
                      "max_queue_size", "stream_interval"):
             if int(getattr(self, name)) < 1:
@@ -150,8 +162,17 @@ class EngineConfig:
         return _DTYPES[self.dtype]
 
     @property
+    def kv_format(self) -> KVFormat:
+        """How the KV pool stores k/v (``kv_cache_dtype`` with "auto" resolved)."""
+        return kv_format(resolve_kv_cache_dtype(self.kv_cache_dtype, self.dtype))
+
+    @property
     def torch_device(self) -> torch.device:
         return torch.device(self.device)
+
+
+def _canonical(dtype: str) -> str:
+    return str(_DTYPES[dtype]).removeprefix("torch.")
 
 
 def parse_size(size: str | int) -> int:

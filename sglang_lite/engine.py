@@ -100,7 +100,8 @@ class Engine:
 
     def _build_kv_pool(self) -> KVPool:
         cfg, mc = self.config, self.model_config
-        per_token = KVPool.bytes_per_token(mc.num_layers, mc.num_kv_heads, mc.head_dim, cfg.torch_dtype)
+        fmt = cfg.kv_format
+        per_token = KVPool.bytes_per_token(mc.num_layers, mc.num_kv_heads, mc.head_dim, cfg.torch_dtype, fmt)
         if cfg.max_total_tokens is not None:
             tokens = cfg.max_total_tokens
         elif cfg.device.startswith("cuda"):
@@ -111,8 +112,12 @@ class Engine:
         num_pages = tokens // cfg.page_size + 1  # + the reserved padding page
         if num_pages < 2:
             raise ValueError(f"kv_cache_memory: too small for one page of {cfg.page_size} tokens")
-        return KVPool(num_pages, cfg.page_size, mc.num_layers, mc.num_kv_heads, mc.head_dim,
-                      cfg.torch_dtype, cfg.torch_device)
+        pool = KVPool(num_pages, cfg.page_size, mc.num_layers, mc.num_kv_heads, mc.head_dim,
+                      cfg.torch_dtype, cfg.torch_device, fmt)
+        log.info("KV pool: %d tokens (%d pages of %d), %.1f MiB, kv_cache_dtype %s (%d bytes a token)",
+                 pool.allocator.num_usable_pages * cfg.page_size, pool.allocator.num_usable_pages,
+                 cfg.page_size, pool.num_bytes / 2**20, fmt.name, per_token)
+        return pool
 
     def _build_radix(self):
         if self.config.disable_radix_cache:

@@ -67,8 +67,8 @@ class BatchInvariantAttentionBackend(AttentionBackend):
     def forward(self, q, k, v, layer_id: int, batch: ForwardBatch, sm_scale: float, *,
                 sliding_window: int | None = None, logit_softcap: float | None = None) -> torch.Tensor:
         self.kv_pool.store(layer_id, batch.out_cache_loc, k, v)
-        k_buf, v_buf = self.kv_pool.k_buffers[layer_id], self.kv_pool.v_buffers[layer_id]
-        outs = [_attend(q[g.start : g.stop], k_buf, v_buf, g, sm_scale, sliding_window, logit_softcap)
+        outs = [_attend(q[g.start : g.stop], *self.kv_pool.gather_slots(layer_id, g.slots.reshape(-1)), g,
+                        sm_scale, sliding_window, logit_softcap)
                 for g in self._groups]
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
@@ -98,13 +98,14 @@ def _build_group(batch: ForwardBatch, rows: list[int], positions: list[int], a: 
     return _Group(a, b, slots, pos, num_blocks)
 
 
-def _attend(q, k_buf, v_buf, g: _Group, sm_scale: float, window: int | None, softcap: float | None):
-    # q: [U, Hq, D]; k/v_buf: [slots, Hkv, D]. Batched over (unit, kv head, block).
+def _attend(q, k, v, g: _Group, sm_scale: float, window: int | None, softcap: float | None):
+    # q: [U, Hq, D]; k/v: [U * NB * BLOCK, Hkv, D], the group's key positions (the pool's
+    # gather, decoded from 8-bit codes where the pool stores them). Batched over (unit, kv head, block).
     u, hq, d = q.shape
-    hkv = k_buf.shape[1]
+    hkv = k.shape[1]
     group, nb = hq // hkv, g.num_blocks
-    keys = k_buf[g.slots].view(u, nb, BLOCK, hkv, d).permute(0, 3, 1, 4, 2).reshape(-1, d, BLOCK).float()
-    vals = v_buf[g.slots].view(u, nb, BLOCK, hkv, d).permute(0, 3, 1, 2, 4).reshape(-1, BLOCK, d).float()
+    keys = k.view(u, nb, BLOCK, hkv, d).permute(0, 3, 1, 4, 2).reshape(-1, d, BLOCK).float()
+    vals = v.view(u, nb, BLOCK, hkv, d).permute(0, 3, 1, 2, 4).reshape(-1, BLOCK, d).float()
     qs = q.view(u, hkv, 1, group, d).expand(u, hkv, nb, group, d).reshape(-1, group, d).float()
     scores = torch.bmm(qs, keys).view(u, hkv, nb, group, BLOCK) * sm_scale
     if softcap is not None:

@@ -78,19 +78,18 @@ class TorchAttentionBackend(AttentionBackend):
 
     def forward(self, q, k, v, layer_id: int, batch: ForwardBatch, sm_scale: float, *,
                 sliding_window: int | None = None, logit_softcap: float | None = None) -> torch.Tensor:
-        self.kv_pool.store(layer_id, batch.out_cache_loc, k, v)
-        k_buf = self.kv_pool.k_buffers[layer_id]
-        v_buf = self.kv_pool.v_buffers[layer_id]
+        pool = self.kv_pool
+        pool.store(layer_id, batch.out_cache_loc, k, v)
         how = _How(sm_scale, sliding_window, logit_softcap)
         if not self._extend and self._decode is not None:  # all decode: rows in order, no gather
-            return _decode_attention(q, k_buf, v_buf, self._decode, how)
+            return _decode_attention(q, pool, layer_id, self._decode, how)
         out = torch.empty_like(q)
         if self._decode is not None:
             d = self._decode
-            out[d.token_rows] = _decode_attention(q[d.token_rows], k_buf, v_buf, d, how)
+            out[d.token_rows] = _decode_attention(q[d.token_rows], pool, layer_id, d, how)
         for row in self._extend:
             qs = q[row.start : row.start + row.length]
-            out[row.start : row.start + row.length] = _extend_attention(qs, k_buf, v_buf, row, how)
+            out[row.start : row.start + row.length] = _extend_attention(qs, pool, layer_id, row, how)
         return out
 
 
@@ -127,26 +126,25 @@ def _build_extend_row(batch: ForwardBatch, i: int, start: int, device) -> _Exten
     return _ExtendRow(start, n, slots, mask, q_pos[:, None])
 
 
-def _decode_attention(q, k_buf, v_buf, rows: _DecodeRows, how: _How) -> torch.Tensor:
+def _decode_attention(q, pool: KVPool, layer_id: int, rows: _DecodeRows, how: _How) -> torch.Tensor:
     # q: [Bd, Hq, D] -> [Bd, Hkv, group, D] (the group of q heads sharing a kv head is the
     # query axis); k/v pages gathered: [Bd, Hkv, padded_len, D] (strided views, no copy)
     bd, hq, d = q.shape
-    hkv = k_buf.shape[1]
-    page_size = rows.padded_len * bd // rows.pages.numel()
-    k = k_buf.view(-1, page_size, hkv, d).index_select(0, rows.pages).view(bd, rows.padded_len, hkv, d)
-    v = v_buf.view(-1, page_size, hkv, d).index_select(0, rows.pages).view(bd, rows.padded_len, hkv, d)
+    hkv = pool.num_kv_heads
+    k, v = pool.gather_pages(layer_id, rows.pages)  # [Bd * max_pages, page_size, Hkv, D]
+    k, v = k.view(bd, rows.padded_len, hkv, d), v.view(bd, rows.padded_len, hkv, d)
     qg = q.view(bd, hkv, hq // hkv, d)
     o = _attend(qg, k.transpose(1, 2), v.transpose(1, 2), rows.mask_for(how.window), how)  # [Bd, Hkv, group, D]
     return o.reshape(bd, hq, d)
 
 
-def _extend_attention(q, k_buf, v_buf, row: _ExtendRow, how: _How) -> torch.Tensor:
+def _extend_attention(q, pool: KVPool, layer_id: int, row: _ExtendRow, how: _How) -> torch.Tensor:
     # q: [n, Hq, D] -> [1, Hq, n, D]; k/v: [L, Hkv, D] -> [1, Hkv, L, D], grouped-query through
     # enable_gqa (on CPU 1.4-1.5x faster than folding the group into the query axis at 128 new
     # tokens, 3.7x at 512).
     n, hq, d = q.shape
-    k = k_buf[row.slots].transpose(0, 1)[None]
-    v = v_buf[row.slots].transpose(0, 1)[None]
+    k, v = pool.gather_slots(layer_id, row.slots)  # [L, Hkv, D]
+    k, v = k.transpose(0, 1)[None], v.transpose(0, 1)[None]
     o = _attend(q.transpose(0, 1)[None], k, v, row.mask_for(how.window), how)  # [1, Hq, n, D]
     return o[0].transpose(0, 1)
 

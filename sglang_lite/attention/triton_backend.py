@@ -28,6 +28,9 @@ class TritonAttentionBackend(AttentionBackend):
     supports_cuda_graph = True
 
     def __init__(self, kv_pool: KVPool, num_kv_splits: int | None = None):
+        if kv_pool.format.storage != kv_pool.dtype:
+            raise UnsupportedAttention(f"kv_cache_dtype: the triton kernels read a KV pool in the model's dtype "
+                                       f"({kv_pool.dtype}), not {kv_pool.format.name}; use attention_backend='torch'")
         self.kv_pool = kv_pool
         self.num_kv_splits = num_kv_splits
         self._max_extend_len = 0
