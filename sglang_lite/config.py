@@ -12,6 +12,9 @@ from typing import Any
 import torch
 
 MAX_CONTINUOUS_DECODE_STEPS = 64  # longest run of decode steps between two host syncs
+QUANTIZATIONS = ("none", "int8", "int4", "fp8", "gguf")
+# quantization "auto" for GGUF files (README: measured choice)
+DEFAULT_GGUF_QUANTIZATION = "none"
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -43,6 +46,10 @@ class EngineConfig:
     device: str = "auto"  # auto -> cuda if available else cpu
     dtype: str = "auto"  # auto -> bfloat16 on cuda and on CPUs with native bf16, else float32
     attention_backend: str = "auto"  # auto -> triton on cuda, torch on cpu
+    # Weights kept quantized: none | int8 | int4 | fp8 (packed at load, group-wise scales) |
+    # gguf (a GGUF file's own Q4_0/Q4_1/Q8_0 blocks). auto -> DEFAULT_GGUF_QUANTIZATION for a
+    # llama-architecture GGUF file (the embedded model too), else none.
+    quantization: str = "auto"
     page_size: int = 16
     kv_cache_memory: str | int = "1GiB"  # CPU: size of the KV pool
     mem_fraction_static: float = 0.85  # GPU: fraction of free memory for weights + KV
@@ -89,6 +96,7 @@ class EngineConfig:
         device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         on_gpu = device.startswith("cuda")
         dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if on_gpu or native_cpu_bf16() else "float32")
+        quantization = cfg.quantization if cfg.quantization != "auto" else _auto_quantization(cfg.model)
         backend = cfg.attention_backend
         if backend == "auto":
             backend = "triton" if on_gpu else "torch"
@@ -100,13 +108,16 @@ class EngineConfig:
             budgets["chunked_prefill_size"] = options.get(
                 "chunked_prefill_size", min(8192, budgets["max_prefill_tokens"]))
         resolved = cls(**{**{f.name: getattr(cfg, f.name) for f in fields(cls)},
-                          "device": device, "dtype": dtype, "attention_backend": backend, **budgets})
+                          "device": device, "dtype": dtype, "attention_backend": backend,
+                          "quantization": quantization, **budgets})
         resolved.validate()
         return resolved
 
     def validate(self) -> None:
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype: unknown dtype {self.dtype!r} (known: {sorted(_DTYPES)})")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization: unknown method {self.quantization!r} (known: {list(QUANTIZATIONS)})")
         if self.attention_backend not in ("torch", "triton"):
             raise ValueError(f"attention_backend: unknown backend {self.attention_backend!r}")
         if self.attention_backend == "triton" and not self.device.startswith("cuda"):
@@ -146,6 +157,19 @@ class EngineConfig:
     @property
     def torch_device(self) -> torch.device:
         return torch.device(self.device)
+
+
+def _auto_quantization(model: str | None) -> str:
+    """What "auto" means for ``model``: the embedded model and llama-architecture GGUF files
+    keep their blocks when DEFAULT_GGUF_QUANTIZATION says so; everything else runs unquantized."""
+    if model is None or model in ("default", "SmolLM2-135M-Instruct"):
+        return DEFAULT_GGUF_QUANTIZATION
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        from sglang_lite.quant.gguf_blocks import gguf_architecture
+
+        return DEFAULT_GGUF_QUANTIZATION if gguf_architecture(path) == "llama" else "none"
+    return "none"
 
 
 def parse_size(size: str | int) -> int:
