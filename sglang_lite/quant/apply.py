@@ -3,7 +3,9 @@
 
 The linears replaced are the decoder's ``qkv_proj``, ``o_proj``, ``gate_up_proj``,
 ``down_proj`` and the LM head; a tied embedding shares the LM head's packed weight. Norms stay
-in the model's dtype.
+in the model's dtype. With int4 the LM head is int8: an int4 head cost SmolLM2-135M 8.8%
+perplexity on the quality test's paragraph (int4 everywhere else adds much less), and at one
+row torch's int8 kernel reads it about as fast.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def quantize_model(model: nn.Module, method: str) -> nn.Module:
         if linear.in_features % GROUP and method != "int8":
             log.info("quantization: %s kept in %s (in_features %d)", name, dtype, linear.in_features)
             continue
-        packed = packed_to(quantize_weight(linear.weight.detach().cpu(), method, dtype), device)
+        how = "int8" if name == "lm_head" and method == "int4" else method
+        packed = packed_to(quantize_weight(linear.weight.detach().cpu(), how, dtype), device)
         model.set_submodule(name, QuantLinear(packed, _bias(linear)))
         if name == "lm_head" and tied:
             model.embed_tokens = QuantEmbedding(packed, dtype)
