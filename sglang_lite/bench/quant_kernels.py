@@ -3,9 +3,10 @@ embedded model's linear shapes, at several batch sizes:
 
   python -m sglang_lite.bench.quant_kernels [--batches 1 8 32 256] [--min-time 0.2]
 
-Prints microseconds per call (medians of torch.utils.benchmark's blocked runs) and writes JSON
-with ``--output``. This is what ``sglang_lite.quant.linear`` chooses its per-batch-size kernels
-from; run it again on a new CPU before changing the thresholds there.
+Prints microseconds per call (the fastest of torch.utils.benchmark's blocks) and writes JSON
+with ``--output``. ``KERNEL_MAX_ROWS`` in ``sglang_lite.quant.int4`` / ``int8`` (torch's kernel up
+to that many rows, dequantize + GEMM above) comes from this table; run it again on a new CPU
+before changing them.
 """
 
 from __future__ import annotations
@@ -18,58 +19,36 @@ import torch
 import torch.nn.functional as F
 from torch.utils import benchmark
 
+from sglang_lite.quant.int4 import Int4Weight
+from sglang_lite.quant.int8 import GroupInt8Weight, Int8Weight
+
 # SmolLM2-135M: (name, out_features, in_features)
 SHAPES = [("qkv", 960, 576), ("o", 576, 576), ("gate_up", 3072, 576), ("down", 576, 1536),
           ("lm_head", 49152, 576)]
 GROUP = 32
 
 
-def _int4_pack(w: torch.Tensor):
-    n, k = w.shape
-    wg = w.view(n, k // GROUP, GROUP)
-    lo, hi = wg.amin(-1, keepdim=True), wg.amax(-1, keepdim=True)
-    scale = ((hi - lo) / 15).clamp(min=1e-8)
-    q = ((wg - lo) / scale).round().clamp(0, 15).to(torch.int32).view(n, k)
-    sz = torch.stack([scale[..., 0].t(), (lo + 8 * scale)[..., 0].t()], -1).contiguous().bfloat16()
-    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1), sz, q, scale, lo
-
-
-def _int8_pack(w: torch.Tensor):
-    s = w.abs().amax(1) / 127
-    return (w / s[:, None]).round().clamp(-127, 127).to(torch.int8), s
-
-
 def _candidates(w: torch.Tensor) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
-    n, k = w.shape
+    """Each way to multiply by ``w``: bf16, and our packed formats through each of their paths."""
     wb = w.bfloat16()
-    p4, sz, q4, scale4, lo4 = _int4_pack(w)
-    q8, s8 = _int8_pack(w)
-    s8b, q8t = s8.bfloat16(), q8.t().contiguous()
-    scale4b, lo4b = scale4.bfloat16(), lo4.bfloat16()
-    q4u8 = q4.to(torch.uint8).view(n, k // GROUP, GROUP)
-    scratch = torch.empty(n, k, dtype=torch.bfloat16)
+    int4 = Int4Weight.quantize(w, GROUP, torch.bfloat16)
+    int8 = Int8Weight.quantize(w)
+    scale8, q8t = int8.scale.bfloat16(), int8.q.t().contiguous()
+    q8 = GroupInt8Weight.from_codes(int8.q, int8.scale[:, None].expand(-1, w.shape[1] // GROUP), torch.bfloat16)
 
-    def int4_dequant(x):
-        torch.mul(q4u8, scale4b, out=scratch.view(n, k // GROUP, GROUP)).view(n, k).add_(
-            lo4b.expand(n, k // GROUP, GROUP).reshape(n, k))
-        return F.linear(x, scratch)
-
-    def int8_dequant(x):
-        torch.mul(q8, s8b[:, None], out=scratch)
-        return F.linear(x, scratch)
-
-    def dyn_int8(x):
+    def dyn_int8(x):  # int8 activations (per row) x int8 weights, int32 accumulators
         xs = x.abs().amax(-1, keepdim=True).float().clamp(min=1e-8) / 127
         xq = (x / xs).round().to(torch.int8)
-        return (torch._int_mm(xq, q8t).float() * xs * s8).to(x.dtype)
+        return (torch._int_mm(xq, q8t).float() * xs * int8.scale).to(x.dtype)
 
     return {
         "bf16": lambda x: F.linear(x, wb),
-        "int8_wo": lambda x: torch._weight_int8pack_mm(x, q8, s8b),
-        "int4_wo": lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x, p4, GROUP, sz),
+        "int4_kernel": lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x, int4.packed, GROUP, int4.scale_zero),
+        "int4_dequant": lambda x: F.linear(x, int4._dequantize_padded(x.dtype)),
+        "int8_kernel": lambda x: torch._weight_int8pack_mm(x, int8.q, scale8),
+        "int8_dequant": lambda x: F.linear(x, int8.q.to(x.dtype)) * scale8,
+        "q8_0_halves": lambda x: q8.hi.mm(x) + q8.lo.mm(x) if x.shape[0] <= 32 else q8.mm(x),
         "int8_dyn_act": dyn_int8,
-        "int8_dequant": int8_dequant,
-        "int4_dequant": int4_dequant,
     }
 
 
@@ -84,7 +63,8 @@ def measure(batches: list[int], min_time: float) -> list[dict]:
             row = {"layer": name, "n": n, "k": k, "m": m}
             for label, fn in fns.items():
                 t = benchmark.Timer("fn(x)", globals={"fn": fn, "x": x}, num_threads=torch.get_num_threads())
-                row[label] = t.blocked_autorange(min_run_time=min_time).median * 1e6
+                # the fastest block: on a shared machine the median mostly measures the neighbours
+                row[label] = min(t.blocked_autorange(min_run_time=min_time).times) * 1e6
             rows.append(row)
             print(_format(row), flush=True)
     return rows
