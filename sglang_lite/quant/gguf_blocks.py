@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sglang_lite.quant.gguf_file import GGUFTensor, read_gguf
+
 log = logging.getLogger(__name__)
 
 BLOCK = 32  # weights per Q4_0 / Q4_1 / Q8_0 block
@@ -63,24 +65,23 @@ def concat_rows(parts: list[Codes]) -> Codes:
     return Codes(parts[0].kind, *cat)
 
 
-def decode(tensor) -> Codes:
-    """One ``gguf.ReaderTensor`` -> ``Codes`` (copied out of the memory-mapped file)."""
+def decode(tensor: GGUFTensor) -> Codes:
+    """One tensor of the file -> ``Codes`` (copied out of the memory-mapped file)."""
     from gguf import GGMLQuantizationType as T
     from gguf import dequantize
 
-    kind = tensor.tensor_type
-    shape = [int(n) for n in reversed(tensor.shape)]  # GGUF lists the fastest dim first
-    rows = shape[0]
-    raw = np.asarray(tensor.data)
+    kind, shape, raw = T(tensor.type), list(tensor.shape), tensor.data
     if kind in (T.F32, T.F16):
-        return Codes("float", torch.from_numpy(raw.astype(np.float32)).reshape(shape))
+        values = raw.view(np.float32 if kind == T.F32 else np.float16).astype(np.float32)
+        return Codes("float", torch.from_numpy(values).reshape(shape))
     if kind == T.BF16:
         bits = torch.from_numpy(raw.view(np.int16).copy()).reshape(shape)
         return Codes("float", bits.view(torch.bfloat16).float())
     if kind in (T.Q4_0, T.Q4_1, T.Q8_0):
-        return _decode_blocks(kind.name, raw.reshape(rows, -1))
+        return _decode_blocks(kind.name, raw.reshape(shape[0], -1))
     log.info("gguf: %s is %s, kept dequantized", tensor.name, kind.name)
-    return Codes("float", torch.from_numpy(dequantize(raw, kind).astype(np.float32)).reshape(shape))
+    values = dequantize(raw.reshape(shape[0], -1), kind).astype(np.float32)
+    return Codes("float", torch.from_numpy(values).reshape(shape))
 
 
 def _decode_blocks(kind: str, raw: np.ndarray) -> Codes:
@@ -101,13 +102,11 @@ def _decode_blocks(kind: str, raw: np.ndarray) -> Codes:
 
 def read_llama_tensors(path: Path, num_heads: int, num_kv_heads: int) -> Iterator[tuple[str, Codes]]:
     """(Hugging Face name, Codes) for every tensor of a llama-architecture GGUF file."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(str(path))
-    arch = _field_str(reader, "general.architecture")
-    if arch != "llama":
-        raise ValueError(f"quantization: keeping GGUF blocks supports llama-architecture files, not {arch!r}")
-    for tensor in reader.tensors:
+    file = read_gguf(path)
+    if file.architecture != "llama":
+        raise ValueError("quantization: keeping GGUF blocks supports llama-architecture files, "
+                         f"not {file.architecture!r}")
+    for tensor in file.tensors:
         name = _hf_name(tensor.name)
         if name is None:
             continue
@@ -120,14 +119,7 @@ def read_llama_tensors(path: Path, num_heads: int, num_kv_heads: int) -> Iterato
 
 
 def gguf_architecture(path: Path) -> str | None:
-    from gguf import GGUFReader
-
-    return _field_str(GGUFReader(str(path)), "general.architecture")
-
-
-def _field_str(reader, key: str) -> str | None:
-    field = reader.fields.get(key)
-    return None if field is None else bytes(field.parts[field.data[0]]).decode()
+    return read_gguf(path).architecture
 
 
 def _unpermute_index(rows: int, heads: int) -> torch.Tensor:

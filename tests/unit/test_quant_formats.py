@@ -131,22 +131,29 @@ def test_embedded_gguf_blocks_match_the_gguf_package():
     from gguf import GGUFReader, dequantize
 
     from sglang_lite.model.loader import embedded_gguf_path
+    from sglang_lite.quant.gguf_file import read_gguf
 
-    reader = GGUFReader(str(embedded_gguf_path()))
+    path = embedded_gguf_path()
+    ours = read_gguf(path)
+    reader = GGUFReader(str(path))  # the gguf package's own reading, the reference
+    assert ours.architecture == "llama"
+    assert [t.name for t in ours.tensors] == [t.name for t in reader.tensors]
     wanted = {"blk.0.ffn_down.weight", "blk.7.attn_v.weight", "token_embd.weight", "blk.3.attn_norm.weight"}
+    theirs = {t.name: t for t in reader.tensors if t.name in wanted}
     seen = set()
-    for tensor in reader.tensors:
+    for tensor in ours.tensors:
         if tensor.name not in wanted:
             continue
-        seen.add(tensor.tensor_type.name)
-        ref = torch.from_numpy(np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32))
+        ref_tensor = theirs[tensor.name]
+        seen.add(ref_tensor.tensor_type.name)
+        ref = torch.from_numpy(np.array(dequantize(ref_tensor.data, ref_tensor.tensor_type), dtype=np.float32))
         codes = decode(tensor)
         assert torch.equal(codes.dequantize().reshape(ref.shape), ref), tensor.name
         if codes.kind == "float":
             continue
-        if tensor.name == "token_embd.weight":  # 49152 rows: check a slice and the lookup only
-            codes = codes.permute_rows(torch.arange(0, 49152, 97)[:256])
-            ref = ref[0:49152:97][:256]
+        if tensor.name == "token_embd.weight":  # 49152 rows: a spread of 256 of them
+            pick = torch.arange(0, 49152, 97)[:256]
+            codes, ref = codes.permute_rows(pick), ref[pick]
         packed = (Int4Weight.from_codes(codes.q, codes.d, codes.m, torch.float32) if codes.kind == "q4"
                   else GroupInt8Weight.from_codes(codes.q, codes.d, torch.float32))
         assert torch.allclose(packed.dequantize(torch.float32), ref, rtol=0, atol=1e-6)
