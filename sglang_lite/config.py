@@ -14,6 +14,9 @@ import torch
 from sglang_lite.mem.kv_format import KVFormat, kv_format, resolve_kv_cache_dtype
 
 MAX_CONTINUOUS_DECODE_STEPS = 64  # longest run of decode steps between two host syncs
+QUANTIZATIONS = ("none", "int8", "int4", "fp8", "gguf")
+# quantization "auto" for GGUF files (README: measured choice)
+DEFAULT_GGUF_QUANTIZATION = "none"
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -48,6 +51,10 @@ class EngineConfig:
     # Greedy outputs independent of the batch a request runs in (batch-invariant matmuls and
     # attention, model/batch_invariant.py): slower, off by default.
     deterministic: bool = False
+    # Weights kept quantized: none | int8 | int4 | fp8 (packed at load, group-wise scales) |
+    # gguf (a GGUF file's own Q4_0/Q4_1/Q8_0 blocks). auto -> DEFAULT_GGUF_QUANTIZATION for a
+    # llama-architecture GGUF file (the embedded model too), else none.
+    quantization: str = "auto"
     page_size: int = 16
     kv_cache_memory: str | int = "1GiB"  # CPU: size of the KV pool
     # KV pool storage: auto (the model's dtype), bf16, fp8_e4m3 or int8 (8-bit codes with a
@@ -98,6 +105,9 @@ class EngineConfig:
         on_gpu = device.startswith("cuda")
         dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if on_gpu or native_cpu_bf16() else "float32")
         kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, dtype)
+        quantization = cfg.quantization
+        if quantization == "auto":  # the quantized kernels are not batch-invariant
+            quantization = "none" if cfg.deterministic else _auto_quantization(cfg.model)
         backend = cfg.attention_backend
         if backend == "auto":  # the triton kernels read the pool in the model's own dtype
             backend = ("invariant" if cfg.deterministic
@@ -111,18 +121,24 @@ class EngineConfig:
                 "chunked_prefill_size", min(8192, budgets["max_prefill_tokens"]))
         resolved = cls(**{**{f.name: getattr(cfg, f.name) for f in fields(cls)},
                           "device": device, "dtype": dtype, "attention_backend": backend,
-                          "kv_cache_dtype": kv_dtype, **budgets})
+                          "kv_cache_dtype": kv_dtype, "quantization": quantization,
+                          **budgets})
         resolved.validate()
         return resolved
 
     def validate(self) -> None:
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype: unknown dtype {self.dtype!r} (known: {sorted(_DTYPES)})")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization: unknown method {self.quantization!r} (known: {list(QUANTIZATIONS)})")
         if self.attention_backend not in ("torch", "triton", "invariant"):
             raise ValueError(f"attention_backend: unknown backend {self.attention_backend!r}")
         if self.deterministic and self.attention_backend != "invariant":
             raise ValueError(f"deterministic: needs attention_backend 'invariant' (or auto), "
                              f"not {self.attention_backend!r}")
+        if self.deterministic and self.quantization != "none":
+            raise ValueError(f"deterministic: needs quantization 'none' (or auto), not {self.quantization!r}: "
+                             f"the quantized kernels are not batch-invariant")
         if self.attention_backend == "triton" and not self.device.startswith("cuda"):
             raise ValueError("attention_backend: 'triton' needs a CUDA device")
         kv_dtype = resolve_kv_cache_dtype(self.kv_cache_dtype, self.dtype)
@@ -173,6 +189,19 @@ class EngineConfig:
 
 def _canonical(dtype: str) -> str:
     return str(_DTYPES[dtype]).removeprefix("torch.")
+
+
+def _auto_quantization(model: str | None) -> str:
+    """What "auto" means for ``model``: the embedded model and llama-architecture GGUF files
+    keep their blocks when DEFAULT_GGUF_QUANTIZATION says so; everything else runs unquantized."""
+    if model is None or model in ("default", "SmolLM2-135M-Instruct"):
+        return DEFAULT_GGUF_QUANTIZATION
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        from sglang_lite.quant.gguf_blocks import gguf_architecture
+
+        return DEFAULT_GGUF_QUANTIZATION if gguf_architecture(path) == "llama" else "none"
+    return "none"
 
 
 def parse_size(size: str | int) -> int:

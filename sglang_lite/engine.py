@@ -29,6 +29,7 @@ from sglang_lite.mem.req_to_token import ReqToTokenPool
 from sglang_lite.model.loader import load_model, load_tokenizer, resolve_model
 from sglang_lite.model_runner import ModelRunner
 from sglang_lite.outputs import OutputChunk
+from sglang_lite.quant.apply import resident_weight_bytes
 from sglang_lite.request import Req
 from sglang_lite.sampler import Sampler
 from sglang_lite.scheduler.cache import KVCacheManager
@@ -46,7 +47,9 @@ class Engine:
         if cfg.num_threads and cfg.device == "cpu":
             torch.set_num_threads(cfg.num_threads)
         self.source = resolve_model(cfg.model, cfg.tokenizer, cfg.revision)
-        self.model = load_model(self.source, cfg.torch_dtype, cfg.torch_device, cfg.seed)
+        self.model = load_model(self.source, cfg.torch_dtype, cfg.torch_device, cfg.seed, cfg.quantization)
+        log.info("weights: %.1f MB resident (%s, quantization %s)", resident_weight_bytes(self.model) / 1e6,
+                 cfg.dtype, cfg.quantization)
         self.model_config = self.model.config
         self.config = cfg = fit_attention_backend(cfg, self.model_config, options.get("attention_backend", "auto"))
         self.tokenizer = load_tokenizer(self.source)

@@ -188,7 +188,7 @@ class LlamaForCausalLM(nn.Module):
         params = dict(self.named_parameters(remove_duplicate=False))
         loaded: set[str] = set()
         for name, tensor in weights:
-            target, offset = _map_hf_name(name, self.config)
+            target, offset = map_hf_name(name, self.config)
             if target is None:
                 continue
             if target not in params:
@@ -209,7 +209,7 @@ class LlamaForCausalLM(nn.Module):
             raise ValueError(f"weights: missing tensors {sorted(missing)[:5]}")
 
 
-def _map_hf_name(name: str, cfg: ModelConfig) -> tuple[str | None, int | None]:
+def map_hf_name(name: str, cfg: ModelConfig) -> tuple[str | None, int | None]:
     """HF tensor name -> (our parameter name, row offset inside a merged weight)."""
     if "rotary_emb" in name or name.startswith(_SKIPPED_PREFIXES):
         return None, None

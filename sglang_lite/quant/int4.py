@@ -1,0 +1,97 @@
+"""Group-wise asymmetric int4 weights in torch's CPU int4 layout.
+
+``w[n, k] = q[n, k] * d[n, g] + m[n, g]`` with ``q`` in 0..15 and ``g = k // group`` (GGUF Q4_1's
+form; Q4_0 is ``m = -8 d``). Stored as torch's ``_convert_weight_to_int4pack_for_cpu`` bytes
+(0.5 byte a weight) and ``scale_zero [K/group, N, 2]`` for ``_weight_int4pack_mm_for_cpu``,
+which computes with ``(q - 8) * s + z``, so ``s = d`` and ``z = m + 8 d``.
+
+That layout is blocked: rows go in blocks of 64, and byte ``(b, k, j)`` of ``packed.view(N/64,
+K, 32)`` holds row ``64 b + j`` in its low nibble and row ``64 b + 32 + j`` in its high one.
+``dequantize`` and ``rows`` read it back with plain torch ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+_BLOCK = 64  # rows per block of torch's layout; out_features are padded up to it
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Int4Weight:
+    packed: torch.Tensor  # uint8 [N_pad, K / 2], torch's CPU layout
+    scale_zero: torch.Tensor  # [K / group, N_pad, 2]: (s, z), in the compute dtype
+    group: int
+    out_features: int  # N, before padding
+
+    # Rows up to which torch's kernel beats dequantize + GEMM (bench.quant_kernels: it grows
+    # linearly with the rows; dequantizing costs a fixed ~1 ms per 1.8 M weights here).
+    KERNEL_MAX_ROWS = 32
+
+    @classmethod
+    def from_codes(cls, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, dtype: torch.dtype) -> Int4Weight:
+        """``q`` [N, K] in 0..15, ``d`` and ``m`` [N, K / group]: ``w = q * d + m``."""
+        n, k = q.shape
+        group = k // d.shape[1]
+        if group * d.shape[1] != k or d.shape != m.shape or d.shape[0] != n:
+            raise ValueError(f"int4: codes {tuple(q.shape)} do not match scales {tuple(d.shape)}")
+        pad = -n % _BLOCK
+        q, d, m = (F.pad(t, (0, 0, 0, pad)) for t in (q.to(torch.int32), d.float(), m.float()))
+        scale_zero = torch.stack([d.t(), (m + 8 * d).t()], dim=-1).to(dtype).contiguous()
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.contiguous(), 1)
+        return cls(packed, scale_zero, group, n)
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor, group: int, dtype: torch.dtype) -> Int4Weight:
+        """Round-to-nearest over each group's [min, max] (what GGUF Q4_1 does)."""
+        n, k = w.shape
+        if k % group:
+            raise ValueError(f"int4: in_features {k} is not a multiple of the group size {group}")
+        wg = w.float().view(n, k // group, group)
+        lo, hi = wg.amin(-1), wg.amax(-1)
+        d = (hi - lo) / 15
+        q = ((wg - lo[..., None]) / d.clamp(min=1e-12)[..., None]).round().clamp(0, 15)
+        return cls.from_codes(q.view(n, k), d, lo, dtype)
+
+    @property
+    def in_features(self) -> int:
+        return self.packed.shape[1] * 2
+
+    @property
+    def nbytes(self) -> int:
+        return self.packed.nbytes + self.scale_zero.nbytes
+
+    def mm(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ w.T`` for ``x`` [M, K] in the compute dtype."""
+        if x.shape[0] <= self.KERNEL_MAX_ROWS and x.device.type == "cpu":
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, self.group,
+                                                           self.scale_zero)
+        else:
+            y = F.linear(x, self._dequantize_padded(x.dtype))
+        return y[:, : self.out_features]
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The weight [N, K] (the reference the kernels are tested against)."""
+        return self._dequantize_padded(dtype)[: self.out_features]
+
+    def _dequantize_padded(self, dtype: torch.dtype) -> torch.Tensor:
+        n, k = self.packed.shape[0], self.in_features
+        blocks = self.packed.view(n // _BLOCK, k, _BLOCK // 2)
+        q = torch.cat([blocks & 15, blocks >> 4], dim=-1).permute(0, 2, 1).reshape(n, k)  # [N, K]
+        sz = self.scale_zero.to(dtype).transpose(0, 1)  # [N, K / group, 2]
+        w = torch.addcmul(sz[..., 1:] - 8 * sz[..., :1], q.view(n, -1, self.group).to(dtype), sz[..., :1])
+        return w.reshape(n, k)
+
+    def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Rows ``ids`` of the weight, dequantized: the embedding lookup of a tied LM head."""
+        k = self.in_features
+        blocks = self.packed.view(-1, k, _BLOCK // 2)
+        col = ids % _BLOCK
+        byte = blocks[ids // _BLOCK, :, col % (_BLOCK // 2)]  # [T, K]
+        q = torch.where((col >= _BLOCK // 2)[:, None], byte >> 4, byte & 15)
+        sz = self.scale_zero[:, ids].to(dtype).transpose(0, 1)  # [T, K / group, 2]
+        w = torch.addcmul(sz[..., 1:] - 8 * sz[..., :1], q.view(len(ids), -1, self.group).to(dtype), sz[..., :1])
+        return w.reshape(len(ids), k)

@@ -1,0 +1,51 @@
+"""The modules that replace ``nn.Linear`` and ``nn.Embedding`` when weights stay quantized.
+
+Each holds one packed weight (``Int4Weight``, ``Int8Weight``, ``GroupInt8Weight``,
+``Fp8Weight``); the weight chooses its kernel by the number of rows (see its ``mm``). A tied
+LM head and embedding share one packed weight.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+
+class QuantLinear(nn.Module):
+    def __init__(self, weight, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.weight_q = weight
+        self.in_features, self.out_features = weight.in_features, weight.out_features
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.weight_q.mm(x.reshape(-1, self.in_features))  # [M, out]
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, {type(self.weight_q).__name__}"
+
+
+class QuantEmbedding(nn.Module):
+    def __init__(self, weight, dtype: torch.dtype):
+        super().__init__()
+        self.weight_q, self.dtype = weight, dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.weight_q.rows(ids.reshape(-1), self.dtype).view(*ids.shape, -1)
+
+
+def packed_to(weight, device: torch.device):
+    """``weight`` with every tensor (nested packed weights too) on ``device``."""
+    moved = {}
+    for f in dataclasses.fields(weight):
+        v = getattr(weight, f.name)
+        if isinstance(v, torch.Tensor):
+            moved[f.name] = v.to(device)
+        elif dataclasses.is_dataclass(v):
+            moved[f.name] = packed_to(v, device)
+    return dataclasses.replace(weight, **moved)
