@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 from sglang_lite.router.app import create_router_app
@@ -19,6 +20,10 @@ def run_router(config: RouterConfig) -> None:
     app = create_router_app(config)
     logging.getLogger(__name__).info("routing %s over %s on http://%s:%d", config.policy,
                                      ", ".join(config.worker_urls), config.host, config.port)
+    # uvicorn re-raises the signal it caught once it has shut down; a no-op handler makes a
+    # graceful SIGTERM end with exit status 0 (and lets `serve --dp` stop its replicas after).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level,
                 lifespan="on", timeout_graceful_shutdown=5)
 

@@ -1,5 +1,6 @@
-"""Replicas of `sglang-lite serve` as subprocesses on loopback, and routers over them served
-in-process (uvicorn in a thread, with the router's lifespan: its HTTP client and health checks)."""
+"""Replicas of `sglang-lite serve` on loopback started by `sglang-lite serve --dp N`, and more
+routers over them served in-process (uvicorn in a thread, with the router's lifespan: its HTTP
+client and health checks)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
 
 from sglang_lite.router import RouterConfig, create_router_app
-from tests.server.conftest import free_port, wait_until_healthy
+from tests.server.conftest import free_port
 
 # One running request per replica: a second one queues, so a killed replica has requests that
 # had not started. --grammar-compile-workers 0: no worker processes to start.
@@ -21,30 +24,48 @@ REPLICA_FLAGS = ("--kv-cache-memory", "64MiB", "--max-running-requests", "1", "-
                  "--grammar-compile-workers", "0", "--log-level", "warning")
 
 
-def start_replicas(n: int, *flags: str) -> list[tuple[subprocess.Popen, str]]:
-    """``n`` replicas starting in parallel; returns once all answer /health."""
-    started = []
-    for _ in range(n):
-        port = free_port()
-        cmd = [sys.executable, "-m", "sglang_lite.server", "--port", str(port), *flags]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+@dataclass(slots=True)
+class DataParallel:
+    """``sglang-lite serve --dp N`` running: the launcher, its router's URL, the replicas'."""
+    proc: subprocess.Popen
+    base_url: str
+    urls: list[str]
+    log_path: Path
+
+    def replica_pid(self, url: str) -> int:
+        """The pid of the replica serving ``url`` (found by its --port in /proc)."""
+        port = url.rsplit(":", 1)[1]
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                args = cmdline.read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"sglang_lite.server" in args and b"--port" in args and \
+                    args[args.index(b"--port") + 1] == port.encode() and b"--dp" not in args:
+                return int(cmdline.parent.name)
+        raise LookupError(f"no replica process for {url}")
+
+
+def start_dp(log_path: Path, n: int, *flags: str, timeout_s: float = 300) -> DataParallel:
+    port = free_port()
+    cmd = [sys.executable, "-m", "sglang_lite.server", "--dp", str(n), "--port", str(port), *flags]
+    with open(log_path, "w") as log:  # a file: replicas log more than a pipe holds unread
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-        started.append((proc, f"http://127.0.0.1:{port}"))
-    try:
-        for proc, url in started:
-            wait_until_healthy(proc, url)
-    except BaseException:
-        stop_all(started)
-        raise
-    return started
-
-
-def stop_all(procs: list[tuple[subprocess.Popen, str]]) -> None:
-    for proc, _ in procs:
-        if proc.poll() is None:
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-    for proc, _ in procs:
-        proc.wait()
+            raise RuntimeError(f"serve --dp did not start: {log_path.read_text()[-3000:]}")
+        time.sleep(0.25)
+    urls = [w["url"] for w in httpx.get(base + "/workers").json()["workers"]]
+    return DataParallel(proc, base, urls, log_path)
 
 
 class LiveRouter:
@@ -77,10 +98,15 @@ def router(urls: list[str], policy: str = "cache_aware", **options) -> LiveRoute
 
 
 @pytest.fixture(scope="module")
-def replicas():
-    procs = start_replicas(2, *REPLICA_FLAGS)
-    yield procs
-    stop_all(procs)
+def dp(tmp_path_factory):
+    """Two replicas of the embedded model behind `serve --dp 2` (its router: round robin)."""
+    launched = start_dp(tmp_path_factory.mktemp("dp") / "serve.log", 2, "--router-policy",
+                        "round_robin", "--health-check-interval", "1", "--shutdown-timeout", "5",
+                        *REPLICA_FLAGS)
+    yield launched
+    if launched.proc.poll() is None:
+        launched.proc.kill()  # the replicas die with it (PR_SET_PDEATHSIG)
+        launched.proc.wait()
 
 
 def router_metrics(base_url: str) -> dict[tuple[str, frozenset], float]:

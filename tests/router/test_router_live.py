@@ -1,11 +1,15 @@
-"""The router over 2 real replicas of the embedded model on loopback: prefix affinity shows in
-the replicas' cached_tokens, sessions stay on one replica, the router's metrics add up, and a
-replica killed under load loses no request (not started: retried elsewhere; streaming: an
-error event, then [DONE]). The kill test is last: it takes a replica of the module down."""
+"""`sglang-lite serve --dp 2` and routers over its 2 real replicas of the embedded model on
+loopback: one command starts both behind a router; prefix affinity shows in the replicas'
+cached_tokens; sessions stay on one replica; the router's metrics add up; a replica killed
+under load loses no request (not started: retried elsewhere; streaming: an error event, then
+[DONE]); SIGTERM stops the router and every replica. In file order: the last two tests take
+the module's replicas down."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 
@@ -14,6 +18,19 @@ from openai import OpenAI
 
 from sglang_lite.router.proxy import REPLICA_HEADER
 from tests.router.conftest import metric_sum, router, router_metrics
+
+
+def test_serve_dp_spreads_requests_over_its_replicas(dp):
+    workers = httpx.get(dp.base_url + "/workers").json()
+    assert workers["policy"] == "round_robin" and len(dp.urls) == 2
+    assert all(w["healthy"] for w in workers["workers"])
+    assert all(httpx.get(u + "/health").status_code == 200 for u in dp.urls)  # replicas answer directly
+    landed = set()
+    for i in range(2):
+        r = _complete(dp.base_url, f"Hi {i}")
+        assert r.json()["usage"]["completion_tokens"] == 2
+        landed.add(r.headers[REPLICA_HEADER])
+    assert landed == {u.removeprefix("http://") for u in dp.urls}
 
 
 def _shared_prefix(topic: str, n: int = 30) -> str:
@@ -28,8 +45,8 @@ def _complete(base: str, prompt: str, **extra) -> httpx.Response:
     return r
 
 
-def test_prefix_affinity_lands_on_one_replica_and_hits_its_cache(replicas):
-    urls = [url for _, url in replicas]
+def test_prefix_affinity_lands_on_one_replica_and_hits_its_cache(dp):
+    urls = dp.urls
     for url in urls:
         assert httpx.post(url + "/flush_cache").status_code == 200
     groups = {"apples": _shared_prefix("apples"), "ships": _shared_prefix("ships")}
@@ -56,8 +73,8 @@ def test_prefix_affinity_lands_on_one_replica_and_hits_its_cache(replicas):
     assert 0.6 < samples[("sglang_lite_router:cache_affinity_hit_rate", frozenset())] < 1.0
 
 
-def test_session_pinned_and_metrics_add_up(replicas):
-    urls = [url for _, url in replicas]
+def test_session_pinned_and_metrics_add_up(dp):
+    urls = dp.urls
     with router(urls, "round_robin") as r:
         client = OpenAI(base_url=r.base_url + "/v1", api_key="none", max_retries=0, timeout=120)
         model = client.models.list().data[0].id
@@ -103,7 +120,7 @@ def test_session_pinned_and_metrics_add_up(replicas):
 
 
 def _stream(base: str, i: int, out: dict, first_token: threading.Event) -> None:
-    body = {"prompt": f"List the numbers from {i}:", "max_tokens": 40, "ignore_eos": True,
+    body = {"prompt": f"List the numbers from {i}:", "max_tokens": 24, "ignore_eos": True,
             "temperature": 0, "stream": True}
     out.update(status=None, replica=None, text="", errors=[], done=False, finish=None)
     with httpx.stream("POST", base + "/v1/completions", json=body, timeout=180) as r:
@@ -125,13 +142,13 @@ def _stream(base: str, i: int, out: dict, first_token: threading.Event) -> None:
                 first_token.set()
 
 
-def test_killed_replica_loses_no_request(replicas):
-    urls = [url for _, url in replicas]
-    victim_proc, victim_url = replicas[0]
+def test_killed_replica_loses_no_request(dp):
+    urls = dp.urls
+    victim_url = urls[0]
+    victim_pid = dp.replica_pid(victim_url)
     with router(urls, "round_robin") as r:
         streams = [{} for _ in range(6)]
         plain: list = [None, None]
-        victim_streaming = threading.Event()
         events = [threading.Event() for _ in streams]
         threads = [threading.Thread(target=_stream, args=(r.base_url, i, streams[i], events[i]))
                    for i in range(len(streams))]
@@ -153,8 +170,7 @@ def test_killed_replica_loses_no_request(replicas):
         while not victim_has_tokens():
             assert time.monotonic() < deadline, streams
             time.sleep(0.02)
-        victim_proc.kill()
-        victim_streaming.set()
+        os.kill(victim_pid, signal.SIGKILL)
         for t in threads:
             t.join(180)
         samples = router_metrics(r.base_url)
@@ -178,3 +194,16 @@ def test_killed_replica_loses_no_request(replicas):
     assert metric_sum(samples, "sglang_lite_router:attempts_total") == sent + retries
     assert [w["healthy"] for w in workers] == [False, True]
     assert after.headers[REPLICA_HEADER] == urls[1].removeprefix("http://")
+
+
+def test_sigterm_stops_router_and_replicas(dp):
+    # serve --dp's own router saw the killed replica leave too, and still answers
+    assert _complete(dp.base_url, "Hello").headers[REPLICA_HEADER] == dp.urls[1].removeprefix("http://")
+    dp.proc.send_signal(signal.SIGTERM)
+    assert dp.proc.wait(timeout=60) == 0, dp.log_path.read_text()[-3000:]
+    for u in dp.urls:
+        try:
+            httpx.get(u + "/health", timeout=2)
+            raise AssertionError(f"replica {u} still answers after serve --dp stopped")
+        except httpx.TransportError:
+            pass
