@@ -31,7 +31,8 @@ def create_router_app(config: RouterConfig) -> FastAPI:
                          config.balance_rel_threshold, config.max_tree_size)
     metrics = RouterMetrics(replicas, config.policy)
     health = HealthChecker(replicas, policy, metrics, config.health_check_interval,
-                           config.health_check_timeout, config.health_failure_threshold)
+                           config.health_check_timeout, config.health_failure_threshold,
+                           config.worker_dns)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -11,7 +11,8 @@ from sglang_lite.router.policy import POLICIES
 
 @dataclass(slots=True, frozen=True)
 class RouterConfig:
-    worker_urls: tuple[str, ...]
+    worker_urls: tuple[str, ...] = ()
+    worker_dns: str | None = None  # HOST:PORT: the replicas are HOST's addresses (re-resolved)
     host: str = "127.0.0.1"
     port: int = 30000
     policy: str = "cache_aware"
@@ -27,8 +28,10 @@ class RouterConfig:
     log_level: str = "info"
 
     def __post_init__(self):
-        if not self.worker_urls:
-            raise ValueError("worker_urls: at least one replica URL is needed")
+        if not self.worker_urls and not self.worker_dns:
+            raise ValueError("worker_urls: at least one replica URL (or worker_dns) is needed")
+        if self.worker_dns is not None and not self.worker_dns.rpartition(":")[2].isdigit():
+            raise ValueError(f"worker_dns: {self.worker_dns!r} is not HOST:PORT")
         for url in self.worker_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"worker_urls: {url!r} is not an http(s) URL")
@@ -75,7 +78,10 @@ def add_routing_flags(p, policy_flag: str = "--policy", dest_prefix: str = "") -
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sglang-lite router",
                                 description="Cache-aware HTTP router in front of sglang-lite serve replicas.")
-    p.add_argument("--worker-urls", nargs="+", required=True, help="the replicas, e.g. http://127.0.0.1:30001")
+    p.add_argument("--worker-urls", nargs="+", default=[], help="the replicas, e.g. http://127.0.0.1:30001")
+    p.add_argument("--worker-dns", default=None,
+                   help="HOST:PORT: route to every address HOST resolves to, re-resolved at each "
+                        "health check (a Kubernetes headless Service)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--log-level", default="info")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from dataclasses import dataclass
 
 import httpx
@@ -26,6 +27,7 @@ class HealthChecker:
     interval_s: float = 5.0
     timeout_s: float = 5.0
     failure_threshold: int = 2
+    worker_dns: str | None = None  # HOST:PORT re-resolved before each round of checks
 
     async def run(self, client: httpx.AsyncClient) -> None:
         while True:
@@ -33,7 +35,29 @@ class HealthChecker:
             await asyncio.sleep(self.interval_s)
 
     async def check_all(self, client: httpx.AsyncClient) -> None:
+        if self.worker_dns is not None:
+            await self.discover()
         await asyncio.gather(*(self._check(client, r) for r in self.replicas.all))
+
+    async def discover(self) -> None:
+        """The replica set becomes the addresses ``worker_dns`` resolves to now (a failed
+        lookup changes nothing: DNS hiccups must not empty the set)."""
+        host, _, port = self.worker_dns.rpartition(":")
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        except OSError as e:
+            log.warning("worker_dns %s: lookup failed (%s); keeping %d replicas", self.worker_dns, e,
+                        len(self.replicas.all))
+            return
+        hosts = sorted({info[4][0] for info in infos})
+        urls = [f"http://[{h}]:{port}" if ":" in h else f"http://{h}:{port}" for h in hosts]
+        added, removed = self.replicas.sync(urls)
+        for replica in removed:
+            log.info("replica %s left %s", replica.url, self.worker_dns)
+            self.policy.forget(replica)
+            self.metrics.forget(replica)
+        for replica in added:
+            log.info("replica %s joined %s", replica.url, self.worker_dns)
 
     async def _check(self, client: httpx.AsyncClient, replica: Replica) -> None:
         try:

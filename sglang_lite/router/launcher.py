@@ -33,7 +33,7 @@ _START_TIMEOUT_S = 600.0
 
 def launch_replicas_and_router(args, argv: list[str]) -> int:
     """``args``: the parsed ServerArgs (``dp`` > 1); ``argv``: the serve flags as given."""
-    ports = [_free_port() for _ in range(args.dp)]
+    ports = [free_port() for _ in range(args.dp)]
     procs = [_start_replica(i, port, args.dp, argv) for i, port in enumerate(ports)]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     try:
@@ -110,7 +110,7 @@ def stop_replicas(procs: list[subprocess.Popen], timeout_s: float) -> None:
             proc.wait()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from sglang_lite.router.policy import Decision
-from sglang_lite.router.replica import ReplicaSet
+from sglang_lite.router.replica import Replica, ReplicaSet
 
 P = "sglang_lite_router:"
 
@@ -52,6 +52,14 @@ class RouterMetrics:
             self.attempts.labels(replica=replica.name)
             self.retries.labels(replica=replica.name)
             self.health_failures.labels(replica=replica.name)
+
+    def forget(self, replica: Replica) -> None:
+        """``replica`` left the set: its gauges go (its counters stay, they are history)."""
+        for gauge in (self.load, self.healthy):
+            try:
+                gauge.remove(replica.name)
+            except KeyError:
+                pass
 
     def on_decision(self, decision: Decision, text_len: int) -> None:
         self.decisions.labels(policy=self.policy, reason=decision.reason).inc()

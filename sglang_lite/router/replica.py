@@ -20,12 +20,21 @@ class Replica:
 
 
 class ReplicaSet:
-    """The replicas, in the order given; ``healthy`` ones are the candidates for routing."""
+    """The replicas, in the order given (or discovered); ``healthy`` ones are the candidates
+    for routing."""
 
     def __init__(self, urls: list[str]):
-        if not urls:
-            raise ValueError("worker_urls: at least one replica is needed")
         self.all = [Replica(u.rstrip("/")) for u in urls]
 
     def healthy(self, exclude: tuple[Replica, ...] = ()) -> list[Replica]:
         return [r for r in self.all if r.healthy and r not in exclude]
+
+    def sync(self, urls: list[str]) -> tuple[list[Replica], list[Replica]]:
+        """Make the set exactly ``urls`` (service discovery): returns (added, removed). A
+        removed replica keeps serving what it has in flight; it only gets no new requests."""
+        wanted = [u.rstrip("/") for u in urls]
+        removed = [r for r in self.all if r.url not in wanted]
+        known = {r.url for r in self.all}
+        added = [Replica(u) for u in wanted if u not in known]
+        self.all = [r for r in self.all if r.url in wanted] + added
+        return added, removed

@@ -119,3 +119,23 @@ def test_dp_flags_not_passed_to_replicas():
             "--cache-threshold=0.4", "--api-key-file", "keys", "--max-running-requests", "4"]
     assert replica_argv(argv, 1234) == ["--api-key-file", "keys", "--max-running-requests", "4",
                                         "--host", "127.0.0.1", "--port", "1234"]
+
+
+def test_worker_dns_discovers_the_replica_set():
+    import asyncio
+
+    from sglang_lite.router.health import HealthChecker
+    from sglang_lite.router.metrics import RouterMetrics
+    from sglang_lite.router.replica import ReplicaSet
+
+    replicas = ReplicaSet(["http://10.0.0.9:30000"])
+    policy = CacheAwarePolicy()
+    checker = HealthChecker(replicas, policy, RouterMetrics(replicas, "cache_aware"),
+                            worker_dns="localhost:30123")
+    asyncio.run(checker.discover())
+    urls = {r.url for r in replicas.all}
+    assert urls and urls <= {"http://127.0.0.1:30123", "http://[::1]:30123"}, urls
+    assert all(not r.healthy for r in replicas.all)  # in rotation only once a check passes
+    RouterConfig(worker_dns="svc:30000")
+    with pytest.raises(ValueError, match="worker_dns"):
+        RouterConfig(worker_dns="svc")
