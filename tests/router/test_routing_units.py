@@ -139,3 +139,22 @@ def test_worker_dns_discovers_the_replica_set():
     RouterConfig(worker_dns="svc:30000")
     with pytest.raises(ValueError, match="worker_dns"):
         RouterConfig(worker_dns="svc")
+
+
+def test_router_without_a_live_replica_answers_cleanly():
+    import httpx
+
+    from tests.router.conftest import metric_sum, router, router_metrics
+    from tests.server.conftest import free_port
+
+    with router([f"http://127.0.0.1:{free_port()}"], health_check_interval=60) as r:
+        assert httpx.get(r.base_url + "/health").status_code == 503
+        resp = httpx.post(r.base_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1})
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "no_healthy_replica"
+        bad = httpx.post(r.base_url + "/v1/completions", content=b"{not json",
+                         headers={"Content-Type": "application/json"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "body"
+        assert httpx.post(r.base_url + "/generate", json=[1, 2]).status_code == 400
+        samples = router_metrics(r.base_url)
+    assert metric_sum(samples, "sglang_lite_router:requests_total", replica="none", outcome="error") == 1
+    assert metric_sum(samples, "sglang_lite_router:replica_healthy") == 0
