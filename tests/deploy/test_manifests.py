@@ -60,7 +60,7 @@ def test_schema_validation_catches_a_broken_manifest():
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("overlay", ["cpu", "gpu"])
+@pytest.mark.parametrize("overlay", ["cpu", "gpu"], ids=lambda o: f"overlay-{o}")  # not "gpu": a marker name
 def test_overlays_render_and_validate(overlay):
     kustomization = yaml.safe_load((K8S / "overlays" / overlay / "kustomization.yaml").read_text())
     for ref in kustomization["resources"] + [p["path"] for p in kustomization.get("patches", [])]:
