@@ -36,7 +36,12 @@ _DONE = b"data: [DONE]"
 
 
 class _Unanswered(Exception):
-    """The replica gave no answer the client may see; another one may be tried."""
+    """The replica gave no answer the client may see; another one may be tried. ``answer``:
+    what it said instead (a 503), passed on if no other replica answers either."""
+
+    def __init__(self, message: str, answer: Response | None = None):
+        super().__init__(message)
+        self.answer = answer
 
 
 @dataclass(slots=True)
@@ -79,7 +84,7 @@ class Forwarder:
                       key: RequestKey) -> Response:
         headers = _upstream_headers(request)
         tried: list[Replica] = []
-        why = "no replica is healthy"
+        why, answer = "no replica is healthy", None
         for _ in range(self.max_attempts):
             decision = self.route(key, tuple(tried))
             if decision is None:
@@ -92,8 +97,10 @@ class Forwarder:
                 return await self._attempt(request, decision.replica, method, path, body, headers,
                                            key.stream)
             except _Unanswered as e:
-                why = str(e)
+                why, answer = str(e), e.answer
         self.metrics.on_answered(tried[-1].name if tried else "none", "error")
+        if answer is not None:
+            return answer
         return JSONResponse({"error": {"message": f"no replica answered: {why}", "type": "service_unavailable",
                                        "param": None, "code": "no_healthy_replica"}},
                             status_code=503, headers={"Retry-After": "1"})
@@ -109,7 +116,8 @@ class Forwarder:
                                             headers=headers)
             upstream = await _unless_client_leaves(request, self.client.send(req, stream=True))
             if upstream.status_code == 503:
-                raise _Unanswered(f"{replica.url} answered 503 (draining or overloaded)")
+                answer = Response(await upstream.aread(), 503, _downstream_headers(upstream, replica))
+                raise _Unanswered(f"{replica.url} answered 503", answer)
             if not (stream and upstream.status_code == 200):
                 content = await _unless_client_leaves(request, upstream.aread())
                 await _close(upstream)
