@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.dp > 1:
+        from sglang_lite.router.launcher import launch_replicas_and_router
+
+        return launch_replicas_and_router(args, argv)
     from sglang_lite.engine import Engine
 
     try:

@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 
-from sglang_lite.server import abort_api, native_api, openai_api, tokenize_api
+from sglang_lite.server import abort_api, native_api, openai_api, tokenize_api, ui
 from sglang_lite.server.abort_api import RequestIds
 from sglang_lite.server.auth import authorized
 from sglang_lite.server.errors import RETRY_AFTER_SECONDS, error_response, install_error_handlers
@@ -22,9 +22,9 @@ from sglang_lite.server.parsers import reasoning_parser as pick_reasoning_parser
 from sglang_lite.server.parsers import select_tool_call_parser
 from sglang_lite.server.serving_options import ServingOptions
 
-# Reachable without an API key: probes and the API's description (/metrics too with
-# open_metrics, for scrapers that carry no key).
-_OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs"})
+# Reachable without an API key: probes, the API's description and the /ui page (its calls
+# carry the key typed into it); /metrics too with open_metrics, for scrapers that carry no key.
+_OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/ui"})
 # Refused with 503 while draining: everything that would start new work.
 _ADMISSION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate", "/health_generate"})
 
@@ -62,6 +62,7 @@ def create_app(engine, served_model_name: str | Sequence[str] | None = None,
     app.include_router(abort_api.router)
     app.include_router(openai_api.router)
     app.include_router(native_api.router)
+    app.include_router(ui.router)
     app.add_middleware(BodyLimitMiddleware, limits=limits or BodyLimits())
     app.add_middleware(_Gate, state=state)  # refuses before any body is read
     if options.allowed_origins:  # outside the gate: preflights carry no API key

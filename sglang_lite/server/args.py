@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sglang_lite.config import EngineConfig
+from sglang_lite.router.args import add_routing_flags
 from sglang_lite.server.limits import DEFAULT_MAX_REQUEST_BYTES
 from sglang_lite.server.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
 from sglang_lite.server.tenancy import SALT_BY
@@ -36,6 +37,8 @@ class ServerArgs:
     allowed_headers: list[str] | None = None
     allow_credentials: bool = False
     engine_options: dict[str, Any] = field(default_factory=dict)
+    dp: int = 1
+    router_options: dict[str, Any] = field(default_factory=dict)  # --dp: the router's flags
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model's tool-call format (default: from the chat template, else generic)")
     p.add_argument("--reasoning-parser", default=None, choices=sorted(REASONING_PARSERS),
                    help="split <think> blocks into reasoning_content")
+    dp = p.add_argument_group("data parallelism (sglang_lite/router/launcher.py)")
+    dp.add_argument("--dp", "--dp-size", dest="dp", type=int, default=1,
+                    help="start this many replicas on free local ports behind a cache-aware "
+                         "router on --host/--port (default: 1, no router)")
+    add_routing_flags(dp, policy_flag="--router-policy", dest_prefix="router__")
     engine = p.add_argument_group("engine options")
     engine.add_argument("--enable-deterministic-inference", dest="engine__deterministic", action="store_true",
                         default=argparse.SUPPRESS, help="SGLang's name for --deterministic")
@@ -108,5 +116,8 @@ def parse_args(argv: list[str]) -> ServerArgs:
     if ns.pop("scheduling_policy") == "priority":  # vLLM: lower values first; flags given win
         engine_options = {"enable_priority_scheduling": True, "schedule_low_priority_values_first": True,
                           "priority_scheduling_preemption_threshold": 0, **engine_options}
-    server = {k: v for k, v in ns.items() if not k.startswith("engine__")}
-    return ServerArgs(**server, engine_options=engine_options)
+    router_options = {k.removeprefix("router__"): v for k, v in ns.items() if k.startswith("router__")}
+    server = {k: v for k, v in ns.items() if not k.startswith(("engine__", "router__"))}
+    if server["dp"] < 1:
+        raise SystemExit("sglang-lite serve: --dp must be >= 1")
+    return ServerArgs(**server, engine_options=engine_options, router_options=router_options)
