@@ -129,7 +129,7 @@ class EngineConfig:
     def validate(self) -> None:
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype: unknown dtype {self.dtype!r} (known: {sorted(_DTYPES)})")
-        if self.quantization not in QUANTIZATIONS:
+        if self.quantization not in ("auto", *QUANTIZATIONS):
             raise ValueError(f"quantization: unknown method {self.quantization!r} (known: {list(QUANTIZATIONS)})")
         if self.attention_backend not in ("torch", "triton", "invariant"):
             raise ValueError(f"attention_backend: unknown backend {self.attention_backend!r}")
