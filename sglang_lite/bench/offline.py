@@ -80,7 +80,8 @@ def run_hf_static(model_dir: str, work, batch_size: int, dtype: torch.dtype, dev
 
 
 def bench_mixed(args) -> dict:
-    engine = Engine(args.model, **({"dtype": args.dtype} if args.dtype else {}))
+    engine = Engine(args.model, **({"dtype": args.dtype} if args.dtype else {}),
+                    **({"quantization": args.quantization} if args.quantization else {}))
     work = mixed_workload(args.num_requests, engine.model_config.vocab_size, args.seed)
     run_engine(engine, mixed_workload(4, engine.model_config.vocab_size, seed=99, output=(4, 8)))  # warm-up
     ours = run_engine(engine, work)
@@ -206,6 +207,7 @@ def main(argv=None) -> None:
     ap.add_argument("--workload", choices=["mixed", "cache"], default="mixed")
     ap.add_argument("--model", default=None)
     ap.add_argument("--dtype", default=None, help="the engine's and the baseline's (default: the engine's)")
+    ap.add_argument("--quantization", default=None, help="the engine's (default: auto)")
     ap.add_argument("--num-requests", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hf-batch-sizes", type=int, nargs="*", default=[32])

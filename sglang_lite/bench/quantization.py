@@ -29,9 +29,11 @@ def main(argv=None) -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--num-requests", type=int, default=32, help="offline mixed workload size")
+    ap.add_argument("--kv-cache-memory", default="256MiB", help="per engine (they are all loaded at once)")
     ap.add_argument("--output", default=None)
     args = ap.parse_args(argv)
-    engines = {q: Engine(args.model, quantization=q) for q in args.quantizations}
+    engines = {q: Engine(args.model, quantization=q, kv_cache_memory=args.kv_cache_memory)
+               for q in args.quantizations}
     vocab = next(iter(engines.values())).model_config.vocab_size
     rng = random.Random(0)
     prompt = [rng.randrange(100, vocab - 100) for _ in range(64)]
@@ -48,6 +50,7 @@ def main(argv=None) -> None:
                 runs[q]["batch_tok_s"].append(batch_tok_per_s(eng, prompts, args.new_tokens))
                 eng.flush_cache()
                 runs[q]["offline_tok_s"].append(run_engine(eng, work).tok_per_s)
+                print(f"repeat {r}: {q} " + " ".join(f"{k} {v[-1]:.2f}" for k, v in runs[q].items()), flush=True)
         rows = [_row(q, engines[q], runs[q]) for q in args.quantizations]
     finally:
         for eng in engines.values():
