@@ -5,8 +5,10 @@ them (see the retraction test for what "keeps" means at 8 bits)."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from sglang_lite import Engine
+from sglang_lite.mem import KVPool
 from tests.conftest import assert_no_leak
 from tests.e2e.test_radix_cache import _prompts
 from tests.e2e.test_retraction import PROMPTS
@@ -21,7 +23,7 @@ MIN_AGREEMENT = {"int8": 0.97, "fp8_e4m3": 0.93}
 
 @pytest.fixture(scope="module")
 def int8_engine(model_dir):
-    eng = Engine(kv_cache_dtype="int8")
+    eng = Engine(kv_cache_dtype="int8", kv_cache_memory="64MiB")
     yield eng
     eng.shutdown()
 
@@ -64,12 +66,12 @@ def test_eight_bit_kv_agrees_with_the_model_dtype_cache(engine, int8_engine, kv)
             eng.shutdown()
 
 
-def test_eight_bit_pool_holds_more_tokens_in_the_same_budget(engine, int8_engine):
-    # Both engines size their pool from the default kv_cache_memory (1 GiB); tests run fp32.
-    assert engine.config.kv_cache_dtype == "float32" and engine.kv_pool.k_scales is None
-    fp32_tokens, int8_tokens = engine.kv_pool.num_slots, int8_engine.kv_pool.num_slots
-    assert abs(int8_tokens / fp32_tokens - (4 * 64) / (64 + 2)) < 0.01  # 3.88x fp32, 1.94x bf16
-    assert int8_engine.kv_pool.num_bytes <= 2**30 + 16 * 2 * 30 * 3 * 66  # + the padding page
+def test_eight_bit_pool_holds_more_tokens_in_the_same_budget(int8_engine):
+    budget = 64 * 2**20
+    bf16 = KVPool.bytes_per_token(30, 3, 64, torch.bfloat16)
+    assert int8_engine.kv_pool.num_slots == (budget // (2 * 30 * 3 * 66)) // 16 * 16 + 16  # + the padding page
+    assert 1.9 < (int8_engine.kv_pool.num_slots - 16) / (budget // bf16 // 16 * 16) < 2.0
+    assert int8_engine.kv_pool.num_bytes <= budget + 16 * 2 * 30 * 3 * 66
 
 
 def test_int8_radix_cache_on_equals_off(int8_engine, int8_no_radix):
