@@ -16,35 +16,12 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
 from sglang_lite.bench import serving
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(proc: subprocess.Popen, base_url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(base_url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"server at {base_url} not healthy after {timeout_s:.0f} s")
+from sglang_lite.loopback import free_port, wait_until_healthy
 
 
 def _commands(args, gguf: Path, port: int) -> dict[str, list[str]]:
@@ -64,7 +41,7 @@ def _run_server(name: str, cmd: list[str], port: int, args) -> dict[int, dict]:
     log = open(Path(args.log_dir) / f"peer_{name}.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_healthy(proc, base_url, args.start_timeout)
+        wait_until_healthy([(proc, base_url)], args.start_timeout)
         results = {}
         for level, c in enumerate(args.concurrency):
             report = serving.main(["--base-url", base_url, "--concurrency", str(c),
@@ -108,7 +85,7 @@ def main(argv=None) -> dict:
     names = (["llama-server"] if peer else []) + ["sglang-lite"]
     results = {}
     for name in names:
-        port = _free_port()
+        port = free_port()
         results[name] = _run_server(name, _commands(args, gguf, port)[name], port, args)
     _print(results, args.concurrency)
     out = {"gguf": str(gguf), "results": {n: {str(c): r for c, r in rs.items()} for n, rs in results.items()}}

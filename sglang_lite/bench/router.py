@@ -29,9 +29,10 @@ from typing import Any
 import httpx
 
 from sglang_lite.bench.serving import make_workload, run_load, summarize
+from sglang_lite.loopback import ServerStartError, free_port, wait_until_healthy
 from sglang_lite.router.app import create_router_app
 from sglang_lite.router.args import RouterConfig
-from sglang_lite.router.launcher import free_port, stop_replicas
+from sglang_lite.router.launcher import stop_replicas
 
 POLICIES = ("cache_aware", "round_robin")
 
@@ -45,18 +46,11 @@ def start_replicas(n: int, replica_args: list[str]) -> tuple[list[subprocess.Pop
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                       env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}))
         urls.append(f"http://127.0.0.1:{port}")
-    deadline = time.monotonic() + 600
-    for proc, url in zip(procs, urls):
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                stop_replicas(procs, 10)
-                raise RuntimeError(f"replica {url} did not start")
-            time.sleep(0.25)
+    try:
+        wait_until_healthy(list(zip(procs, urls)), 600)
+    except ServerStartError:
+        stop_replicas(procs, 10)
+        raise
     return procs, urls
 
 

@@ -15,13 +15,11 @@ import ctypes
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-import httpx
-
+from sglang_lite.loopback import ServerStartError, free_port, wait_until_healthy
 from sglang_lite.router import run_router
 from sglang_lite.router.args import ROUTING_FLAG_NAMES, config_from
 
@@ -37,7 +35,10 @@ def launch_replicas_and_router(args, argv: list[str]) -> int:
     procs = [_start_replica(i, port, args.dp, argv) for i, port in enumerate(ports)]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     try:
-        if not _wait_healthy(procs, urls):
+        try:
+            wait_until_healthy(list(zip(procs, urls)), _START_TIMEOUT_S)
+        except ServerStartError as e:
+            log.error("replica %s", e)
             return 1
         logging.getLogger("httpx").setLevel(logging.WARNING)
         config = config_from(args.router_options, urls, args.host, args.port, args.log_level)
@@ -76,26 +77,6 @@ def _start_replica(index: int, port: int, dp: int, argv: list[str]) -> subproces
     return subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
 
 
-def _wait_healthy(procs: list[subprocess.Popen], urls: list[str]) -> bool:
-    pending = set(range(len(procs)))
-    deadline = time.monotonic() + _START_TIMEOUT_S
-    while pending:
-        for i in list(pending):
-            if procs[i].poll() is not None:
-                log.error("replica %d exited with status %s during start-up", i, procs[i].returncode)
-                return False
-            try:
-                if httpx.get(urls[i] + "/health", timeout=2).status_code == 200:
-                    pending.discard(i)
-            except httpx.HTTPError:
-                pass
-        if time.monotonic() > deadline:
-            log.error("replicas %s did not start within %.0f s", sorted(pending), _START_TIMEOUT_S)
-            return False
-        time.sleep(0.25)
-    return True
-
-
 def stop_replicas(procs: list[subprocess.Popen], timeout_s: float) -> None:
     for proc in procs:
         if proc.poll() is None:
@@ -108,12 +89,6 @@ def stop_replicas(procs: list[subprocess.Popen], timeout_s: float) -> None:
             log.warning("replica pid %d did not stop in time: killed", proc.pid)
             proc.kill()
             proc.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _gpu_count() -> int:

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sglang_lite.loopback import ServerStartError, free_port, wait_until_healthy
 from sglang_lite.router import RouterConfig, create_router_app
-from tests.server.conftest import free_port
 
 # One running request per replica: a second one queues, so a killed replica has requests that
 # had not started. --grammar-compile-workers 0: no worker processes to start.
@@ -53,17 +53,11 @@ def start_dp(log_path: Path, n: int, *flags: str, timeout_s: float = 300) -> Dat
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"serve --dp did not start: {log_path.read_text()[-3000:]}")
-        time.sleep(0.25)
+    try:
+        wait_until_healthy([(proc, base)], timeout_s)
+    except ServerStartError as e:
+        proc.kill()
+        raise RuntimeError(f"serve --dp did not start: {log_path.read_text()[-3000:]}") from e
     urls = [w["url"] for w in httpx.get(base + "/workers").json()["workers"]]
     return DataParallel(proc, base, urls, log_path)
 

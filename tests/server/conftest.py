@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
 import httpx
 import pytest
 
-from sglang_lite import Engine
+from sglang_lite import Engine, loopback
+from sglang_lite.loopback import free_port
 from sglang_lite.server import create_app
 
 # Small on purpose: max_running_requests forces queueing in the load test.
@@ -18,26 +18,14 @@ ENGINE_OPTIONS = {"kv_cache_memory": "64MiB", "max_running_requests": 12, "max_q
                   "grammar_compile_workers": 2}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_until_healthy(proc, base_url: str, timeout_s: float = 120) -> None:
-    """Poll a `sglang-lite serve` subprocess's /health until it answers 200; past the timeout,
-    or if the process exits, kill it and raise with the end of its output."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(base_url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"server did not start: {proc.stdout.read()[-3000:]}")
-        time.sleep(0.2)
+    """Wait for a `sglang-lite serve` subprocess to answer /health; if it exits or the deadline
+    passes, kill it and raise with the end of its output."""
+    try:
+        loopback.wait_until_healthy([(proc, base_url)], timeout_s, poll_s=0.2)
+    except loopback.ServerStartError as e:
+        proc.kill()
+        raise RuntimeError(f"{e}: {proc.stdout.read()[-3000:]}") from e
 
 
 class LiveServer:
