@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 
@@ -54,3 +55,37 @@ def wait_until_healthy(servers: Sequence[tuple[subprocess.Popen, str]], timeout_
             silent = ", ".join(url for _, url in pending.values())
             raise ServerStartError(silent, f"no healthy answer within {timeout_s:.0f} s")
         time.sleep(poll_s)
+
+
+class AppThread:
+    """An ASGI app served by uvicorn on 127.0.0.1 in a daemon thread of this process; a context
+    manager, or ``start()`` / ``stop()``."""
+
+    def __init__(self, app, port: int | None = None, *, lifespan: str = "on", name: str = "uvicorn"):
+        import uvicorn
+
+        self.app = app
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                    log_level="warning", lifespan=lifespan))
+        self.thread = threading.Thread(target=self.server.run, name=name, daemon=True)
+
+    def start(self, timeout_s: float = 30) -> AppThread:
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise ServerStartError(self.base_url, "the in-process server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+    def __enter__(self) -> AppThread:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

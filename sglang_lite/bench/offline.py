@@ -9,15 +9,14 @@ baseline; prints a table with ratios and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 
 from sglang_lite import Engine
+from sglang_lite.bench.report import write_report
 
 
 @dataclass
@@ -226,10 +225,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     report = bench_mixed(args) if args.workload == "mixed" else bench_cache(args)
     report["machine"] = {"cpu_cores": torch.get_num_threads(), "cuda": torch.cuda.is_available()}
-    path = Path(args.output or f"bench_results/offline_{args.workload}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {path}")
+    write_report(report, args.output or f"bench_results/offline_{args.workload}.json")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ llama-server from the llama-cpp-python sdist is described in README.md (Benchmar
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ import sys
 from pathlib import Path
 
 from sglang_lite.bench import serving
+from sglang_lite.bench.report import write_report
 from sglang_lite.loopback import free_port, wait_until_healthy
 
 
@@ -89,7 +89,7 @@ def main(argv=None) -> dict:
         results[name] = _run_server(name, _commands(args, gguf, port)[name], port, args)
     _print(results, args.concurrency)
     out = {"gguf": str(gguf), "results": {n: {str(c): r for c, r in rs.items()} for n, rs in results.items()}}
-    Path(args.output).write_text(json.dumps(out, indent=2, default=str))
+    write_report(out, args.output)
     return out
 
 

@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
+from sglang_lite.bench.report import write_report
 from sglang_lite.bench.serving import make_workload, run_load, summarize
-from sglang_lite.loopback import ServerStartError, free_port, wait_until_healthy
+from sglang_lite.loopback import AppThread, ServerStartError, free_port, wait_until_healthy
 from sglang_lite.router.app import create_router_app
 from sglang_lite.router.args import RouterConfig
 from sglang_lite.router.launcher import stop_replicas
@@ -54,30 +52,6 @@ def start_replicas(n: int, replica_args: list[str]) -> tuple[list[subprocess.Pop
     return procs, urls
 
 
-class _RouterThread:
-    """The router app in this process, on its own event loop thread."""
-
-    def __init__(self, config: RouterConfig):
-        import uvicorn
-
-        self.server = uvicorn.Server(uvicorn.Config(create_router_app(config), host="127.0.0.1",
-                                                    port=config.port, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.base_url = f"http://127.0.0.1:{config.port}"
-
-    def __enter__(self) -> _RouterThread:
-        self.thread.start()
-        while not self.server.started:
-            if not self.thread.is_alive():
-                raise RuntimeError("router did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-
 def _router_counts(base_url: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in httpx.get(base_url + "/metrics").text.splitlines():
@@ -91,7 +65,7 @@ def run_policy(args, urls: list[str], policy: str, model: str) -> dict[str, Any]
     for url in urls:
         httpx.post(url + "/flush_cache", timeout=60).raise_for_status()
     config = RouterConfig(worker_urls=tuple(urls), port=free_port(), policy=policy)
-    with _RouterThread(config) as router:
+    with AppThread(create_router_app(config), config.port) as router:
         load = argparse.Namespace(base_url=router.base_url, timeout=args.timeout, api_key=None,
                                   concurrency=args.concurrency, request_rate=float("inf"), seed=args.seed)
         samples, duration = asyncio.run(run_load(load, model, make_workload(args)))
@@ -151,10 +125,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "kv_cache_memory": None if args.worker_urls else args.kv_cache_memory,
               "results": results}
     _print(report)
-    path = Path(args.output or f"bench_results/router_{time.strftime('%Y%m%d_%H%M%S')}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, default=str))
-    print(f"\nwrote {path}")
+    write_report(report, args.output or f"bench_results/router_{time.strftime('%Y%m%d_%H%M%S')}.json")
     return report
 
 

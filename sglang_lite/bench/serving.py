@@ -20,10 +20,11 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
+
+from sglang_lite.bench.report import write_report
 
 PERSON_SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
@@ -230,10 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "result": summarize(samples, duration), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
     _print(report)
     tag = f"c{args.concurrency}" if args.concurrency else f"r{args.request_rate}"
-    path = Path(args.output or f"bench_results/serving_{args.workload}_{tag}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, default=str))
-    print(f"\nwrote {path}")
+    write_report(report, args.output or f"bench_results/serving_{args.workload}_{tag}.json")
     return report
 
 

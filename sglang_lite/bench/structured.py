@@ -10,11 +10,10 @@ produced (ignore_eos), so the comparison is tokens per second for the same token
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 from sglang_lite import Engine
+from sglang_lite.bench.report import write_report
 
 # Long fixed keys: most of each output is forced text that jump-forward skips.
 SCHEMA = {
@@ -75,10 +74,7 @@ def main(argv=None) -> None:
     for name in ("unconstrained", "constrained", "constrained+jump-forward"):
         r = rows[name]
         print(f"{name:<26}{r['seconds']:>9.2f}{r['tokens']:>8}{r['tok_per_s']:>9.1f}{r['tok_per_s'] / base:>8.2f}x")
-    path = Path(args.output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rows, indent=2))
-    print(f"wrote {path}")
+    write_report(rows, args.output)
 
 
 if __name__ == "__main__":

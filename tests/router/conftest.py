@@ -7,15 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from sglang_lite.loopback import ServerStartError, free_port, wait_until_healthy
+from sglang_lite.loopback import AppThread, ServerStartError, free_port, wait_until_healthy
 from sglang_lite.router import RouterConfig, create_router_app
 
 # One running request per replica: a second one queues, so a killed replica has requests that
@@ -62,28 +60,9 @@ def start_dp(log_path: Path, n: int, *flags: str, timeout_s: float = 300) -> Dat
     return DataParallel(proc, base, urls, log_path)
 
 
-class LiveRouter:
+class LiveRouter(AppThread):
     def __init__(self, config: RouterConfig):
-        import uvicorn
-
-        self.app = create_router_app(config)
-        self.base_url = f"http://127.0.0.1:{config.port}"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=config.port,
-                                                    log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, name="test-router", daemon=True)
-
-    def __enter__(self) -> LiveRouter:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("router did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
+        super().__init__(create_router_app(config), config.port, name="test-router")
 
 
 def router(urls: list[str], policy: str = "cache_aware", **options) -> LiveRouter:

@@ -144,8 +144,8 @@ def test_worker_dns_discovers_the_replica_set():
 def test_router_without_a_live_replica_answers_cleanly():
     import httpx
 
+    from sglang_lite.loopback import free_port
     from tests.router.conftest import metric_sum, router, router_metrics
-    from tests.server.conftest import free_port
 
     with router([f"http://127.0.0.1:{free_port()}"], health_check_interval=60) as r:
         assert httpx.get(r.base_url + "/health").status_code == 503

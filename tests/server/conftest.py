@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import httpx
 import pytest
 
 from sglang_lite import Engine, loopback
-from sglang_lite.loopback import free_port
 from sglang_lite.server import create_app
 
 # Small on purpose: max_running_requests forces queueing in the load test.
@@ -28,30 +26,11 @@ def wait_until_healthy(proc, base_url: str, timeout_s: float = 120) -> None:
         raise RuntimeError(f"{e}: {proc.stdout.read()[-3000:]}") from e
 
 
-class LiveServer:
+class LiveServer(loopback.AppThread):
+    """The server app without its lifespan: the engine fixture owns the engine."""
+
     def __init__(self, app):
-        import uvicorn
-
-        self.app = app
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="test-uvicorn", daemon=True)
-
-    def start(self) -> LiveServer:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("server did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
+        super().__init__(app, lifespan="off", name="test-uvicorn")
 
 
 @pytest.fixture(scope="session")

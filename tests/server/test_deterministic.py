@@ -14,8 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from sglang_lite.loopback import free_port
 from sglang_lite.server.args import parse_args
-from tests.server.conftest import free_port, wait_until_healthy
+from tests.server.conftest import wait_until_healthy
 
 PREFIX = "The history of the city is long and complicated. " * 3
 PROMPTS = [PREFIX + f"Question {i}: tell me about number {i * 7}." for i in range(3)] + ["List three colors:"]

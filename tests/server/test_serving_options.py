@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from sglang_lite.loopback import free_port
 from sglang_lite.server import create_app
 from sglang_lite.server.args import parse_args
 from sglang_lite.server.serving_options import (
@@ -157,7 +158,6 @@ def test_serve_command_wires_the_flags(tmp_path):
     import subprocess
     import sys
 
-    from tests.server.conftest import free_port
 
     port = free_port()
     (tmp_path / "generation_config.json").write_text(json.dumps({"max_new_tokens": 3, "temperature": 0}))

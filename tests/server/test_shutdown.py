@@ -14,7 +14,8 @@ import time
 
 import httpx
 
-from tests.server.conftest import free_port, wait_until_healthy
+from sglang_lite.loopback import free_port
+from tests.server.conftest import wait_until_healthy
 
 KEYS = {"file": "key-from-file", "env": "key-from-env"}
 
