@@ -20,6 +20,7 @@ from sglang_lite.router.proxy import ClientGone, Forwarder
 from sglang_lite.router.replica import ReplicaSet
 from sglang_lite.router.request_key import RequestKey, request_key
 from sglang_lite.router.sessions import SessionTable
+from sglang_lite.server.limits import BodyLimitMiddleware, BodyLimits
 
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 _CONTENT_TYPE_PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
@@ -54,6 +55,9 @@ def create_router_app(config: RouterConfig) -> FastAPI:
     app = FastAPI(title="sglang-lite router", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.replicas, app.state.metrics, app.state.config = replicas, metrics, config
     app.add_exception_handler(ClientGone, _client_gone)
+    # The replicas check bodies too; the router must not buffer or parse an unbounded one first.
+    limits = BodyLimits() if config.max_request_bytes is None else BodyLimits(config.max_request_bytes)
+    app.add_middleware(BodyLimitMiddleware, limits=limits)
     for path in GENERATION_PATHS:
         app.add_api_route(path, _generation, methods=["POST"])
     app.add_api_route("/v1/models", _passthrough, methods=["GET"])

@@ -25,6 +25,7 @@ class RouterConfig:
     health_check_timeout: float = 5.0
     health_failure_threshold: int = 2
     request_timeout: float = 600.0
+    max_request_bytes: int | None = None  # larger bodies: 413, never read whole; None: serve's default
     log_level: str = "info"
 
     def __post_init__(self):
@@ -43,6 +44,8 @@ class RouterConfig:
             raise ValueError("balance_abs_threshold / balance_rel_threshold: must be >= 0 / >= 1")
         if self.health_check_interval <= 0 or self.health_failure_threshold < 1:
             raise ValueError("health_check_interval / health_failure_threshold: must be > 0 / >= 1")
+        if self.max_request_bytes is not None and self.max_request_bytes < 1:
+            raise ValueError("max_request_bytes: must be >= 1")
 
 
 # (flag, destination, type, default, help): shared by `sglang-lite router` (--policy) and
@@ -85,18 +88,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--log-level", default="info")
+    p.add_argument("--max-request-bytes", type=int, default=None,
+                   help="larger request bodies get 413 (default: sglang-lite serve's, 16 MiB)")
     add_routing_flags(p)
     return p
 
 
 def config_from(options: dict, worker_urls: list[str], host: str, port: int,
-                log_level: str = "info") -> RouterConfig:
+                log_level: str = "info", max_request_bytes: int | None = None) -> RouterConfig:
     """``options``: the routing flags' values by destination (``policy``, ``cache_threshold``, ...)."""
     return RouterConfig(worker_urls=tuple(worker_urls), host=host, port=port, log_level=log_level,
-                        **options)
+                        max_request_bytes=max_request_bytes, **options)
 
 
 def parse_args(argv: list[str]) -> RouterConfig:
     ns = vars(build_parser().parse_args(argv))
-    base = {k: ns.pop(k) for k in ("worker_urls", "host", "port", "log_level")}
+    base = {k: ns.pop(k) for k in ("worker_urls", "host", "port", "log_level", "max_request_bytes")}
     return config_from(ns, **base)

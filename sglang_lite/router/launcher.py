@@ -41,7 +41,8 @@ def launch_replicas_and_router(args, argv: list[str]) -> int:
             log.error("replica %s", e)
             return 1
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        config = config_from(args.router_options, urls, args.host, args.port, args.log_level)
+        config = config_from(args.router_options, urls, args.host, args.port, args.log_level,
+                             args.max_request_bytes)
         log.info("%d replicas up (%s); starting the router", args.dp, ", ".join(urls))
         run_router(config)
         return 0

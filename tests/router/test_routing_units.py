@@ -158,3 +158,25 @@ def test_router_without_a_live_replica_answers_cleanly():
         samples = router_metrics(r.base_url)
     assert metric_sum(samples, "sglang_lite_router:requests_total", replica="none", outcome="error") == 1
     assert metric_sum(samples, "sglang_lite_router:replica_healthy") == 0
+
+
+def test_router_refuses_oversized_and_too_deep_bodies_itself():
+    import httpx
+
+    from sglang_lite.loopback import free_port
+    from tests.router.conftest import metric_sum, router, router_metrics
+
+    assert parse_args(["--worker-urls", "http://a:1", "--max-request-bytes", "4096"]).max_request_bytes == 4096
+    with pytest.raises(ValueError, match="max_request_bytes"):
+        RouterConfig(worker_urls=("http://a:1",), max_request_bytes=0)
+    with router([f"http://127.0.0.1:{free_port()}"], health_check_interval=60,
+                max_request_bytes=4096) as r:
+        big = httpx.post(r.base_url + "/v1/completions", json={"prompt": "x" * 5000, "max_tokens": 1})
+        assert big.status_code == 413
+        assert big.json()["error"]["code"] == "request_too_large" and big.json()["error"]["param"] == "body"
+        deep = httpx.post(r.base_url + "/v1/completions", content=b"[" * 1000 + b"]" * 1000,
+                          headers={"Content-Type": "application/json"})
+        assert deep.status_code == 400 and "nested deeper" in deep.json()["error"]["message"]
+        samples = router_metrics(r.base_url)
+    # Refused at the door: no routing decision, no attempt on a replica.
+    assert metric_sum(samples, "sglang_lite_router:requests_total") == 0
