@@ -2,8 +2,9 @@
 not answer before anything reached the client.
 
 - Not answering means: the connection failed or broke before the response (or, on a stream,
-  before its first chunk), or the replica said 503 (draining). Such a replica leaves rotation
-  and the request is sent once more to another healthy replica.
+  before its first chunk), or the replica said 503 (draining, or its queue is full). The
+  request is sent once more to another healthy replica; a replica that broke, or said it is
+  draining (``server_draining``), also leaves rotation until a health check finds it back.
 - A stream is relayed only after its first chunk arrived (the server sends nothing before its
   first token), so a retry never repeats output. A stream that breaks after that ends with an
   OpenAI-shaped error event and ``[DONE]``; a stream that ends without ``[DONE]`` does too.
@@ -27,6 +28,7 @@ from sglang_lite.router.policy import Decision, RoutingPolicy
 from sglang_lite.router.replica import Replica, ReplicaSet
 from sglang_lite.router.request_key import RequestKey
 from sglang_lite.router.sessions import SessionTable
+from sglang_lite.server.app import DRAINING_CODE
 
 REPLICA_HEADER = "X-Sglang-Lite-Replica"
 _HOP_BY_HOP = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
@@ -116,7 +118,10 @@ class Forwarder:
                                             headers=headers)
             upstream = await _unless_client_leaves(request, self.client.send(req, stream=True))
             if upstream.status_code == 503:
-                answer = Response(await upstream.aread(), 503, _downstream_headers(upstream, replica))
+                content = await upstream.aread()
+                if _error_code(content) == DRAINING_CODE:
+                    self.health.mark_failed(replica, "draining (answered 503 server_draining)")
+                answer = Response(content, 503, _downstream_headers(upstream, replica))
                 raise _Unanswered(f"{replica.url} answered 503", answer)
             if not (stream and upstream.status_code == 200):
                 content = await _unless_client_leaves(request, upstream.aread())
@@ -207,6 +212,14 @@ def _downstream_headers(upstream: httpx.Response, replica: Replica) -> dict[str,
     headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
     headers[REPLICA_HEADER] = replica.name
     return headers
+
+
+def _error_code(body: bytes) -> str | None:
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error.get("code") if isinstance(error, dict) else None
 
 
 def _error_event(replica: Replica, e: Exception) -> bytes:

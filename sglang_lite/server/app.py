@@ -25,7 +25,9 @@ from sglang_lite.server.serving_options import ServingOptions
 # Reachable without an API key: probes, the API's description and the /ui page (its calls
 # carry the key typed into it); /metrics too with open_metrics, for scrapers that carry no key.
 _OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/ui"})
-# Refused with 503 while draining: everything that would start new work.
+# Refused with 503 while draining: everything that would start new work. The code tells a
+# router this replica is leaving (a full queue is a 503 too, but a passing one).
+DRAINING_CODE = "server_draining"
 _ADMISSION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate", "/health_generate"})
 
 
@@ -99,7 +101,7 @@ class _Gate:
         if state.draining and path in _ADMISSION_PATHS:
             state.metrics.on_rejected()
             return error_response(503, "server is shutting down", "service_unavailable",
-                                  headers={"Retry-After": RETRY_AFTER_SECONDS})
+                                  code=DRAINING_CODE, headers={"Retry-After": RETRY_AFTER_SECONDS})
         return None
 
 
