@@ -312,7 +312,7 @@ class Engine:
                 return False
             self.cache.radix.reset()
             return True
-        return self._mailbox.call(flush)
+        return self._call(flush)
 
     def get_stats(self) -> dict[str, Any]:
         def stats():
@@ -339,7 +339,13 @@ class Engine:
                 "num_jump_forward_tokens": s.num_jump_forward_tokens,
                 "new_token_ratio": self.scheduler.new_token_ratio,
             }
-        return self._mailbox.call(stats)
+        return self._call(stats)
+
+    def _call(self, fn):
+        """``fn()`` on the scheduler thread; after a failure that thread is gone: say why."""
+        if self.failure is not None:
+            raise self.failure
+        return self._mailbox.call(fn)
 
     def shutdown(self) -> None:
         with self._lock:

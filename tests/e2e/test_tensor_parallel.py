@@ -19,7 +19,7 @@ from sglang_lite.errors import RankFailed
 from tests.conftest import assert_no_leak
 
 OPTIONS = {"dtype": "float32", "num_threads": 1, "kv_cache_memory": "48MiB", "chunked_prefill_size": 16,
-           "max_prefill_tokens": 64}
+           "max_prefill_tokens": 64, "num_continuous_decode_steps": 4}
 SYSTEM = "You are a helpful assistant who answers in one short sentence. " * 3
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
                                            "population": {"type": "integer"}},
@@ -118,6 +118,8 @@ def test_a_killed_worker_rank_ends_the_engine_with_a_clear_error(model_dir):
         with pytest.raises(RankFailed, match=r"rank 1 \(pid \d+\) died \(killed by signal 9\)"):
             eng.generate("Hello", {"max_new_tokens": 2})
         assert isinstance(eng.failure, RankFailed)
+        with pytest.raises(RankFailed):
+            eng.get_stats()
         assert elapsed < 10, elapsed
     finally:
         started = time.monotonic()
