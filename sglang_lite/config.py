@@ -100,6 +100,10 @@ class EngineConfig:
     @classmethod
     def create(cls, **options: Any) -> EngineConfig:
         known = {f.name for f in fields(cls)}
+        if "tp_size" in options:  # SGLang's Engine(tp_size=N)
+            if "tp" in options:
+                raise ValueError("tp_size: give tp or tp_size (the same option), not both")
+            options = {("tp" if k == "tp_size" else k): v for k, v in options.items()}
         for key in options:
             if key not in known:
                 raise ValueError(f"engine option: unknown option {key!r} (known: {sorted(known)})")

@@ -6,7 +6,7 @@ each field's kind and length), then every field flattened into one int64 buffer.
 table travels as the batch's own rows (``req_to_token[req_pool_indices, :max(seq_lens)]``), so
 workers keep no request table: on a worker request i reads row i. Fields are walked in
 ``ForwardBatch``'s declared order on both sides, so a field added there travels without
-changes here (tensors of integers and lists of ints; anything else is refused loudly).
+changes here (tensors of integers, lists of ints, None; anything else is refused loudly).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sglang_lite.attention.base import ForwardBatch, ForwardMode
 from sglang_lite.parallel.group import TPComm
 
 OP_FORWARD, OP_STOP = 1, 2
-_TENSOR, _LIST, _TABLE = 1, 2, 3
+_TENSOR, _LIST, _TABLE, _NONE = 1, 2, 3, 4
 _DTYPES = (torch.int64, torch.int32)
 _FIELDS = [f.name for f in dataclasses.fields(ForwardBatch)]
 _HEADER = 4 + 3 * len(_FIELDS)  # op, mode, table width, batch size; (kind, dtype, numel) per field
@@ -60,6 +60,9 @@ def _pack(batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
         if name in _LOCAL:
             header += [0, 0, 0]
             continue
+        if value is None:
+            header += [_NONE, 0, 0]
+            continue
         if name == "req_to_token":
             value, kind = rows, _TABLE
         elif isinstance(value, torch.Tensor):
@@ -82,6 +85,9 @@ def _unpack(meta: list[int], payload: torch.Tensor, device: torch.device) -> For
     for i, name in enumerate(_FIELDS):
         kind, dtype, numel = meta[4 + 3 * i : 7 + 3 * i]
         if name in _LOCAL:
+            continue
+        if kind == _NONE:
+            values[name] = None
             continue
         flat = payload[offset : offset + numel]
         offset += numel

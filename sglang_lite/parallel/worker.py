@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import pickle
+import signal
 import sys
 import threading
 
@@ -27,6 +28,10 @@ log = logging.getLogger("sglang_lite.parallel.worker")
 
 def main() -> int:
     args: WorkerArgs = pickle.load(sys.stdin.buffer)
+    # A worker follows rank 0 alone (a stop plan, or EOF on stdin): a Ctrl-C or a SIGTERM sent
+    # to the whole process group must let rank 0 drain, not kill a rank under it.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     threading.Thread(target=_exit_with_rank0, name="tp-rank0-watch", daemon=True).start()
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s [tp rank {args.rank}] %(message)s")
     cfg = args.config

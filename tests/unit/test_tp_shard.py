@@ -129,3 +129,35 @@ def test_bad_tp_options_are_config_errors(options, field):
 
 def test_tp_resolves_quantization_auto_to_none():
     assert EngineConfig.create(device="cpu", tp=2).quantization == "none"
+
+
+def test_tp_size_is_sglangs_name_for_tp():
+    assert EngineConfig.create(device="cpu", tp_size=3).tp == 3
+    with pytest.raises(ValueError, match="^tp_size: "):
+        EngineConfig.create(device="cpu", tp=2, tp_size=2)
+
+
+def test_a_plan_rebuilds_the_forward_batch_with_its_own_page_table_rows():
+    """What a worker runs: the same tensors, and request i's slots in row i of the table."""
+    from sglang_lite.attention.base import ForwardBatch, ForwardMode
+    from sglang_lite.parallel.plan import _pack, _unpack
+
+    table = torch.arange(6 * 40, dtype=torch.int32).view(6, 40)  # 6 request rows
+    rows, prefix, extend = [4, 1], [5, 0], [1, 3]
+    seq = [p + n for p, n in zip(prefix, extend)]
+    fb = ForwardBatch(
+        mode=ForwardMode.EXTEND, input_ids=torch.tensor([7, 8, 9, 10]), positions=torch.tensor([5, 0, 1, 2]),
+        out_cache_loc=torch.tensor([165, 40, 41, 42]), req_pool_indices=torch.tensor(rows),
+        seq_lens=torch.tensor(seq), prefix_lens=torch.tensor(prefix), extend_lens=torch.tensor(extend),
+        extend_start_loc=torch.tensor([0, 1]), logits_indices=torch.tensor([0, 3]), req_to_token=table,
+        seq_lens_cpu=seq, prefix_lens_cpu=prefix, extend_lens_cpu=extend, req_pool_indices_cpu=rows)
+    header, payload = _pack(fb)
+    got = _unpack(header.tolist(), payload, torch.device("cpu"))
+    assert got.mode is ForwardMode.EXTEND and got.req_pool_indices_cpu == [0, 1]
+    for name in ("input_ids", "positions", "out_cache_loc", "seq_lens", "prefix_lens", "extend_lens",
+                 "extend_start_loc", "logits_indices"):
+        assert torch.equal(getattr(got, name), getattr(fb, name)), name
+    assert (got.seq_lens_cpu, got.prefix_lens_cpu, got.extend_lens_cpu) == (seq, prefix, extend)
+    assert got.req_to_token.dtype == torch.int32
+    for i, row in enumerate(rows):
+        assert torch.equal(got.req_to_token[got.req_pool_indices[i], : seq[i]], table[row, : seq[i]])
