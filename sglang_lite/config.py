@@ -178,9 +178,9 @@ class EngineConfig:
             raise ValueError(f"tp: must be an integer >= 1, got {self.tp!r}")
         if self.tp == 1:
             return
-        if self.quantization not in ("none", "auto"):
-            raise ValueError(f"quantization: {self.quantization!r} is not sharded across ranks; "
-                             f"tp={self.tp} needs quantization 'none'")
+        if self.quantization == "gguf":
+            raise ValueError(f"quantization: 'gguf' keeps a GGUF file's blocks, which are not sharded "
+                             f"across ranks; tp={self.tp} needs quantization none, int8, int4 or fp8")
         if self.device.startswith("cuda"):
             index = torch.device(self.device).index or 0
             if index + self.tp > torch.cuda.device_count():

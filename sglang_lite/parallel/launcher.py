@@ -35,6 +35,7 @@ from sglang_lite.model.loader import ModelSource, load_model
 from sglang_lite.parallel.group import MASTER_ADDR, TPComm, rank_device
 from sglang_lite.parallel.plan import send_stop
 from sglang_lite.parallel.shard import ShardLayout, plan_layout, shard_model
+from sglang_lite.quant.apply import quantize_model
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +60,16 @@ class WorkerArgs:
 def load_shard(cfg: EngineConfig, source: ModelSource, layout: ShardLayout, rank: int,
                comm: TPComm | None, device: torch.device) -> torch.nn.Module:
     """Rank ``rank``'s shard: the model loaded on the CPU, cut down, then moved to ``device``
-    (so a GPU never holds more than its share)."""
+    (so a GPU never holds more than its share), then packed if ``cfg.quantization`` asks. The
+    int4 / fp8 groups (32 input features) fall inside one rank's slice of a row-parallel
+    weight, so each rank packs exactly the codes tp=1 would; int8's per-row scales of O and
+    down are computed over each rank's slice."""
     model = load_model(source, cfg.torch_dtype, torch.device("cpu"), cfg.seed, "none")
     model = shard_model(model, layout, rank, comm).to(device)
     model.tie_weights()
     model.build_rope_tables(device)
+    if cfg.quantization != "none":
+        quantize_model(model, cfg.quantization)
     return model
 
 
