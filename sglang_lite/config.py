@@ -87,7 +87,10 @@ class EngineConfig:
     num_continuous_decode_steps: int | None = None
     seed: int = 0  # dummy weights
     stream_interval: int = 1
-    num_threads: int | None = None  # CPU torch threads
+    num_threads: int | None = None  # CPU torch threads (per rank; tp > 1 on CPU: cores // tp)
+    # Tensor parallelism: ranks sharding the model (parallel/): rank 0 runs the engine, the
+    # other ranks are processes it starts itself (gloo on CPU, NCCL on CUDA, one GPU each).
+    tp: int = 1
     # Constraint compiles: 0 -> in the caller's thread (offline use); N -> N worker processes
     # (the server's default), each compile killed past grammar_compile_timeout seconds.
     grammar_compile_workers: int = 0
@@ -97,6 +100,10 @@ class EngineConfig:
     @classmethod
     def create(cls, **options: Any) -> EngineConfig:
         known = {f.name for f in fields(cls)}
+        if "tp_size" in options:  # SGLang's Engine(tp_size=N)
+            if "tp" in options:
+                raise ValueError("tp_size: give tp or tp_size (the same option), not both")
+            options = {("tp" if k == "tp_size" else k): v for k, v in options.items()}
         for key in options:
             if key not in known:
                 raise ValueError(f"engine option: unknown option {key!r} (known: {sorted(known)})")
@@ -106,8 +113,8 @@ class EngineConfig:
         dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if on_gpu or native_cpu_bf16() else "float32")
         kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, dtype)
         quantization = cfg.quantization
-        if quantization == "auto":  # the quantized kernels are not batch-invariant
-            quantization = "none" if cfg.deterministic else _auto_quantization(cfg.model)
+        if quantization == "auto":  # the quantized kernels are not batch-invariant; nor sharded
+            quantization = "none" if cfg.deterministic or cfg.tp != 1 else _auto_quantization(cfg.model)
         backend = cfg.attention_backend
         if backend == "auto":  # the triton kernels read the pool in the model's own dtype
             backend = ("invariant" if cfg.deterministic
@@ -164,12 +171,28 @@ class EngineConfig:
         if self.schedule_policy not in ("lpm", "fcfs"):
             raise ValueError("schedule_policy: must be 'lpm' or 'fcfs'")
         parse_size(self.kv_cache_memory)
+        self._validate_tp()
+
+    def _validate_tp(self) -> None:
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
+            raise ValueError(f"tp: must be an integer >= 1, got {self.tp!r}")
+        if self.tp == 1:
+            return
+        if self.quantization == "gguf":
+            raise ValueError(f"quantization: 'gguf' keeps a GGUF file's blocks, which are not sharded "
+                             f"across ranks; tp={self.tp} needs quantization none, int8, int4 or fp8")
+        if self.device.startswith("cuda"):
+            index = torch.device(self.device).index or 0
+            if index + self.tp > torch.cuda.device_count():
+                raise ValueError(f"tp: {self.tp} ranks need {self.tp} GPUs from {self.device}, "
+                                 f"found {torch.cuda.device_count()}")
 
     @property
     def cuda_graph_batch_limit(self) -> int:
         """Largest decode batch captured in a CUDA graph; 0 = no graphs (CPU, torch backend,
         or disabled)."""
-        if self.disable_cuda_graph or not self.device.startswith("cuda") or self.attention_backend != "triton":
+        if (self.disable_cuda_graph or not self.device.startswith("cuda") or self.attention_backend != "triton"
+                or self.tp > 1):  # graphs would have to capture the workers' plans too
             return 0
         return min(self.cuda_graph_max_bs, self.max_running_requests)
 

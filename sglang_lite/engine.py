@@ -47,7 +47,20 @@ class Engine:
         if cfg.num_threads and cfg.device == "cpu":
             torch.set_num_threads(cfg.num_threads)
         self.source = resolve_model(cfg.model, cfg.tokenizer, cfg.revision)
-        self.model = load_model(self.source, cfg.torch_dtype, cfg.torch_device, cfg.seed, cfg.quantization)
+        self.tp = self._launch_tp(options.get("attention_backend", "auto"))
+        try:
+            self._build(options)
+        except BaseException:
+            if self.tp is not None:
+                self.tp.close()
+            raise
+
+    def _build(self, options: dict[str, Any]) -> None:
+        cfg = self.config
+        if self.tp is not None:
+            self.model = self.tp.load_model()
+        else:
+            self.model = load_model(self.source, cfg.torch_dtype, cfg.torch_device, cfg.seed, cfg.quantization)
         log.info("weights: %.1f MB resident (%s, quantization %s)", resident_weight_bytes(self.model) / 1e6,
                  cfg.dtype, cfg.quantization)
         self.model_config = self.model.config
@@ -62,8 +75,14 @@ class Engine:
         backend = create_backend(cfg.attention_backend, self.kv_pool)
         if cfg.deterministic:
             self._check_batch_invariance()
-        runner = ModelRunner(self.model, backend, self.req_pool, cfg.torch_device,
-                             cuda_graph_max_bs=cfg.cuda_graph_batch_limit, deterministic=cfg.deterministic)
+        runner_args = (self.model, backend, self.req_pool, cfg.torch_device)
+        runner_options = {"cuda_graph_max_bs": cfg.cuda_graph_batch_limit, "deterministic": cfg.deterministic}
+        if self.tp is not None:
+            from sglang_lite.parallel.runner import TPModelRunner
+
+            runner = TPModelRunner(self.tp, *runner_args, **runner_options)
+        else:
+            runner = ModelRunner(*runner_args, **runner_options)
         radix, policy = self._build_radix()
         if radix is None and cfg.enable_priority_scheduling:
             policy = self._schedule_policy()  # priority ordering needs no prefix cache
@@ -81,12 +100,45 @@ class Engine:
         self._mailbox = Mailbox()
         self._in_flight = 0
         self._lock = threading.Lock()
-        self._closed = False
+        self._closed = False  # no new requests (after shutdown, or a failure)
+        self._shut_down = False
+        self.failure: Exception | None = None  # why the engine stopped on its own (a dead rank)
+        self._failure_listeners: list = []
+        if self.tp is not None:
+            self.tp.on_failure(self._on_rank_failure)
         self._thread = threading.Thread(target=self._mailbox.serve, args=(self.scheduler,),
                                         name="sglang-lite-scheduler", daemon=True)
         self._thread.start()
 
     # ---- construction helpers ---------------------------------------------------------------
+    def _launch_tp(self, requested_backend: str):
+        """Tensor parallelism: start the worker ranks before this rank loads (they load in
+        parallel); None for tp == 1."""
+        if self.config.tp == 1:
+            return None
+        from sglang_lite.model.loader import load_model_config
+        from sglang_lite.parallel.launcher import TensorParallel
+
+        return TensorParallel(self.config, self.source, load_model_config(self.source), requested_backend)
+
+    def _on_rank_failure(self, error: Exception) -> None:
+        """A rank died (watcher thread): refuse new work, fail what runs, tell listeners."""
+        with self._lock:
+            self.failure = error
+            self._closed = True
+            listeners = list(self._failure_listeners)
+        self._mailbox.put(Stop(str(error)))
+        for fn in listeners:
+            fn(error)
+
+    def on_failure(self, fn) -> None:
+        """Call ``fn(error)`` if the engine stops on its own (tensor parallelism: a rank died)."""
+        with self._lock:
+            self._failure_listeners.append(fn)
+            failure = self.failure
+        if failure is not None:
+            fn(failure)
+
     def _check_batch_invariance(self) -> None:
         from sglang_lite.attention.invariant_backend import BLOCK
         from sglang_lite.model.batch_invariant import check_batch_invariance
@@ -104,18 +156,12 @@ class Engine:
     def _build_kv_pool(self) -> KVPool:
         cfg, mc = self.config, self.model_config
         fmt = cfg.kv_format
-        per_token = KVPool.bytes_per_token(mc.num_layers, mc.num_kv_heads, mc.head_dim, cfg.torch_dtype, fmt)
-        if cfg.max_total_tokens is not None:
-            tokens = cfg.max_total_tokens
-        elif cfg.device.startswith("cuda"):
-            free, total = torch.cuda.mem_get_info(cfg.torch_device)
-            tokens = int(free - total * (1 - cfg.mem_fraction_static)) // per_token
-        else:
-            tokens = parse_size(cfg.kv_cache_memory) // per_token
-        num_pages = tokens // cfg.page_size + 1  # + the reserved padding page
-        if num_pages < 2:
-            raise ValueError(f"kv_cache_memory: too small for one page of {cfg.page_size} tokens")
-        pool = KVPool(num_pages, cfg.page_size, mc.num_layers, mc.num_kv_heads, mc.head_dim,
+        num_kv_heads = mc.num_kv_heads if self.tp is None else self.tp.num_kv_heads  # this rank's heads
+        per_token = KVPool.bytes_per_token(mc.num_layers, num_kv_heads, mc.head_dim, cfg.torch_dtype, fmt)
+        num_pages = kv_pool_pages(cfg, mc, num_kv_heads, cfg.torch_device)
+        if self.tp is not None:  # every rank's pool has the same slots
+            num_pages = self.tp.agree_num_pages(num_pages)
+        pool = KVPool(num_pages, cfg.page_size, mc.num_layers, num_kv_heads, mc.head_dim,
                       cfg.torch_dtype, cfg.torch_device, fmt)
         log.info("KV pool: %d tokens (%d pages of %d), %.1f MiB, kv_cache_dtype %s (%d bytes a token)",
                  pool.allocator.num_usable_pages * cfg.page_size, pool.allocator.num_usable_pages,
@@ -164,7 +210,7 @@ class Engine:
     def _submit(self, req: Req, sink) -> None:
         with self._lock:
             if self._closed:
-                raise EngineShutDown()
+                raise self.failure or EngineShutDown()
             if self._in_flight >= self.config.max_queue_size + self.config.max_running_requests:
                 raise QueueFullError(f"queue: more than {self.config.max_queue_size} waiting requests")
             self._in_flight += 1
@@ -266,7 +312,7 @@ class Engine:
                 return False
             self.cache.radix.reset()
             return True
-        return self._mailbox.call(flush)
+        return self._call(flush)
 
     def get_stats(self) -> dict[str, Any]:
         def stats():
@@ -293,20 +339,46 @@ class Engine:
                 "num_jump_forward_tokens": s.num_jump_forward_tokens,
                 "new_token_ratio": self.scheduler.new_token_ratio,
             }
-        return self._mailbox.call(stats)
+        return self._call(stats)
+
+    def _call(self, fn):
+        """``fn()`` on the scheduler thread; after a failure that thread is gone: say why."""
+        if self.failure is not None:
+            raise self.failure
+        return self._mailbox.call(fn)
 
     def shutdown(self) -> None:
         with self._lock:
-            if self._closed:
+            if self._shut_down:
                 return
-            self._closed = True
+            self._shut_down = self._closed = True
         self._mailbox.put(Stop())
         self._thread.join(timeout=30)
         if self.scheduler.grammar_backend is not None:
             self.scheduler.grammar_backend.close()
+        if self.tp is not None:
+            self.tp.close()
 
     def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def kv_pool_pages(cfg: EngineConfig, mc, num_kv_heads: int, device: torch.device) -> int:
+    """Pages (the reserved one included) of a KV pool holding ``num_kv_heads`` heads a layer:
+    ``max_total_tokens``, else the GPU's free memory share, else ``kv_cache_memory`` (per rank
+    under tensor parallelism)."""
+    per_token = KVPool.bytes_per_token(mc.num_layers, num_kv_heads, mc.head_dim, cfg.torch_dtype, cfg.kv_format)
+    if cfg.max_total_tokens is not None:
+        tokens = cfg.max_total_tokens
+    elif device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        tokens = int(free - total * (1 - cfg.mem_fraction_static)) // per_token
+    else:
+        tokens = parse_size(cfg.kv_cache_memory) // per_token
+    num_pages = tokens // cfg.page_size + 1  # + the reserved padding page
+    if num_pages < 2:
+        raise ValueError(f"kv_cache_memory: too small for one page of {cfg.page_size} tokens")
+    return num_pages

@@ -131,7 +131,18 @@ class EngineShutDown(Unavailable):
         super().__init__(detail)
 
 
+class RankFailed(EngineShutDown):
+    """A tensor-parallel rank died or its collectives failed: the engine is shut down (the
+    ranks cannot continue out of step), and every request fails with this message."""
+
+    default_code = "rank_failed"
+    client_message = None
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+
+
 __all__ = [
     "CompileBusyError", "CompileWorkerError", "ConstraintRefused", "ContextLengthExceeded",
-    "EngineShutDown", "InvalidRequest", "QueueFullError", "RequestError", "Unavailable",
+    "EngineShutDown", "InvalidRequest", "QueueFullError", "RankFailed", "RequestError", "Unavailable",
 ]

@@ -79,9 +79,7 @@ class ModelRunner:
         if self.graph_runner is not None and self.graph_runner.can_run(batch):
             return self.graph_runner.forward(batch)
         fb, lp_positions = self.build_forward_batch(batch)
-        self.backend.init_forward_metadata(fb)
-        with self._numerics():
-            logits = self.model(fb, self.backend)  # [rows, vocab]
+        logits = self.run_model(fb)  # [rows, vocab]
         if not any(lp_positions):
             return logits
         last_rows, row = [], 0
@@ -110,11 +108,15 @@ class ModelRunner:
         for i in range(steps):
             if i:
                 fb = _next_decode_step(fb, out[i - 1], slots[i])
-            self.backend.init_forward_metadata(fb)
-            with self._numerics():
-                logits = self.model(fb, self.backend)
-            out[i] = sample_next(logits)
+            out[i] = sample_next(self.run_model(fb))
         return out.T.tolist()
+
+    def run_model(self, fb: ForwardBatch) -> torch.Tensor:
+        """One forward of the model over ``fb``: logits [rows, vocab] fp32. The tensor-parallel
+        runner (parallel/runner.py) hooks here to send the plan to its workers first."""
+        self.backend.init_forward_metadata(fb)
+        with self._numerics():
+            return self.model(fb, self.backend)
 
 
 def _next_decode_step(fb: ForwardBatch, input_ids: torch.Tensor, out_cache_loc: torch.Tensor) -> ForwardBatch:

@@ -15,6 +15,7 @@ plain-torch path's, which CPUs run (``use_fused_ops`` chooses).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,9 @@ from kernels.rmsnorm import rmsnorm
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch
 from sglang_lite.model.config import ModelConfig
 from sglang_lite.model.rope import RotaryEmbedding
+
+if TYPE_CHECKING:
+    from sglang_lite.parallel.shard import ModelShard
 
 
 class RMSNorm(nn.Module):
@@ -65,6 +69,7 @@ class Attention(nn.Module):
         # that lacks a feature sees it asked for and refuses.
         self.attn_options = {k: v for k, v in (("sliding_window", cfg.window(layer_id)),
                                                ("logit_softcap", cfg.attn_logit_softcap)) if v is not None}
+        self.tp: ModelShard | None = None  # tensor parallelism: o_proj is row-parallel
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend, rope_batches) -> torch.Tensor:
         # x: [T, hidden]
@@ -77,7 +82,8 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rope(rope_batches[self.rope_index], q, k)
         o = backend.forward(q, k, v, self.layer_id, batch, self.sm_scale, **self.attn_options)  # [T, Hq, D]
-        return self.o_proj(o.reshape(-1, self.q_size))
+        out = self.o_proj(o.reshape(-1, self.q_size))
+        return out if self.tp is None else self.tp.all_reduce(out)
 
 
 class MLP(nn.Module):
@@ -87,6 +93,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
         self.gelu = cfg.hidden_act == "gelu_pytorch_tanh"
         self.fused: bool | None = None
+        self.tp: ModelShard | None = None  # tensor parallelism: down_proj is row-parallel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
@@ -95,7 +102,8 @@ class MLP(nn.Module):
             act = F.gelu(gate, approximate="tanh") * up
         else:
             act = silu_and_mul(gate_up) if runs_fused(self.fused, x) else silu_and_mul_ref(gate_up)
-        return self.down_proj(act)
+        out = self.down_proj(act)
+        return out if self.tp is None else self.tp.all_reduce(out)
 
 
 class DecoderLayer(nn.Module):
@@ -142,6 +150,8 @@ class LlamaForCausalLM(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.tie_weights()
+        # Tensor parallelism (parallel/shard.py): vocabulary-parallel embedding and LM head.
+        self.tp: ModelShard | None = None
 
     def _layer_rope(self, layer_id: int) -> tuple[RotaryEmbedding, int]:
         if self.local_rope is not None and self.config.window(layer_id) is not None:
@@ -170,7 +180,8 @@ class LlamaForCausalLM(nn.Module):
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
         """Logits [B, vocab] (fp32) at each request's last new token."""
-        x = self.embed_tokens(batch.input_ids)  # [T, hidden]
+        ids = batch.input_ids
+        x = self.embed_tokens(ids) if self.tp is None else self.tp.embed(self.embed_tokens, ids)  # [T, hidden]
         if self.config.embed_scale is not None:
             x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)
         rope_batches = [rope.prepare(batch.positions) for rope in self.ropes]
@@ -180,6 +191,8 @@ class LlamaForCausalLM(nn.Module):
         rows = batch.logits_indices
         x, _ = self.norm(x[rows], residual[rows])  # [B, hidden]
         logits = self.lm_head(x).float()
+        if self.tp is not None:
+            logits = self.tp.gather_logits(logits)  # [B, vocab]
         cap = self.config.final_logit_softcap
         return logits if cap is None else torch.tanh(logits / cap) * cap
 

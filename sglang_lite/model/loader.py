@@ -165,14 +165,18 @@ def _dequantize_into(gguf_path: Path, out: Path) -> None:
         hf.generation_config.save_pretrained(out)
 
 
+def load_model_config(source: ModelSource) -> ModelConfig:
+    """The architecture of ``source``, read without loading any weight."""
+    if source.dummy_preset is not None:
+        return PRESETS[source.dummy_preset]
+    return ModelConfig.from_hf(json.loads((source.path / "config.json").read_text()))
+
+
 def load_model(source: ModelSource, dtype: torch.dtype, device: torch.device, seed: int = 0,
                quantization: str = "none"):
     """Build our model for ``source`` on ``device`` and fill its weights; ``quantization``
     (``sglang_lite.quant.QUANTIZATIONS``) packs them at load or keeps a GGUF file's blocks."""
-    if source.dummy_preset is not None:
-        cfg = PRESETS[source.dummy_preset]
-    else:
-        cfg = ModelConfig.from_hf(json.loads((source.path / "config.json").read_text()))
+    cfg = load_model_config(source)
     # Built on the meta device: no time spent on default initialization, since every
     # parameter is filled below (load_weights raises on a missing one).
     with torch.device("meta"):

@@ -8,6 +8,7 @@ import sys
 
 import uvicorn
 
+from sglang_lite.errors import RankFailed
 from sglang_lite.server.app import create_app
 from sglang_lite.server.args import ServerArgs, parse_args
 from sglang_lite.server.auth import load_api_keys
@@ -40,7 +41,7 @@ def main(argv: list[str]) -> int:
         # A server compiles constraints in worker processes unless told otherwise.
         engine = Engine(args.model, **{"grammar_compile_workers": 2, **args.engine_options})
         serving = serving_options(args, engine.source.path)
-    except ValueError as e:
+    except (ValueError, RankFailed) as e:  # a bad option, or a rank that died while starting
         print(f"sglang-lite serve: {e}", file=sys.stderr)
         return 2
     app = create_app(engine, args.served_model_name, api_keys, open_metrics=args.open_metrics,
@@ -51,6 +52,7 @@ def main(argv: list[str]) -> int:
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=5, lifespan="off")
     server = DrainingServer(config, app.state, args.shutdown_timeout)
+    engine.on_failure(lambda error: _stop_on_engine_failure(server, error))
     # uvicorn re-raises the signal it caught once it has shut down; make that a no-op so a
     # graceful SIGTERM ends with exit status 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -60,7 +62,17 @@ def main(argv: list[str]) -> int:
         server.run()
     finally:
         engine.shutdown()
+    if engine.failure is not None:
+        print(f"sglang-lite serve: {engine.failure}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _stop_on_engine_failure(server: DrainingServer, error: Exception) -> None:
+    """The engine stopped on its own (a tensor-parallel rank died): its requests have failed
+    with the error; the server goes down instead of answering 503 for ever."""
+    log.error("engine failed, shutting the server down: %s", error)
+    server.should_exit = True
 
 
 def serving_options(args: ServerArgs, model_path) -> ServingOptions:

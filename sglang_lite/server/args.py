@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     engine = p.add_argument_group("engine options")
     engine.add_argument("--enable-deterministic-inference", dest="engine__deterministic", action="store_true",
                         default=argparse.SUPPRESS, help="SGLang's name for --deterministic")
+    engine.add_argument("--tp-size", dest="engine__tp", type=int, default=argparse.SUPPRESS,
+                        help="SGLang's name for --tp (tensor-parallel ranks)")
     for f in fields(EngineConfig):
         if f.name == "model":
             continue

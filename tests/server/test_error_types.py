@@ -15,6 +15,7 @@ from sglang_lite.server.errors import api_error, install_error_handlers
 SCHEMA_DETAIL = "JSON Schema keyword 'not' at /properties/a/not is not supported"
 
 # (error, engine field names?) -> (status, type, param, code, message, Retry-After?, extra fields)
+_RANK_DIED = "tensor parallelism: rank 1 (pid 7) died (killed by signal 9); the engine is shut down"
 CASES = {
     "invalid": (errors.InvalidRequest("temperature", "must be >= 0.0, got -1"), False,
                 (400, "invalid_request_error", "temperature", "invalid_value",
@@ -62,6 +63,8 @@ CASES = {
                         "constraint compile worker did not start", True, {})),
     "shut_down": (errors.EngineShutDown(), False,
                   (503, "service_unavailable", None, "unavailable", "server is shutting down", True, {})),
+    "rank_failed": (errors.RankFailed(_RANK_DIED), False,
+                    (503, "service_unavailable", None, "rank_failed", _RANK_DIED, True, {})),
     "unavailable": (errors.Unavailable("busy"), False,
                     (503, "service_unavailable", None, "unavailable", "busy", True, {})),
     "base": (errors.RequestError("rid", "a request with rid 'x' is already running", code="duplicate_rid"), False,
