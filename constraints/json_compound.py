@@ -163,7 +163,8 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
     watched = list(dict.fromkeys(n for name, needed in deps.items() for n in (name, *needed)))
     for name in [*required, *watched, *_enumerated_names(schema.get("propertyNames"))]:
         if name not in props:
-            props[name] = True if _matching(patterns, name, ptr) else (extra if extra is not None else False)
+            # An undeclared name takes any value where additionalProperties is absent.
+            props[name] = True if _matching(patterns, name, ptr) else (extra if extra is not None else True)
     props = {name: _with_patterns(sub, _matching(patterns, name, ptr)) for name, sub in props.items()}
     names = _property_names_dfa(ctx, schema, ptr)
     if names is not None:

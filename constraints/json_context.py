@@ -60,9 +60,26 @@ class Ctx:
 
 @dataclass(frozen=True, slots=True)
 class RefCall:
-    """A $ref met again inside its own expansion: matched by calling the ref's rule."""
+    """A $ref met again inside its own expansion: matched by calling the ref's rule. With
+    ``siblings`` (keywords beside it, or a schema it is combined with), the call is to a rule
+    of its own for the conjunction: the target expanded once more with the siblings merged in
+    (json_schema), where meeting the ref again is a plain call."""
 
     ref: str
+    siblings: dict | None = field(default=None, compare=False)
+    text: str = ""  # canonical JSON of siblings: equal conjunctions are one rule
+
+    def conjoined(self, other) -> RefCall:
+        """This call and ``other`` (a schema or another call) both."""
+        if isinstance(other, RefCall):
+            other = other.as_schema()
+        siblings = other if self.siblings is None else {"allOf": [self.siblings, other]}
+        return RefCall(self.ref, siblings, json.dumps(siblings, sort_keys=True, default=repr))
+
+    def as_schema(self) -> dict:
+        """The schema the call stands for (its ref, then its siblings)."""
+        ref = {"$ref": self.ref}
+        return ref if self.siblings is None else {"allOf": [ref, self.siblings]}
 
 
 def emit_leaf(ctx: Ctx, nfa: NFA, start: int, dfa: ByteDFA, ptr: str = "") -> int:
@@ -87,9 +104,7 @@ def flatten(ctx: Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool 
             rest = {k: v for k, v in schema.items() if k != "$ref"}
             if ref in refs:
                 if not is_annotation_only(rest) and not _implied_by_ref(ctx, rest, ref, ptr):
-                    raise UnsupportedSchemaError.at(
-                        "$ref", f"{ptr}/$ref", f"is recursive ({ref}) with sibling keywords "
-                        f"{sorted(set(rest) - ANNOTATIONS)}; a recursive $ref must stand alone")
+                    return RefCall(ref).conjoined(rest), refs
                 return RefCall(ref), refs
             target = resolve_ref(ctx, ref, ptr)
             refs = refs + (ref,)
@@ -137,11 +152,9 @@ def merge_or_fail(ctx: Ctx, a, b, ptr: str) -> dict | bool | RefCall:
         call, other = (a, b) if isinstance(a, RefCall) else (b, a)
         if other is False:
             return False
-        if not is_annotation_only(other) and not _implied_by_ref(ctx, other, call.ref, ptr):
-            raise UnsupportedSchemaError.at(
-                "$ref", ptr, f"recursive ({call.ref}) is combined with other keywords; "
-                "a recursive $ref must stand alone")
-        return call
+        if is_annotation_only(other) or _implied_by_ref(ctx, other, call.ref, ptr):
+            return call
+        return call.conjoined(other)
     try:
         return merge_schemas(a, b, ptr)
     except UnsupportedSchemaError:

@@ -71,16 +71,17 @@ ANY_DEPTH = 3  # nesting depth of values under an unconstrained schema ({} / tru
 class _SubRule:
     """A nested object emitted as a rule of its own, so the structure's automaton grows by
     the sum of its objects' automata, not by every way of nesting them in one DFA. Equal
-    schemas (by their canonical JSON, under the same $refs) are one rule wherever they occur."""
+    schemas (by their canonical JSON) are one rule wherever they occur: the $refs being
+    expanded around a schema decide only whether a $ref inside it is inlined or called,
+    never what it accepts, so the rule is emitted afresh (no $refs around it)."""
 
     schema: dict = field(compare=False)
     ptr: str = field(compare=False)  # where it was first met (for errors)
-    refs: tuple
     text: str  # canonical JSON of schema
 
 
-def _sub_rule(schema: dict, ptr: str, refs: tuple) -> _SubRule:
-    return _SubRule(schema, ptr, refs, json.dumps(schema, sort_keys=True, default=repr))
+def _sub_rule(schema: dict, ptr: str) -> _SubRule:
+    return _SubRule(schema, ptr, json.dumps(schema, sort_keys=True, default=repr))
 
 
 def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, lenient: bool,
@@ -124,7 +125,9 @@ def _pushdown_automaton(ctx: Ctx, info: TokenizerInfo, main: tuple) -> PushdownA
         nfa = NFA(ctx.budget)
         start = nfa.new_state()
         if isinstance(key, _SubRule):
-            end = emit_object(ctx, nfa, start, key.schema, key.ptr, key.refs)
+            end = emit_object(ctx, nfa, start, key.schema, key.ptr, ())
+        elif isinstance(key, RefCall):  # a recursive $ref and its siblings: expanded once more
+            end = emit_schema(ctx, nfa, start, key.as_schema(), ctx.rules[key], ())
         elif isinstance(key, UniqueArray):
             end = emit_array(ctx, nfa, start, key.schema, key.ptr, key.refs)
         else:
@@ -178,7 +181,7 @@ def emit_schema(ctx: Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -
 
 
 def _emit_call(ctx: Ctx, nfa: NFA, start: int, call: RefCall, ptr: str) -> int:
-    return emit_call(nfa, start, ctx.rule_index(call.ref, ptr))
+    return emit_call(nfa, start, ctx.rule_index(call.ref if call.siblings is None else call, ptr))
 
 
 def _check_keywords(ctx: Ctx, schema: dict, ptr: str) -> None:
@@ -242,7 +245,7 @@ def _call_target(ctx: Ctx, schema):
     """The schema a recursive call stands for, one level deep (for the oneOf disjointness test)."""
     if not isinstance(schema, RefCall):
         return schema
-    target, _ = flatten(ctx, {"$ref": schema.ref}, "", ())
+    target, _ = flatten(ctx, schema.as_schema(), "", ())
     return True if isinstance(target, RefCall) else target
 
 
@@ -266,7 +269,7 @@ def _emit_typed(nfa: NFA, start: int, ctx: Ctx, schema: dict, t: str, ptr: str,
     if t == "array":
         return emit_array(ctx, nfa, start, schema, ptr, refs)
     if ptr and not ctx.inline_leaves:
-        return emit_call(nfa, start, ctx.rule_index(_sub_rule(schema, ptr, refs), ptr))
+        return emit_call(nfa, start, ctx.rule_index(_sub_rule(schema, ptr), ptr))
     return emit_object(ctx, nfa, start, schema, ptr, refs)
 
 

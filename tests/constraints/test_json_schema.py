@@ -84,9 +84,6 @@ def test_compact_output_forces_jump_forward_keys(compiler):
     ({"type": "object", "properties": {"a": {"not": {"minimum": 3}}}}, "not", "/properties/a/not"),
     ({"type": "array", "items": {"$dynamicRef": "#node"}}, "$dynamicRef", "/items/$dynamicRef"),
     ({"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]}, "oneOf", "/oneOf"),
-    ({"$ref": "#/$defs/n",
-      "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n", "minItems": 1}}}},
-     "$ref", "/items/$ref"),
 ])
 def test_unsupported_keywords_name_keyword_and_pointer(compiler, schema, keyword, pointer):
     with pytest.raises(UnsupportedSchemaError) as err:
