@@ -19,7 +19,8 @@ from .budget import CompileBudget
 from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, embed_dfa
 from .json_keywords import ANNOTATIONS
-from .json_merge import EXCLUDED, declared_types, infer_types, merge_schemas
+from .json_leaves import pattern_matches
+from .json_merge import EXCLUDED, NOT_PATTERNS, declared_types, infer_types, merge_schemas
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_repeat
 
 _FLEX_WS = b" \t\n"
@@ -195,6 +196,8 @@ def literal_texts(ctx: Ctx, schema: dict, ptr: str) -> list[bytes]:
         except jsonschema.exceptions.SchemaError as e:
             raise InvalidConstraintError(f"invalid schema at {ptr or '/'}: {e}") from e
         if ok and any(json_equal(v, w) for w in removed):  # a `not` merged in from outside
+            ok = False
+        if ok and isinstance(v, str) and any(pattern_matches(p, v) for p in schema.get(NOT_PATTERNS, ())):
             ok = False
         if ok and not any(json_equal(v, w) for w in seen):
             seen.append(v)

@@ -7,9 +7,11 @@ import math
 
 from .errors import UnsupportedSchemaError
 
-# Internal keywords `not` leaves behind: JSON texts of removed values; numbers only with a fraction.
+# Internal keywords `not` leaves behind: JSON texts of removed values; numbers only with a
+# fraction; patterns no string may match.
 EXCLUDED = "x-sglang-lite-excluded"
 FRACTIONAL = "x-sglang-lite-fractional"
+NOT_PATTERNS = "x-sglang-lite-not-patterns"
 
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 _TYPE_KEYWORDS = {
@@ -31,7 +33,7 @@ _ASSERTIONS = {"type", "enum", "const", "properties", "required", "additionalPro
                "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties", "propertyNames",
                "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "not", "if",
                "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
-               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL}
+               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL, NOT_PATTERNS}
 
 
 def declared_types(schema: dict) -> set[str]:
@@ -108,12 +110,14 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
                 for k in list(av) + [k for k in bv if k not in av]}
     if key == "multipleOf":
         return _lcm(av, bv, ptr)
-    if key == EXCLUDED:
+    if key in (EXCLUDED, NOT_PATTERNS):
         return tuple(dict.fromkeys((*av, *bv)))
     if key in ("anyOf", "oneOf"):
         raise UnsupportedSchemaError.at("allOf", ptr, f"with '{key}' in several parts is not supported")
     if key == "allOf":
         return list(av) + list(bv)
+    if key == "not":  # (not A) and (not B) is not (A or B)
+        return {"anyOf": [av, bv]}
     if key == "uniqueItems" and isinstance(av, bool) and isinstance(bv, bool):
         return av or bv
     if key not in _ASSERTIONS:

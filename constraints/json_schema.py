@@ -44,6 +44,7 @@ from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
 from .json_lowering import lower_keywords
 from .json_merge import (
     FRACTIONAL,
+    NOT_PATTERNS,
     TYPES,
     exclusive_branches,
     infer_types,
@@ -341,6 +342,9 @@ def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
     lo, hi = int(lo), None if hi is None else int(hi)
     if hi is not None and hi < lo:
         return emit_nothing(nfa, start)
+    not_patterns = schema.get(NOT_PATTERNS, ())
+    if not_patterns and pattern is None:
+        pattern = ""  # unescaped text, as the subtracted patterns' automata read it
     if (pattern is None and fmt is None and (lo or hi is not None) and not ctx.inline_leaves
             and not excluded(schema, str)):
         # A length-bounded plain string: one shared leaf and a count, not a DFA per length.
@@ -357,7 +361,18 @@ def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
         else:
             keyword = "pattern" if pattern is not None else "format" if fmt is not None else "maxLength"
             raise UnsupportedSchemaError.at(keyword, f"{ptr}/{keyword}", f"cannot be enforced: {e}") from e
+    for p in not_patterns:
+        dfa = _minus_pattern(dfa, p, ctx.budget, ptr)
     return emit_leaf(ctx, nfa, start, _minus_excluded(dfa, schema, str, ctx.budget), ptr)
+
+
+def _minus_pattern(dfa, pattern: str, budget: CompileBudget, ptr: str):
+    """``dfa`` (unescaped strings) without the strings ``pattern`` matches (a `not`)."""
+    try:
+        matching = string_dfa(0, None, pattern, None, budget.max_states)
+    except ConstraintError as e:
+        raise UnsupportedSchemaError.at("not", f"{ptr}/not/pattern", f"cannot be enforced: {e}") from e
+    return trim_and_minimize(product(dfa, matching, "diff", budget))
 
 
 def _emit_any(ctx: Ctx, nfa: NFA, start: int) -> int:

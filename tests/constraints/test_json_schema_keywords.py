@@ -238,6 +238,14 @@ NOT_SCHEMAS = [
      "not": {"required": ["a", "b"]}},
     {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "additionalProperties": False,
      "not": {"anyOf": [{"required": ["a"]}, {"required": ["b", "c"]}]}},
+    {"type": "string", "minLength": 1, "not": {"pattern": "//"}},  # madness.json's base_uri
+    {"type": ["string", "null"], "not": {"type": "string", "pattern": "^[0-9]"}},
+    {"type": ["string", "integer"], "maxLength": 3, "not": {"anyOf": [{"pattern": "^a"}, {"pattern": "b$"}]}},
+    {"type": "object", "properties": {"k": {"oneOf": [{"enum": ["ab", "ba", "x/"]}, {"type": "null"}]}},
+     "additionalProperties": False, "required": ["k"], "not": {"properties": {"k": {"pattern": "a"}}}},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": ["string", "null"]}},
+     "additionalProperties": False, "not": {"properties": {"a": {"const": 1}, "b": {"type": "string"}}}},
+    {"type": "string", "maxLength": 1, "allOf": [{"not": {"const": "a"}}, {"not": {"const": "b"}}]},
 ]
 
 
@@ -252,6 +260,13 @@ NOT_SCHEMAS = [
     (NOT_SCHEMAS[7], ['"abba"'], ['"abc"', '""']),
     (NOT_SCHEMAS[8], ["{}", '{"a":1}', '{"b":1}'], ['{"a":1,"b":1}', '{"b":1,"a":1}']),
     (NOT_SCHEMAS[9], ["{}", '{"b":1}', '{"c":1}'], ['{"a":1}', '{"b":1,"c":1}', '{"a":1,"c":1}']),
+    (NOT_SCHEMAS[10], ['"a/b"', '"/"', '"/a/"'], ['""', '"//"', '"a//b"', '"\\/\\/"', '"\\u002f/"']),
+    (NOT_SCHEMAS[11], ['"x"', "null", '""'], ['"1"', '"9a"', "1"]),
+    (NOT_SCHEMAS[12], ['"xa"', '"bx"', '"x"'], ['"ab"', '"a"', '"xb"', '"b"', '"abcd"', "12"]),
+    (NOT_SCHEMAS[13], ['{"k":"x/"}'], ['{"k":"ab"}', '{"k":"ba"}', "{}", '{"k":null}']),
+    (NOT_SCHEMAS[14], ['{"a":2}', '{"b":null}', '{"a":1,"b":null}', '{"a":0,"b":"x"}'],
+     ["{}", '{"a":1}', '{"a":1,"b":"x"}', '{"b":"x"}']),
+    (NOT_SCHEMAS[15], ['"c"', '""'], ['"a"', '"b"']),
 ])
 def test_not_of_types_values_and_a_required_name(byte_compiler, schema, valid, invalid):
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
@@ -506,6 +521,8 @@ ONE_OF_SCHEMAS = [
     # branches of required pairs (Github-Hard o12453)
     {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "additionalProperties": False,
      "oneOf": [{"anyOf": [{"required": ["a", "b"]}, {"required": ["a", "c"]}]}, {"required": ["b", "c"]}]},
+    # strings matching both patterns are refused (each branch less the other's pattern)
+    {"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]},
 ]
 
 
@@ -514,6 +531,7 @@ ONE_OF_SCHEMAS = [
     (ONE_OF_SCHEMAS[1], ["1.5", "-0.25"], ["1", "2.0", "0", '"1"']),
     (ONE_OF_SCHEMAS[2], ['{"a":1,"b":1}', '{"a":1,"c":1}', '{"b":1,"c":1}'],
      ["{}", '{"a":1}', '{"a":1,"b":1,"c":1}']),
+    (ONE_OF_SCHEMAS[3], ['"a"', '"xb"', '"aaa"'], ['"ab"', '"ba"', '""', '"x"', "1"]),
 ])
 def test_overlapping_one_of_is_narrowed_exactly(byte_compiler, schema, valid, invalid):
     """Each branch without the others (branch and not other), so a value matching two
