@@ -27,7 +27,7 @@ from .errors import (
     UnsupportedSchemaError,
 )
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
-from .json_compound import UniqueArray, emit_array, emit_object
+from .json_compound import ItemRule, UniqueArray, emit_array, emit_object
 from .json_context import (
     Ctx,
     RefCall,
@@ -130,7 +130,10 @@ def _pushdown_automaton(ctx: Ctx, info: TokenizerInfo, main: tuple) -> PushdownA
         elif isinstance(key, RefCall):  # a recursive $ref and its siblings: expanded once more
             end = emit_schema(ctx, nfa, start, key.as_schema(), ctx.rules[key], ())
         elif isinstance(key, UniqueArray):
-            end = emit_array(ctx, nfa, start, key.schema, key.ptr, key.refs)
+            end = emit_array(ctx, nfa, start, key.schema, key.ptr, key.refs,
+                             item_rule=key.kind.startswith("value"))
+        elif isinstance(key, ItemRule):
+            end = emit_schema(ctx, nfa, start, key.schema, key.ptr, key.refs)
         else:
             target = resolve_ref(ctx, key, ctx.rules[key])
             end = emit_schema(ctx, nfa, start, target, key[1:], (key,))

@@ -214,12 +214,14 @@ def test_unique_items_over_a_finite_domain(byte_compiler, schema, valid, invalid
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
 
 
-def test_unique_items_over_objects_is_a_clear_error(byte_compiler):
-    """Plain strings and numbers are checked in the matcher (test_unique_items.py); items
-    the check does not cover are refused, naming the keyword and where it is."""
+def test_unique_items_over_closed_objects_is_a_clear_error(byte_compiler):
+    """Open values are checked in the matcher (test_unique_items.py); items the check does
+    not keep exact (a closed object, whose last member can leave one completion) are
+    refused, naming the keyword and where it is."""
     with pytest.raises(UnsupportedSchemaError) as err:
         byte_compiler.compile_json_schema({"type": "object", "properties": {
-            "tags": {"type": "array", "items": {"type": "object"}, "uniqueItems": True}}})
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}},
+                                                "additionalProperties": False}, "uniqueItems": True}}})
     assert err.value.keyword == "uniqueItems" and err.value.pointer == "/properties/tags/uniqueItems"
 
 
