@@ -113,6 +113,9 @@ def flatten(ctx: Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool 
         else:
             parts = schema["allOf"]
             merged: dict | bool | RefCall = {k: v for k, v in schema.items() if k != "allOf"}
+            parts, chain = split_if_chain(parts)
+            if chain is not None:
+                merged = merge_or_fail(ctx, merged, chain, f"{ptr}/allOf")
             for i, part in enumerate(parts):
                 if isinstance(part, dict) and "$ref" in part:
                     part, refs = flatten(ctx, part, f"{ptr}/allOf/{i}", refs)
@@ -123,6 +126,52 @@ def flatten(ctx: Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool 
         if schema is False or isinstance(schema, RefCall):
             return schema, refs
     return schema, refs
+
+
+def split_if_chain(parts: list) -> tuple[list, dict | None]:
+    """allOf parts that are ``{"if": {"properties": {P: {"enum": V}}}, "then": T, "else": E}``
+    on one name P with disjoint value sets (a discriminated chain, as JSON Schema Store writes
+    tagged unions), as one anyOf: per V_k, P in V_k, T_k and every other part's E; and P in
+    none of them with every E. Objects without P (every `if` holds: every T) are not
+    generated: a subset, over- never under-constrained. Returns (other parts, anyOf or None)."""
+    tests = [_if_test(p) for p in parts]
+    names = {t[0] for t in tests if t is not None}
+    chain = [i for i, t in enumerate(tests) if t is not None]
+    if len(chain) < 2 or len(names) != 1:
+        return parts, None
+    (name,) = names
+    values = [tests[i][1] for i in chain]
+    seen: list = []
+    for vs in values:
+        if any(json_equal(v, w) for v in vs for w in seen):
+            return parts, None
+        seen += vs
+    elses = {i: parts[i]["else"] for i in chain if "else" in parts[i]}
+    branches = []
+    for i, vs in zip(chain, values):
+        others = [e for j, e in elses.items() if j != i]
+        branches.append({"type": "object", "required": [name], "properties": {name: {"enum": vs}},
+                         "allOf": [parts[i].get("then", True), *others]})
+    branches.append({"type": "object", "required": [name], "properties": {name: {"not": {"enum": seen}}},
+                     "allOf": list(elses.values())})
+    return [p for i, p in enumerate(parts) if i not in set(chain)], {"anyOf": branches}
+
+
+def _if_test(part) -> tuple[str, list] | None:
+    """(P, V) where ``part`` is an if/then/else whose `if` only tests P against values."""
+    if not isinstance(part, dict) or "if" not in part or set(part) - ANNOTATIONS - {"if", "then", "else"}:
+        return None
+    cond = part["if"]
+    if not isinstance(cond, dict) or set(cond) - ANNOTATIONS != {"properties"}:
+        return None
+    props = cond["properties"]
+    if not isinstance(props, dict) or len(props) != 1:
+        return None
+    ((name, sub),) = props.items()
+    if not isinstance(sub, dict) or set(sub) - ANNOTATIONS not in ({"enum"}, {"const"}):
+        return None
+    values = sub["enum"] if "enum" in sub else [sub["const"]]
+    return (name, list(values)) if isinstance(values, list) and values else None
 
 
 def _implied_by_ref(ctx: Ctx, siblings, ref: str, ptr: str) -> bool:

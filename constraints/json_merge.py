@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 
 from .errors import UnsupportedSchemaError
 
@@ -243,7 +244,33 @@ def provably_disjoint(a, b) -> bool:
     va, vb = _values(a), _values(b)
     if va is not None and vb is not None:
         return not ({_canon(v) for v in va} & {_canon(v) for v in vb})
+    if ta & tb == {"string"}:
+        return _patterns_disjoint(a.get("pattern"), b.get("pattern"))
     return ta & tb == {"object"} and (_discriminated(a, b) or _objects_fail(a, b) or _objects_fail(b, a))
+
+
+@lru_cache(maxsize=1024)
+def _patterns_disjoint(pa, pb) -> bool:
+    """Whether no string matches both patterns (their search automata intersect empty)."""
+    from .errors import ConstraintError
+    from .fsm import product, trim_and_minimize
+    from .json_leaves import leaf_budget
+
+    if not isinstance(pa, str) or not isinstance(pb, str):
+        return False
+    try:
+        both = product(_search_leaf(pa), _search_leaf(pb), "and", leaf_budget())
+        return trim_and_minimize(both, minimize=False).is_empty()
+    except ConstraintError:
+        return False
+
+
+@lru_cache(maxsize=512)
+def _search_leaf(pattern: str):
+    from .json_leaves import leaf_budget
+    from .regex import search_dfa
+
+    return search_dfa(pattern, leaf_budget())
 
 
 def exclusive_branches(a, b) -> bool:

@@ -299,6 +299,12 @@ IF_SCHEMAS = [
      "else": {"properties": {"size": {"maximum": 9}}}},
     {"type": ["boolean", "string"], "if": {"type": "boolean"}, "then": {"const": True},
      "else": {"maxLength": 2}},
+    # a chain of ifs on one name in allOf, a tagged union (JsonSchemaStore jfrog-pipelines)
+    {"type": "object", "properties": {"kind": {"enum": ["a", "b", "c"]}, "x": {}, "y": {}},
+     "required": ["kind"], "additionalProperties": False,
+     "allOf": [{"if": {"properties": {"kind": {"const": "a"}}}, "then": {"required": ["x"]}},
+               {"if": {"properties": {"kind": {"enum": ["b"]}}}, "then": {"required": ["y"]},
+                "else": {"properties": {"y": False}}}]},
 ]
 
 
@@ -308,6 +314,8 @@ IF_SCHEMAS = [
     (IF_SCHEMAS[1], ['{"kind":"big","size":150}', '{"kind":"x","size":5}', '{"size":3}', "{}"],
      ['{"kind":"big"}', '{"kind":"big","size":5}', '{"kind":"x","size":50}']),
     (IF_SCHEMAS[2], ["true", '"ab"'], ["false", '"abc"']),
+    (IF_SCHEMAS[3], ['{"kind":"a","x":1}', '{"kind":"b","y":1}', '{"kind":"c"}', '{"kind":"b","x":1,"y":2}'],
+     ['{"kind":"a"}', '{"kind":"a","x":1,"y":2}', '{"kind":"b"}', '{"kind":"c","y":1}']),
 ])
 def test_if_then_else(byte_compiler, schema, valid, invalid):
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
@@ -525,6 +533,11 @@ ONE_OF_SCHEMAS = [
      "oneOf": [{"anyOf": [{"required": ["a", "b"]}, {"required": ["a", "c"]}]}, {"required": ["b", "c"]}]},
     # strings matching both patterns are refused (each branch less the other's pattern)
     {"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]},
+    # object branches told apart by a required name's disjoint patterns (Github-Hard o48770)
+    {"oneOf": [{"type": "object", "required": ["kind", "v"], "additionalProperties": False,
+                "properties": {"kind": {"type": "string", "pattern": "^basic:(string|text):$"}, "v": {"type": "string"}}},
+               {"type": "object", "required": ["kind", "v"], "additionalProperties": False,
+                "properties": {"kind": {"type": "string", "pattern": "^list:basic:"}, "v": {"type": "string", "maxLength": 2}}}]},
 ]
 
 
@@ -534,6 +547,8 @@ ONE_OF_SCHEMAS = [
     (ONE_OF_SCHEMAS[2], ['{"a":1,"b":1}', '{"a":1,"c":1}', '{"b":1,"c":1}'],
      ["{}", '{"a":1}', '{"a":1,"b":1,"c":1}']),
     (ONE_OF_SCHEMAS[3], ['"a"', '"xb"', '"aaa"'], ['"ab"', '"ba"', '""', '"x"', "1"]),
+    (ONE_OF_SCHEMAS[4], ['{"kind":"basic:text:","v":"xyz"}', '{"kind":"list:basic:x","v":"x"}'],
+     ['{"kind":"basic:x:","v":"x"}', '{"kind":"list:basic:","v":"xyz"}', '{"kind":"basic:text:"}']),
 ])
 def test_overlapping_one_of_is_narrowed_exactly(byte_compiler, schema, valid, invalid):
     """Each branch without the others (branch and not other), so a value matching two
