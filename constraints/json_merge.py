@@ -245,8 +245,23 @@ def provably_disjoint(a, b) -> bool:
     if va is not None and vb is not None:
         return not ({_canon(v) for v in va} & {_canon(v) for v in vb})
     if ta & tb == {"string"}:
-        return _patterns_disjoint(a.get("pattern"), b.get("pattern"))
+        return _values_fail_pattern(va, b) or _values_fail_pattern(vb, a) or _patterns_disjoint(
+            a.get("pattern"), b.get("pattern"))
     return ta & tb == {"object"} and (_discriminated(a, b) or _objects_fail(a, b) or _objects_fail(b, a))
+
+
+def _values_fail_pattern(values, s: dict) -> bool:
+    """Whether no string of ``values`` matches the pattern of ``s`` (None: no values)."""
+    from .errors import ConstraintError
+    from .json_leaves import pattern_matches
+
+    pattern = s.get("pattern")
+    if values is None or not isinstance(pattern, str):
+        return False
+    try:
+        return not any(isinstance(v, str) and pattern_matches(pattern, v) for v in values)
+    except ConstraintError:
+        return False
 
 
 @lru_cache(maxsize=1024)

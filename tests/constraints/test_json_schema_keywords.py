@@ -533,6 +533,8 @@ ONE_OF_SCHEMAS = [
      "oneOf": [{"anyOf": [{"required": ["a", "b"]}, {"required": ["a", "c"]}]}, {"required": ["b", "c"]}]},
     # strings matching both patterns are refused (each branch less the other's pattern)
     {"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]},
+    # a pattern, an empty string, null (Github-Hard o9915)
+    {"oneOf": [{"type": "string", "pattern": "^[A-Fa-f\\d]{4}$"}, {"type": "string", "enum": [""]}, {"type": "null"}]},
     # object branches told apart by a required name's disjoint patterns (Github-Hard o48770)
     {"oneOf": [{"type": "object", "required": ["kind", "v"], "additionalProperties": False,
                 "properties": {"kind": {"type": "string", "pattern": "^basic:(string|text):$"}, "v": {"type": "string"}}},
@@ -547,7 +549,8 @@ ONE_OF_SCHEMAS = [
     (ONE_OF_SCHEMAS[2], ['{"a":1,"b":1}', '{"a":1,"c":1}', '{"b":1,"c":1}'],
      ["{}", '{"a":1}', '{"a":1,"b":1,"c":1}']),
     (ONE_OF_SCHEMAS[3], ['"a"', '"xb"', '"aaa"'], ['"ab"', '"ba"', '""', '"x"', "1"]),
-    (ONE_OF_SCHEMAS[4], ['{"kind":"basic:text:","v":"xyz"}', '{"kind":"list:basic:x","v":"x"}'],
+    (ONE_OF_SCHEMAS[4], ['"a0F9"', '""', "null"], ['"a0F"', '"x"', '"a0F9a"']),
+    (ONE_OF_SCHEMAS[5], ['{"kind":"basic:text:","v":"xyz"}', '{"kind":"list:basic:x","v":"x"}'],
      ['{"kind":"basic:x:","v":"x"}', '{"kind":"list:basic:","v":"xyz"}', '{"kind":"basic:text:"}']),
 ])
 def test_overlapping_one_of_is_narrowed_exactly(byte_compiler, schema, valid, invalid):
