@@ -136,7 +136,7 @@ class UniqueItems:
             t = self._outside_items(t, b, state, data, i)
         a = t.arrays[-1] if t.arrays else None
         if a is not None and a.depth == t.depth and a.in_container:  # an open value closed
-            return _finished(t, a, canonical_value(a.item))
+            return _finished(t, a, _value_of(a))
         return t
 
     def _outside_items(self, t: Tracker, b: int, state, data: bytes, i: int) -> Tracker:
@@ -256,7 +256,12 @@ def _capture(t: Tracker, b: int) -> Tracker:
 
 def _value_of(a: _Array, item: bytes | None = None):
     raw = a.item if item is None else item
-    return canonical_value(raw) if a.kind.startswith("value") else canonical(raw)
+    if not a.kind.startswith("value"):
+        return canonical(raw)
+    try:
+        return canonical_value(raw)
+    except ValueError:  # not one JSON value: never expected; compared by its bytes then
+        return ("raw", raw)
 
 
 def _only_zero(kind: str, item: bytes) -> bool:
