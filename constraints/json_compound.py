@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
 from .fsm import determinize, product, trim_and_minimize
-from .json_context import Ctx, emit_leaf, finite_texts, flatten, punct
+from .json_context import Ctx, emit_leaf, finite_texts, flatten, merge_or_fail, punct
 from .json_keywords import ANNOTATIONS
-from .json_leaves import json_string, key_dfa, leaf_budget, pattern_matches
+from .json_leaves import json_string, key_dfa, leaf_budget, pattern_matches, string_dfa
+from .json_merge import infer_types
 from .nfa import NFA, emit_bytes, emit_call, emit_nothing, emit_repeat
 
 
-def emit_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple) -> int:
+def emit_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tuple,
+               item_rule: bool = False) -> int:
+    """``item_rule``: each item a call of a rule of its own (ItemRule), so no byte of an
+    item lies in the array's own rule (an open-value unique array: unique_items.py)."""
     prefix = schema.get("prefixItems", [])
     items = schema.get("items", True)
     lo = int(schema.get("minItems", 0))
@@ -36,7 +42,7 @@ def emit_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tup
             s = punct(ctx, nfa, s, b",")
         s = ctx.emit_schema(nfa, s, sub, f"{ptr}/prefixItems/{i}", refs)
     else:
-        ends.append(_emit_rest(ctx, nfa, s, items, len(prefix), lo, hi, ptr, refs))
+        ends.append(_emit_rest(ctx, nfa, s, items, len(prefix), lo, hi, ptr, refs, item_rule))
     if len(prefix) >= lo and (hi is None or len(prefix) <= hi) and prefix:
         ends.append(s)
     end = nfa.new_state()
@@ -56,9 +62,27 @@ class UniqueArray:
     kind: str
 
 
+@dataclass(frozen=True, slots=True)
+class ItemRule:
+    """The items of an open-value unique array as a rule of their own."""
+
+    schema: object = field(compare=False)
+    ptr: str = field(compare=False)
+    refs: tuple
+    text: str  # canonical JSON of schema
+
+
+def _canonical(schema) -> str:
+    import json
+
+    return json.dumps(schema, sort_keys=True, default=repr)
+
+
 def emit_unique_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, kind: str, ptr: str,
                       refs: tuple) -> int:
     plain = {k: v for k, v in schema.items() if k != "uniqueItems"}
+    if kind.startswith("value"):
+        plain["items"] = open_items(plain.get("items", True))
     return emit_call(nfa, start, ctx.rule_index(UniqueArray(plain, ptr, refs, kind), ptr))
 
 
@@ -80,9 +104,115 @@ def unique_item_kind(ctx, schema: dict, ptr: str, refs: tuple) -> str | None:
     if not isinstance(flat, dict):
         return None
     kind = flat.get("type")
-    if not isinstance(kind, str) or kind not in _UNIQUE_ITEM_KEYWORDS or not set(flat) - ANNOTATIONS <= _UNIQUE_ITEM_KEYWORDS[kind]:
-        return None
-    return kind
+    if isinstance(kind, str) and kind in _UNIQUE_ITEM_KEYWORDS and set(flat) - ANNOTATIONS <= _UNIQUE_ITEM_KEYWORDS[kind]:
+        return kind
+    if finite_texts(ctx, items, f"{ptr}/items") is not None:
+        return None  # a finite domain: distinct values in the domain's order (_emit_unique)
+    return open_value_kind(ctx, open_items(items), f"{ptr}/items", refs)
+
+
+_MAX_ALTERNATIVES = 64
+
+
+def open_items(items):
+    """``items`` generating, where it leaves additionalProperties out, objects with any
+    further member (what the schema allows anyway): every object item can then go on."""
+    if not isinstance(items, dict):
+        return items
+    out = dict(items)
+    if "additionalProperties" not in out and "patternProperties" not in out:
+        out["additionalProperties"] = True
+    for key in ("anyOf", "oneOf"):
+        if isinstance(out.get(key), list):
+            out[key] = [open_items(b) for b in out[key]]
+    return out
+
+
+def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
+    """"value", "value:integer" or "value:number" where every alternative of ``items`` is an
+    open value (unique_items.py: each prefix has infinitely many completions), else None."""
+    numbers = set()
+    todo = [(items, refs)]
+    seen = 0
+    while todo:
+        schema, srefs = todo.pop()
+        seen += 1
+        if schema is False:
+            continue
+        if seen > _MAX_ALTERNATIVES or not isinstance(schema, dict):
+            return None
+        flat, srefs = flatten(ctx, schema, ptr, srefs)
+        if flat is False:
+            continue
+        if not isinstance(flat, dict) or {"not", "if", "enum", "const"} & flat.keys():
+            return None
+        branches = [k for k in ("anyOf", "oneOf") if k in flat]
+        if len(branches) > 1:
+            return None
+        if branches:
+            rest = {k: v for k, v in flat.items() if k != branches[0]}
+            todo += [(open_items(merge_or_fail(ctx, rest, b, ptr)), srefs) for b in flat[branches[0]]]
+            continue
+        for t in infer_types(flat):
+            if t == "integer" and "number" in infer_types(flat):
+                continue
+            if not _open_alternative(ctx, flat, t, ptr):
+                return None
+            if t in ("integer", "number"):
+                numbers.add(t)
+    return "value" + (":number" if "number" in numbers else ":integer" if numbers else "")
+
+
+# Keywords that constrain one type only (the others ignore them).
+_TYPE_ONLY = {"string": {"minLength", "maxLength", "pattern", "format"},
+              "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
+              "array": {"items", "prefixItems", "minItems", "maxItems", "uniqueItems"},
+              "object": {"properties", "required", "additionalProperties", "patternProperties",
+                         "propertyNames", "minProperties", "maxProperties", "dependentRequired"}}
+_TYPE_ONLY["integer"] = _TYPE_ONLY["number"]
+
+
+def _open_alternative(ctx, flat: dict, t: str, ptr: str) -> bool:
+    others = set().union(*(kws for k, kws in _TYPE_ONLY.items() if kws is not _TYPE_ONLY[t]))
+    keys = set(flat) - ANNOTATIONS - {"type", "nullable"} - others
+    if t in ("integer", "number"):
+        return keys <= _UNIQUE_ITEM_KEYWORDS[t]
+    if t == "string":
+        return keys <= {"minLength"} or keys <= _TYPE_ONLY["string"] and _endless_string(flat)
+    if t == "array":
+        return ("maxItems" not in flat and not flat.get("prefixItems") and flat.get("uniqueItems") is not True
+                and flat.get("items", True) is not False)
+    if t == "object":
+        extra = flat.get("additionalProperties", True)
+        if isinstance(extra, dict):  # merged parts may leave {"allOf": [false, ...]}
+            extra, _ = flatten(ctx, extra, ptr, ())
+        return (extra is not False and isinstance(extra, (bool, dict))
+                and not {"maxProperties", "propertyNames", "patternProperties"} & keys)
+    return False  # null, boolean: one value each
+
+
+def _endless_string(flat: dict) -> bool:
+    """A string (pattern, format, lengths) whose every prefix goes on in infinitely many ways."""
+    if "maxLength" in flat:
+        return False
+    try:
+        dfa = string_dfa(int(flat.get("minLength", 0)), None, flat.get("pattern"), flat.get("format"))
+    except ConstraintError:
+        return False
+    return endless_everywhere(dfa)
+
+
+def endless_everywhere(dfa) -> bool:
+    """Whether from every non-accepting state of a trimmed DFA infinitely many strings go on
+    (a state is kept while it has a successor kept: what is left has infinite paths)."""
+    trans = dfa.trans[:, :256]
+    keep = np.ones(dfa.num_states, dtype=bool)
+    while True:
+        alive = np.where(trans >= 0, keep[np.clip(trans, 0, None)], False).any(axis=1) & keep
+        if (alive == keep).all():
+            break
+        keep = alive
+    return bool(keep[~dfa.accept[:dfa.num_states]].all())
 
 
 def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | None, ptr: str) -> int:
@@ -93,8 +223,10 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
     if texts is None or len(texts) > _MAX_UNIQUE_VALUES:
         raise UnsupportedSchemaError.at(
             "uniqueItems", f"{ptr}/uniqueItems", f"(true) is enforced only for items from a finite set "
-            f"(enum, const, boolean, null; at most {_MAX_UNIQUE_VALUES} values) or plain strings "
-            f"(minLength only) and numbers (lower bounds only), without prefixItems")
+            f"(enum, const, boolean, null; at most {_MAX_UNIQUE_VALUES} values) or open values: "
+            f"strings every prefix of which goes on endlessly (no maxLength or enum), numbers with "
+            f"lower bounds only, arrays without maxItems, objects open to further members (not "
+            f"additionalProperties false, maxProperties or propertyNames); without prefixItems")
     k = len(texts)
     hi = k if hi is None else min(hi, k)
     cap = hi if hi < k else max(lo, 1)  # counts past cap are all alike
@@ -126,7 +258,7 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
 
 
 def _emit_rest(ctx, nfa: NFA, s: int, items, done: int, lo: int, hi: int | None, ptr: str,
-               refs: tuple) -> int:
+               refs: tuple, item_rule: bool = False) -> int:
     """Items after the prefixItems: count in [max(lo - done, 0), hi - done]."""
     rest_lo = max(lo - done, 0)
     rest_hi = None if hi is None else hi - done
@@ -134,6 +266,8 @@ def _emit_rest(ctx, nfa: NFA, s: int, items, done: int, lo: int, hi: int | None,
         return s if rest_lo == 0 else emit_nothing(nfa, s)
 
     def item(n, x):
+        if item_rule:
+            return emit_call(n, x, ctx.rule_index(ItemRule(items, f"{ptr}/items", refs, _canonical(items)), ptr))
         return ctx.emit_schema(n, x, items, f"{ptr}/items", refs)
 
     def sep(n, x):
@@ -163,7 +297,8 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
     watched = list(dict.fromkeys(n for name, needed in deps.items() for n in (name, *needed)))
     for name in [*required, *watched, *_enumerated_names(schema.get("propertyNames"))]:
         if name not in props:
-            props[name] = True if _matching(patterns, name, ptr) else (extra if extra is not None else False)
+            # An undeclared name takes any value where additionalProperties is absent.
+            props[name] = True if _matching(patterns, name, ptr) else (extra if extra is not None else True)
     props = {name: _with_patterns(sub, _matching(patterns, name, ptr)) for name, sub in props.items()}
     names = _property_names_dfa(ctx, schema, ptr)
     if names is not None:
@@ -336,4 +471,4 @@ def _escape(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
 
 
-__all__ = ["UniqueArray", "emit_array", "emit_object", "emit_unique_array", "unique_item_kind"]
+__all__ = ["ItemRule", "UniqueArray", "emit_array", "emit_object", "emit_unique_array", "unique_item_kind"]

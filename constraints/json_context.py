@@ -19,7 +19,8 @@ from .budget import CompileBudget
 from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, embed_dfa
 from .json_keywords import ANNOTATIONS
-from .json_merge import EXCLUDED, declared_types, infer_types, merge_schemas
+from .json_leaves import pattern_matches
+from .json_merge import EXCLUDED, NOT_PATTERNS, declared_types, infer_types, merge_schemas
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_repeat
 
 _FLEX_WS = b" \t\n"
@@ -60,9 +61,26 @@ class Ctx:
 
 @dataclass(frozen=True, slots=True)
 class RefCall:
-    """A $ref met again inside its own expansion: matched by calling the ref's rule."""
+    """A $ref met again inside its own expansion: matched by calling the ref's rule. With
+    ``siblings`` (keywords beside it, or a schema it is combined with), the call is to a rule
+    of its own for the conjunction: the target expanded once more with the siblings merged in
+    (json_schema), where meeting the ref again is a plain call."""
 
     ref: str
+    siblings: dict | None = field(default=None, compare=False)
+    text: str = ""  # canonical JSON of siblings: equal conjunctions are one rule
+
+    def conjoined(self, other) -> RefCall:
+        """This call and ``other`` (a schema or another call) both."""
+        if isinstance(other, RefCall):
+            other = other.as_schema()
+        siblings = other if self.siblings is None else {"allOf": [self.siblings, other]}
+        return RefCall(self.ref, siblings, json.dumps(siblings, sort_keys=True, default=repr))
+
+    def as_schema(self) -> dict:
+        """The schema the call stands for (its ref, then its siblings)."""
+        ref = {"$ref": self.ref}
+        return ref if self.siblings is None else {"allOf": [ref, self.siblings]}
 
 
 def emit_leaf(ctx: Ctx, nfa: NFA, start: int, dfa: ByteDFA, ptr: str = "") -> int:
@@ -87,9 +105,7 @@ def flatten(ctx: Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool 
             rest = {k: v for k, v in schema.items() if k != "$ref"}
             if ref in refs:
                 if not is_annotation_only(rest) and not _implied_by_ref(ctx, rest, ref, ptr):
-                    raise UnsupportedSchemaError.at(
-                        "$ref", f"{ptr}/$ref", f"is recursive ({ref}) with sibling keywords "
-                        f"{sorted(set(rest) - ANNOTATIONS)}; a recursive $ref must stand alone")
+                    return RefCall(ref).conjoined(rest), refs
                 return RefCall(ref), refs
             target = resolve_ref(ctx, ref, ptr)
             refs = refs + (ref,)
@@ -97,6 +113,9 @@ def flatten(ctx: Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool 
         else:
             parts = schema["allOf"]
             merged: dict | bool | RefCall = {k: v for k, v in schema.items() if k != "allOf"}
+            parts, chain = split_if_chain(parts)
+            if chain is not None:
+                merged = merge_or_fail(ctx, merged, chain, f"{ptr}/allOf")
             for i, part in enumerate(parts):
                 if isinstance(part, dict) and "$ref" in part:
                     part, refs = flatten(ctx, part, f"{ptr}/allOf/{i}", refs)
@@ -107,6 +126,52 @@ def flatten(ctx: Ctx, schema: dict, ptr: str, refs: tuple) -> tuple[dict | bool 
         if schema is False or isinstance(schema, RefCall):
             return schema, refs
     return schema, refs
+
+
+def split_if_chain(parts: list) -> tuple[list, dict | None]:
+    """allOf parts that are ``{"if": {"properties": {P: {"enum": V}}}, "then": T, "else": E}``
+    on one name P with disjoint value sets (a discriminated chain, as JSON Schema Store writes
+    tagged unions), as one anyOf: per V_k, P in V_k, T_k and every other part's E; and P in
+    none of them with every E. Objects without P (every `if` holds: every T) are not
+    generated: a subset, over- never under-constrained. Returns (other parts, anyOf or None)."""
+    tests = [_if_test(p) for p in parts]
+    names = {t[0] for t in tests if t is not None}
+    chain = [i for i, t in enumerate(tests) if t is not None]
+    if len(chain) < 2 or len(names) != 1:
+        return parts, None
+    (name,) = names
+    values = [tests[i][1] for i in chain]
+    seen: list = []
+    for vs in values:
+        if any(json_equal(v, w) for v in vs for w in seen):
+            return parts, None
+        seen += vs
+    elses = {i: parts[i]["else"] for i in chain if "else" in parts[i]}
+    branches = []
+    for i, vs in zip(chain, values):
+        others = [e for j, e in elses.items() if j != i]
+        branches.append({"type": "object", "required": [name], "properties": {name: {"enum": vs}},
+                         "allOf": [parts[i].get("then", True), *others]})
+    branches.append({"type": "object", "required": [name], "properties": {name: {"not": {"enum": seen}}},
+                     "allOf": list(elses.values())})
+    return [p for i, p in enumerate(parts) if i not in set(chain)], {"anyOf": branches}
+
+
+def _if_test(part) -> tuple[str, list] | None:
+    """(P, V) where ``part`` is an if/then/else whose `if` only tests P against values."""
+    if not isinstance(part, dict) or "if" not in part or set(part) - ANNOTATIONS - {"if", "then", "else"}:
+        return None
+    cond = part["if"]
+    if not isinstance(cond, dict) or set(cond) - ANNOTATIONS != {"properties"}:
+        return None
+    props = cond["properties"]
+    if not isinstance(props, dict) or len(props) != 1:
+        return None
+    ((name, sub),) = props.items()
+    if not isinstance(sub, dict) or set(sub) - ANNOTATIONS not in ({"enum"}, {"const"}):
+        return None
+    values = sub["enum"] if "enum" in sub else [sub["const"]]
+    return (name, list(values)) if isinstance(values, list) and values else None
 
 
 def _implied_by_ref(ctx: Ctx, siblings, ref: str, ptr: str) -> bool:
@@ -137,11 +202,9 @@ def merge_or_fail(ctx: Ctx, a, b, ptr: str) -> dict | bool | RefCall:
         call, other = (a, b) if isinstance(a, RefCall) else (b, a)
         if other is False:
             return False
-        if not is_annotation_only(other) and not _implied_by_ref(ctx, other, call.ref, ptr):
-            raise UnsupportedSchemaError.at(
-                "$ref", ptr, f"recursive ({call.ref}) is combined with other keywords; "
-                "a recursive $ref must stand alone")
-        return call
+        if is_annotation_only(other) or _implied_by_ref(ctx, other, call.ref, ptr):
+            return call
+        return call.conjoined(other)
     try:
         return merge_schemas(a, b, ptr)
     except UnsupportedSchemaError:
@@ -182,6 +245,8 @@ def literal_texts(ctx: Ctx, schema: dict, ptr: str) -> list[bytes]:
         except jsonschema.exceptions.SchemaError as e:
             raise InvalidConstraintError(f"invalid schema at {ptr or '/'}: {e}") from e
         if ok and any(json_equal(v, w) for w in removed):  # a `not` merged in from outside
+            ok = False
+        if ok and isinstance(v, str) and any(pattern_matches(p, v) for p in schema.get(NOT_PATTERNS, ())):
             ok = False
         if ok and not any(json_equal(v, w) for w in seen):
             seen.append(v)

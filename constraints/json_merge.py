@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 
 from .errors import UnsupportedSchemaError
 
-# Internal keywords `not` leaves behind: JSON texts of removed values; numbers only with a fraction.
+# Internal keywords `not` leaves behind: JSON texts of removed values; numbers only with a
+# fraction; patterns no string may match.
 EXCLUDED = "x-sglang-lite-excluded"
 FRACTIONAL = "x-sglang-lite-fractional"
+NOT_PATTERNS = "x-sglang-lite-not-patterns"
 
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 _TYPE_KEYWORDS = {
@@ -31,7 +34,7 @@ _ASSERTIONS = {"type", "enum", "const", "properties", "required", "additionalPro
                "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties", "propertyNames",
                "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "not", "if",
                "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
-               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL}
+               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL, NOT_PATTERNS}
 
 
 def declared_types(schema: dict) -> set[str]:
@@ -108,12 +111,14 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
                 for k in list(av) + [k for k in bv if k not in av]}
     if key == "multipleOf":
         return _lcm(av, bv, ptr)
-    if key == EXCLUDED:
+    if key in (EXCLUDED, NOT_PATTERNS):
         return tuple(dict.fromkeys((*av, *bv)))
     if key in ("anyOf", "oneOf"):
         raise UnsupportedSchemaError.at("allOf", ptr, f"with '{key}' in several parts is not supported")
     if key == "allOf":
         return list(av) + list(bv)
+    if key == "not":  # (not A) and (not B) is not (A or B)
+        return {"anyOf": [av, bv]}
     if key == "uniqueItems" and isinstance(av, bool) and isinstance(bv, bool):
         return av or bv
     if key not in _ASSERTIONS:
@@ -239,7 +244,48 @@ def provably_disjoint(a, b) -> bool:
     va, vb = _values(a), _values(b)
     if va is not None and vb is not None:
         return not ({_canon(v) for v in va} & {_canon(v) for v in vb})
+    if ta & tb == {"string"}:
+        return _values_fail_pattern(va, b) or _values_fail_pattern(vb, a) or _patterns_disjoint(
+            a.get("pattern"), b.get("pattern"))
     return ta & tb == {"object"} and (_discriminated(a, b) or _objects_fail(a, b) or _objects_fail(b, a))
+
+
+def _values_fail_pattern(values, s: dict) -> bool:
+    """Whether no string of ``values`` matches the pattern of ``s`` (None: no values)."""
+    from .errors import ConstraintError
+    from .json_leaves import pattern_matches
+
+    pattern = s.get("pattern")
+    if values is None or not isinstance(pattern, str):
+        return False
+    try:
+        return not any(isinstance(v, str) and pattern_matches(pattern, v) for v in values)
+    except ConstraintError:
+        return False
+
+
+@lru_cache(maxsize=1024)
+def _patterns_disjoint(pa, pb) -> bool:
+    """Whether no string matches both patterns (their search automata intersect empty)."""
+    from .errors import ConstraintError
+    from .fsm import product, trim_and_minimize
+    from .json_leaves import leaf_budget
+
+    if not isinstance(pa, str) or not isinstance(pb, str):
+        return False
+    try:
+        both = product(_search_leaf(pa), _search_leaf(pb), "and", leaf_budget())
+        return trim_and_minimize(both, minimize=False).is_empty()
+    except ConstraintError:
+        return False
+
+
+@lru_cache(maxsize=512)
+def _search_leaf(pattern: str):
+    from .json_leaves import leaf_budget
+    from .regex import search_dfa
+
+    return search_dfa(pattern, leaf_budget())
 
 
 def exclusive_branches(a, b) -> bool:

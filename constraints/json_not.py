@@ -1,5 +1,5 @@
 """`not`, where its complement is exact: `not` of types, of enum/const values (strings,
-booleans, null; integers where only integers are generated), of required names, of one
+booleans, null; integers where only integers are generated), of a pattern, of required names, of one
 property's schema, of an anyOf of these (each negated in turn); and `if`/`then`/`else` as the two disjoint branches (if and then) or
 (not if and else). Any other `not` is an UnsupportedSchemaError: subtracting an
 over-constrained automaton would let through values the negated schema matches but we do
@@ -14,7 +14,14 @@ from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, trim_and_minimize
 from .json_context import flatten
 from .json_keywords import ANNOTATIONS
-from .json_merge import EXCLUDED, FRACTIONAL, declared_types, infer_types, merge_schemas
+from .json_merge import (
+    EXCLUDED,
+    FRACTIONAL,
+    NOT_PATTERNS,
+    declared_types,
+    infer_types,
+    merge_schemas,
+)
 from .nfa import NFA, emit_alt, emit_bytes
 
 _SHORT = {8: b"\\b", 9: b"\\t", 10: b"\\n", 12: b"\\f", 13: b"\\r"}
@@ -44,6 +51,8 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
         return _without_types(rest, declared_types(neg), where)
     if keys and keys <= {"enum", "const"}:
         return _without_values(rest, neg, where)
+    if "pattern" in keys and keys <= {"pattern", "type"} and neg.get("type", "string") in ("string", ["string"]):
+        return _without_pattern(rest, neg, where)
     one = isinstance(neg.get("properties"), dict) and len(neg["properties"]) == 1
     if one and (keys == {"properties"} or keys == {"properties", "required"}
                 and neg["required"] == list(neg["properties"])):
@@ -57,6 +66,19 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
         if keys == {"properties"}:
             out["required"] = list(dict.fromkeys([*rest.get("required", []), name]))
         return out
+    if keys == {"properties"} and isinstance(neg["properties"], dict) and len(neg["properties"]) > 1:
+        # not {properties: {a: A, b: B}} is (not {properties: {a: A}}) or (not {... b: B}):
+        # an object with a present and failing A, or b present and failing B.
+        # Each branch is merged with ``rest`` where it is emitted.
+        if "object" not in infer_types(rest):
+            return False
+        if "anyOf" in rest:
+            return _distribute(ctx, rest, neg, where)
+        others = {} if {"additionalProperties", "patternProperties", "properties"} & rest.keys() else {
+            "additionalProperties": True}  # declaring a name must not drop the others
+        branches = [{"type": ["object"], "properties": {name: {"not": sub}}, "required": [name], **others}
+                    for name, sub in neg["properties"].items()]
+        return {**rest, "anyOf": branches}
     if keys == {"required"} and isinstance(neg["required"], list) and neg["required"]:
         # Any non-object satisfies `required`, so fails its `not`: objects only, without
         # one of the names at least (one branch per name where there are several).
@@ -92,6 +114,20 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
 
 _OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "patternProperties",
                     "propertyNames", "minProperties", "maxProperties", "dependentRequired"}
+
+
+def _without_pattern(rest: dict, neg: dict, where: str) -> dict | bool:
+    """not {pattern: P}: strings that P does not match (any non-string satisfies `pattern`,
+    so fails its not); not {type: string, pattern: P}: those and every non-string. The
+    string's automaton less P's (json_schema), both over unescaped text: exact."""
+    if not isinstance(neg["pattern"], str):
+        raise InvalidConstraintError(f"pattern at {where}/pattern must be a string")
+    out = {**rest, NOT_PATTERNS: tuple(dict.fromkeys((*rest.get(NOT_PATTERNS, ()), neg["pattern"])))}
+    if "type" not in neg:
+        if "string" not in infer_types(rest):
+            return False
+        out["type"] = ["string"]
+    return out
 
 
 def _unrequired_names(rest: dict, neg: dict, keys: set) -> list[str]:

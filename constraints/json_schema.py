@@ -27,7 +27,7 @@ from .errors import (
     UnsupportedSchemaError,
 )
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
-from .json_compound import UniqueArray, emit_array, emit_object
+from .json_compound import ItemRule, UniqueArray, emit_array, emit_object
 from .json_context import (
     Ctx,
     RefCall,
@@ -44,6 +44,7 @@ from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
 from .json_lowering import lower_keywords
 from .json_merge import (
     FRACTIONAL,
+    NOT_PATTERNS,
     TYPES,
     exclusive_branches,
     infer_types,
@@ -71,16 +72,17 @@ ANY_DEPTH = 3  # nesting depth of values under an unconstrained schema ({} / tru
 class _SubRule:
     """A nested object emitted as a rule of its own, so the structure's automaton grows by
     the sum of its objects' automata, not by every way of nesting them in one DFA. Equal
-    schemas (by their canonical JSON, under the same $refs) are one rule wherever they occur."""
+    schemas (by their canonical JSON) are one rule wherever they occur: the $refs being
+    expanded around a schema decide only whether a $ref inside it is inlined or called,
+    never what it accepts, so the rule is emitted afresh (no $refs around it)."""
 
     schema: dict = field(compare=False)
     ptr: str = field(compare=False)  # where it was first met (for errors)
-    refs: tuple
     text: str  # canonical JSON of schema
 
 
-def _sub_rule(schema: dict, ptr: str, refs: tuple) -> _SubRule:
-    return _SubRule(schema, ptr, refs, json.dumps(schema, sort_keys=True, default=repr))
+def _sub_rule(schema: dict, ptr: str) -> _SubRule:
+    return _SubRule(schema, ptr, json.dumps(schema, sort_keys=True, default=repr))
 
 
 def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, lenient: bool,
@@ -124,9 +126,14 @@ def _pushdown_automaton(ctx: Ctx, info: TokenizerInfo, main: tuple) -> PushdownA
         nfa = NFA(ctx.budget)
         start = nfa.new_state()
         if isinstance(key, _SubRule):
-            end = emit_object(ctx, nfa, start, key.schema, key.ptr, key.refs)
+            end = emit_object(ctx, nfa, start, key.schema, key.ptr, ())
+        elif isinstance(key, RefCall):  # a recursive $ref and its siblings: expanded once more
+            end = emit_schema(ctx, nfa, start, key.as_schema(), ctx.rules[key], ())
         elif isinstance(key, UniqueArray):
-            end = emit_array(ctx, nfa, start, key.schema, key.ptr, key.refs)
+            end = emit_array(ctx, nfa, start, key.schema, key.ptr, key.refs,
+                             item_rule=key.kind.startswith("value"))
+        elif isinstance(key, ItemRule):
+            end = emit_schema(ctx, nfa, start, key.schema, key.ptr, key.refs)
         else:
             target = resolve_ref(ctx, key, ctx.rules[key])
             end = emit_schema(ctx, nfa, start, target, key[1:], (key,))
@@ -178,7 +185,7 @@ def emit_schema(ctx: Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -
 
 
 def _emit_call(ctx: Ctx, nfa: NFA, start: int, call: RefCall, ptr: str) -> int:
-    return emit_call(nfa, start, ctx.rule_index(call.ref, ptr))
+    return emit_call(nfa, start, ctx.rule_index(call.ref if call.siblings is None else call, ptr))
 
 
 def _check_keywords(ctx: Ctx, schema: dict, ptr: str) -> None:
@@ -242,7 +249,7 @@ def _call_target(ctx: Ctx, schema):
     """The schema a recursive call stands for, one level deep (for the oneOf disjointness test)."""
     if not isinstance(schema, RefCall):
         return schema
-    target, _ = flatten(ctx, {"$ref": schema.ref}, "", ())
+    target, _ = flatten(ctx, schema.as_schema(), "", ())
     return True if isinstance(target, RefCall) else target
 
 
@@ -266,7 +273,7 @@ def _emit_typed(nfa: NFA, start: int, ctx: Ctx, schema: dict, t: str, ptr: str,
     if t == "array":
         return emit_array(ctx, nfa, start, schema, ptr, refs)
     if ptr and not ctx.inline_leaves:
-        return emit_call(nfa, start, ctx.rule_index(_sub_rule(schema, ptr, refs), ptr))
+        return emit_call(nfa, start, ctx.rule_index(_sub_rule(schema, ptr), ptr))
     return emit_object(ctx, nfa, start, schema, ptr, refs)
 
 
@@ -338,6 +345,9 @@ def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
     lo, hi = int(lo), None if hi is None else int(hi)
     if hi is not None and hi < lo:
         return emit_nothing(nfa, start)
+    not_patterns = schema.get(NOT_PATTERNS, ())
+    if not_patterns and pattern is None:
+        pattern = ""  # unescaped text, as the subtracted patterns' automata read it
     if (pattern is None and fmt is None and (lo or hi is not None) and not ctx.inline_leaves
             and not excluded(schema, str)):
         # A length-bounded plain string: one shared leaf and a count, not a DFA per length.
@@ -354,7 +364,18 @@ def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
         else:
             keyword = "pattern" if pattern is not None else "format" if fmt is not None else "maxLength"
             raise UnsupportedSchemaError.at(keyword, f"{ptr}/{keyword}", f"cannot be enforced: {e}") from e
+    for p in not_patterns:
+        dfa = _minus_pattern(dfa, p, ctx.budget, ptr)
     return emit_leaf(ctx, nfa, start, _minus_excluded(dfa, schema, str, ctx.budget), ptr)
+
+
+def _minus_pattern(dfa, pattern: str, budget: CompileBudget, ptr: str):
+    """``dfa`` (unescaped strings) without the strings ``pattern`` matches (a `not`)."""
+    try:
+        matching = string_dfa(0, None, pattern, None, budget.max_states)
+    except ConstraintError as e:
+        raise UnsupportedSchemaError.at("not", f"{ptr}/not/pattern", f"cannot be enforced: {e}") from e
+    return trim_and_minimize(product(dfa, matching, "diff", budget))
 
 
 def _emit_any(ctx: Ctx, nfa: NFA, start: int) -> int:

@@ -1,4 +1,5 @@
-"""uniqueItems over strings and numbers, checked in the matcher at the token that decides it.
+"""uniqueItems over strings, numbers and open values, checked in the matcher at the token that
+decides it.
 
 A grammar cannot say "no item twice" over an infinite item language, so the compiler emits
 such an array as a rule of its own (pushdown.py marks its states with the item kind) and the
@@ -14,6 +15,15 @@ maxLength, pattern, format or enum; a number without an upper bound or multipleO
 banned token never leaves the output without a way to go on, except where a number's prefix
 can only become 0 (the integer ``0``, a zero mantissa with an exponent begun): those prefixes
 are refused as soon as they are written, once 0 is an item.
+
+Open values (kind "value", or "value:integer" / "value:number" where numbers are items too):
+items that are objects taking any further member, arrays taking any further item, strings
+whose every prefix goes on in infinitely many ways, or numbers as above
+(json_compound.unique_item_kind decides). Every prefix of such an item has infinitely many
+completions, all different values, so refusing the few that equal earlier items never leaves
+a dead end. The item's raw bytes are kept (nested containers and strings included) and its
+value compared when it closes, as validators compare: objects unordered, arrays in order,
+true never equal to 1.
 
 Tracker states are immutable tuples, one per accepted step, so rollback is popping them.
 """
@@ -40,9 +50,23 @@ class _Array:
     items)."""
 
     depth: int
-    kind: str  # "string" | "number" | "integer"
+    kind: str  # "string" | "number" | "integer" | "value" | "value:integer" | "value:number"
     seen: frozenset
     item: bytes | None = None
+
+    @property
+    def number_kind(self) -> str:
+        """How a number item's zero prefixes are read: "integer" or "number"."""
+        return self.kind.rpartition(":")[2] if self.kind.startswith("value") else self.kind
+
+    @property
+    def in_container(self) -> bool:
+        """Whether the item being written is an object or array (open values only)."""
+        return self.item is not None and self.item[:1] in (b"{", b"[")
+
+    @property
+    def in_string_item(self) -> bool:
+        return self.kind == "string" or self.item is not None and self.item[:1] == b'"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +89,24 @@ def canonical(raw: bytes):
     return json.loads(raw)
 
 
+def canonical_value(raw: bytes):
+    """Any JSON value as JSON Schema's equality sees it: hashable, objects unordered, arrays
+    in order, numbers by value (1 and 1.0 alike), booleans apart from numbers."""
+    return _canon(json.loads(raw))
+
+
+def _canon(v):
+    if isinstance(v, bool) or v is None:
+        return ("literal", v)
+    if isinstance(v, (int, float)):
+        return ("number", v)
+    if isinstance(v, str):
+        return ("string", v)
+    if isinstance(v, list):
+        return ("array", tuple(_canon(x) for x in v))
+    return ("object", frozenset((k, _canon(x)) for k, x in v.items()))
+
+
 class UniqueItems:
     """Follows one automaton's unique arrays through the output; shared by its matchers."""
 
@@ -75,6 +117,8 @@ class UniqueItems:
         self._two_quotes = quotes >= 2  # may open and close a string item
         self._quote = quotes >= 1
         self._digit = np.array([any(48 <= c <= 57 for c in b) for b in tokens])
+        self._closers = np.array([b.count(b"}") + b.count(b"]") for b in tokens])
+        self._opener = np.array([b"{" in b or b"[" in b for b in tokens])
 
     # -- following the output ---------------------------------------------------------------
     def feed(self, tracker: Tracker, state, data: bytes) -> Tracker:
@@ -85,8 +129,18 @@ class UniqueItems:
         return t
 
     def _byte(self, t: Tracker, b: int, state, data: bytes, i: int) -> Tracker:
+        t = _capture(t, b)
         if t.arrays and t.arrays[-1].depth == t.depth:
-            return self._in_array(t, t.arrays[-1], b, state, data, i)
+            t = self._in_array(t, t.arrays[-1], b, state, data, i)
+        else:
+            t = self._outside_items(t, b, state, data, i)
+        a = t.arrays[-1] if t.arrays else None
+        if a is not None and a.depth == t.depth and a.in_container:  # an open value closed
+            return _finished(t, a, _value_of(a))
+        return t
+
+    def _outside_items(self, t: Tracker, b: int, state, data: bytes, i: int) -> Tracker:
+        """A byte outside any item the tracker compares: strings and container depth."""
         if t.in_string:
             if t.escaped:
                 return _with(t, escaped=False)
@@ -112,8 +166,15 @@ class UniqueItems:
                 return t
             if b == 0x5D:
                 return _with(t, depth=t.depth - 1, arrays=t.arrays[:-1])
-            return self._number_byte(t, a, b"", b) if a.kind != "string" else _item(t, a, b'"', True)
-        if a.kind == "string":
+            if a.kind == "string" or a.kind.startswith("value") and b == 0x22:
+                return _item(t, a, b'"', True)
+            if a.kind.startswith("value") and b in b"[{":
+                # An open value's container: nested strings, depths and unique arrays are
+                # followed as anywhere else, its bytes kept (_capture) until it closes.
+                t = _item(t, a, bytes((b,)), in_string=False)
+                return self._outside_items(t, b, state, data, i)
+            return self._number_byte(t, a, b"", b)
+        if a.in_string_item:
             item = a.item + bytes((b,))
             if t.escaped:
                 return _item(t, a, item, in_string=True)
@@ -121,16 +182,17 @@ class UniqueItems:
                 return _with(_item(t, a, item, in_string=True), escaped=True)
             if b != 0x22:
                 return _item(t, a, item, in_string=True)
-            return _finished(t, a, canonical(item))
+            return _finished(t, a, _value_of(a, item))
         if b in _NUMBER_BYTES:
             return self._number_byte(t, a, a.item, b)
-        t = _finished(t, a, canonical(a.item))
+        t = _finished(t, a, _value_of(a))
         return self._in_array(t, t.arrays[-1], b, state, data, i)
 
     @staticmethod
     def _number_byte(t: Tracker, a: _Array, written: bytes, b: int) -> Tracker:
         item = written + bytes((b,))
-        if 0 in a.seen and _only_zero(a.kind, item):
+        zero = ("number", 0) if a.kind.startswith("value") else 0
+        if zero in a.seen and _only_zero(a.number_kind, item):
             raise Duplicate
         return _item(t, a, item, in_string=False)
 
@@ -138,12 +200,12 @@ class UniqueItems:
     def ban(self, tracker: Tracker, state, row: torch.Tensor) -> torch.Tensor:
         """``row`` without the tokens that would finish a duplicate item (a new tensor when
         any is taken out)."""
-        if not tracker.arrays or tracker.arrays[-1].depth != tracker.depth:
+        watched = [a for a in tracker.arrays if a.seen]
+        if not watched:
             return row
-        a = tracker.arrays[-1]
-        if not a.seen and a.item is None:
-            return row
-        candidates = self._candidates(tracker, a)
+        candidates = np.zeros(len(self._digit), dtype=bool)
+        for a in watched:
+            candidates |= self._candidates(tracker, a)
         bits = unpack_bitmask(row.numpy(), self.automaton.info.vocab_size)
         ids = np.nonzero(bits & candidates)[0]
         tokens = self.automaton.info.token_bytes
@@ -163,11 +225,43 @@ class UniqueItems:
 
     def _candidates(self, t: Tracker, a: _Array) -> np.ndarray:
         """Tokens that could finish an item equal to a seen one (a superset)."""
+        if a.kind.startswith("value"):
+            return self._value_candidates(t, a)
         if a.kind != "string":
             return np.ones(len(self._digit), dtype=bool) if a.item is not None else self._digit
         if a.item is None or t.escaped or not _prefix_of_seen(a):
             return self._two_quotes  # only a token with a whole item in it
         return self._quote
+
+
+    def _value_candidates(self, t: Tracker, a: _Array) -> np.ndarray:
+        if a.item is None:  # a token with a whole item in it
+            return self._two_quotes | self._opener & (self._closers > 0) | self._digit
+        if a.in_container:  # closing every container down to the array's (a string first)
+            closing = self._closers >= t.depth - a.depth
+            return closing & self._quote if t.in_string else closing
+        if a.in_string_item:
+            return self._quote
+        return np.ones(len(self._digit), dtype=bool)
+
+
+def _capture(t: Tracker, b: int) -> Tracker:
+    """``b`` appended to every open value being written that it lies inside."""
+    if not any(a.in_container and t.depth > a.depth for a in t.arrays):
+        return t
+    arrays = tuple(_Array(a.depth, a.kind, a.seen, a.item + bytes((b,)))
+                   if a.in_container and t.depth > a.depth else a for a in t.arrays)
+    return Tracker(t.in_string, t.escaped, t.depth, arrays)
+
+
+def _value_of(a: _Array, item: bytes | None = None):
+    raw = a.item if item is None else item
+    if not a.kind.startswith("value"):
+        return canonical(raw)
+    try:
+        return canonical_value(raw)
+    except ValueError:  # not one JSON value: never expected; compared by its bytes then
+        return ("raw", raw)
 
 
 def _only_zero(kind: str, item: bytes) -> bool:

@@ -83,10 +83,7 @@ def test_compact_output_forces_jump_forward_keys(compiler):
 @pytest.mark.parametrize("schema,keyword,pointer", [
     ({"type": "object", "properties": {"a": {"not": {"minimum": 3}}}}, "not", "/properties/a/not"),
     ({"type": "array", "items": {"$dynamicRef": "#node"}}, "$dynamicRef", "/items/$dynamicRef"),
-    ({"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]}, "oneOf", "/oneOf"),
-    ({"$ref": "#/$defs/n",
-      "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n", "minItems": 1}}}},
-     "$ref", "/items/$ref"),
+    ({"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "minLength": 2}]}, "oneOf", "/oneOf"),
 ])
 def test_unsupported_keywords_name_keyword_and_pointer(compiler, schema, keyword, pointer):
     with pytest.raises(UnsupportedSchemaError) as err:

@@ -214,12 +214,14 @@ def test_unique_items_over_a_finite_domain(byte_compiler, schema, valid, invalid
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
 
 
-def test_unique_items_over_objects_is_a_clear_error(byte_compiler):
-    """Plain strings and numbers are checked in the matcher (test_unique_items.py); items
-    the check does not cover are refused, naming the keyword and where it is."""
+def test_unique_items_over_closed_objects_is_a_clear_error(byte_compiler):
+    """Open values are checked in the matcher (test_unique_items.py); items the check does
+    not keep exact (a closed object, whose last member can leave one completion) are
+    refused, naming the keyword and where it is."""
     with pytest.raises(UnsupportedSchemaError) as err:
         byte_compiler.compile_json_schema({"type": "object", "properties": {
-            "tags": {"type": "array", "items": {"type": "object"}, "uniqueItems": True}}})
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}},
+                                                "additionalProperties": False}, "uniqueItems": True}}})
     assert err.value.keyword == "uniqueItems" and err.value.pointer == "/properties/tags/uniqueItems"
 
 
@@ -238,6 +240,14 @@ NOT_SCHEMAS = [
      "not": {"required": ["a", "b"]}},
     {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "additionalProperties": False,
      "not": {"anyOf": [{"required": ["a"]}, {"required": ["b", "c"]}]}},
+    {"type": "string", "minLength": 1, "not": {"pattern": "//"}},  # madness.json's base_uri
+    {"type": ["string", "null"], "not": {"type": "string", "pattern": "^[0-9]"}},
+    {"type": ["string", "integer"], "maxLength": 3, "not": {"anyOf": [{"pattern": "^a"}, {"pattern": "b$"}]}},
+    {"type": "object", "properties": {"k": {"oneOf": [{"enum": ["ab", "ba", "x/"]}, {"type": "null"}]}},
+     "additionalProperties": False, "required": ["k"], "not": {"properties": {"k": {"pattern": "a"}}}},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": ["string", "null"]}},
+     "additionalProperties": False, "not": {"properties": {"a": {"const": 1}, "b": {"type": "string"}}}},
+    {"type": "string", "maxLength": 1, "allOf": [{"not": {"const": "a"}}, {"not": {"const": "b"}}]},
 ]
 
 
@@ -252,6 +262,13 @@ NOT_SCHEMAS = [
     (NOT_SCHEMAS[7], ['"abba"'], ['"abc"', '""']),
     (NOT_SCHEMAS[8], ["{}", '{"a":1}', '{"b":1}'], ['{"a":1,"b":1}', '{"b":1,"a":1}']),
     (NOT_SCHEMAS[9], ["{}", '{"b":1}', '{"c":1}'], ['{"a":1}', '{"b":1,"c":1}', '{"a":1,"c":1}']),
+    (NOT_SCHEMAS[10], ['"a/b"', '"/"', '"/a/"'], ['""', '"//"', '"a//b"', '"\\/\\/"', '"\\u002f/"']),
+    (NOT_SCHEMAS[11], ['"x"', "null", '""'], ['"1"', '"9a"', "1"]),
+    (NOT_SCHEMAS[12], ['"xa"', '"bx"', '"x"'], ['"ab"', '"a"', '"xb"', '"b"', '"abcd"', "12"]),
+    (NOT_SCHEMAS[13], ['{"k":"x/"}'], ['{"k":"ab"}', '{"k":"ba"}', "{}", '{"k":null}']),
+    (NOT_SCHEMAS[14], ['{"a":2}', '{"b":null}', '{"a":1,"b":null}', '{"a":0,"b":"x"}'],
+     ["{}", '{"a":1}', '{"a":1,"b":"x"}', '{"b":"x"}']),
+    (NOT_SCHEMAS[15], ['"c"', '""'], ['"a"', '"b"']),
 ])
 def test_not_of_types_values_and_a_required_name(byte_compiler, schema, valid, invalid):
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
@@ -282,6 +299,12 @@ IF_SCHEMAS = [
      "else": {"properties": {"size": {"maximum": 9}}}},
     {"type": ["boolean", "string"], "if": {"type": "boolean"}, "then": {"const": True},
      "else": {"maxLength": 2}},
+    # a chain of ifs on one name in allOf, a tagged union (JsonSchemaStore jfrog-pipelines)
+    {"type": "object", "properties": {"kind": {"enum": ["a", "b", "c"]}, "x": {}, "y": {}},
+     "required": ["kind"], "additionalProperties": False,
+     "allOf": [{"if": {"properties": {"kind": {"const": "a"}}}, "then": {"required": ["x"]}},
+               {"if": {"properties": {"kind": {"enum": ["b"]}}}, "then": {"required": ["y"]},
+                "else": {"properties": {"y": False}}}]},
 ]
 
 
@@ -291,6 +314,8 @@ IF_SCHEMAS = [
     (IF_SCHEMAS[1], ['{"kind":"big","size":150}', '{"kind":"x","size":5}', '{"size":3}', "{}"],
      ['{"kind":"big"}', '{"kind":"big","size":5}', '{"kind":"x","size":50}']),
     (IF_SCHEMAS[2], ["true", '"ab"'], ["false", '"abc"']),
+    (IF_SCHEMAS[3], ['{"kind":"a","x":1}', '{"kind":"b","y":1}', '{"kind":"c"}', '{"kind":"b","x":1,"y":2}'],
+     ['{"kind":"a"}', '{"kind":"a","x":1,"y":2}', '{"kind":"b"}', '{"kind":"c","y":1}']),
 ])
 def test_if_then_else(byte_compiler, schema, valid, invalid):
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
@@ -506,6 +531,15 @@ ONE_OF_SCHEMAS = [
     # branches of required pairs (Github-Hard o12453)
     {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "additionalProperties": False,
      "oneOf": [{"anyOf": [{"required": ["a", "b"]}, {"required": ["a", "c"]}]}, {"required": ["b", "c"]}]},
+    # strings matching both patterns are refused (each branch less the other's pattern)
+    {"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]},
+    # a pattern, an empty string, null (Github-Hard o9915)
+    {"oneOf": [{"type": "string", "pattern": "^[A-Fa-f\\d]{4}$"}, {"type": "string", "enum": [""]}, {"type": "null"}]},
+    # object branches told apart by a required name's disjoint patterns (Github-Hard o48770)
+    {"oneOf": [{"type": "object", "required": ["kind", "v"], "additionalProperties": False,
+                "properties": {"kind": {"type": "string", "pattern": "^basic:(string|text):$"}, "v": {"type": "string"}}},
+               {"type": "object", "required": ["kind", "v"], "additionalProperties": False,
+                "properties": {"kind": {"type": "string", "pattern": "^list:basic:"}, "v": {"type": "string", "maxLength": 2}}}]},
 ]
 
 
@@ -514,6 +548,10 @@ ONE_OF_SCHEMAS = [
     (ONE_OF_SCHEMAS[1], ["1.5", "-0.25"], ["1", "2.0", "0", '"1"']),
     (ONE_OF_SCHEMAS[2], ['{"a":1,"b":1}', '{"a":1,"c":1}', '{"b":1,"c":1}'],
      ["{}", '{"a":1}', '{"a":1,"b":1,"c":1}']),
+    (ONE_OF_SCHEMAS[3], ['"a"', '"xb"', '"aaa"'], ['"ab"', '"ba"', '""', '"x"', "1"]),
+    (ONE_OF_SCHEMAS[4], ['"a0F9"', '""', "null"], ['"a0F"', '"x"', '"a0F9a"']),
+    (ONE_OF_SCHEMAS[5], ['{"kind":"basic:text:","v":"xyz"}', '{"kind":"list:basic:x","v":"x"}'],
+     ['{"kind":"basic:x:","v":"x"}', '{"kind":"list:basic:","v":"xyz"}', '{"kind":"basic:text:"}']),
 ])
 def test_overlapping_one_of_is_narrowed_exactly(byte_compiler, schema, valid, invalid):
     """Each branch without the others (branch and not other), so a value matching two

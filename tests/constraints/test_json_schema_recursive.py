@@ -66,6 +66,24 @@ AMBIGUOUS = {  # a recursive call and an inline object compete at the same posit
     }},
     "$ref": "#/$defs/node",
 }
+NAMED = {  # a recursive $ref with a sibling keyword: a rule for the conjunction
+    "$defs": {"node": {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 4},
+                       "kids": {"type": "array", "items": {"$ref": "#/$defs/node", "required": ["name"]},
+                                "maxItems": 2}},
+        "additionalProperties": False,
+    }},
+    "$ref": "#/$defs/node",
+}
+NONEMPTY = {  # items must be non-empty arrays of the same kind: only [] is finite
+    "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n", "minItems": 1}, "maxItems": 2}},
+    "$ref": "#/$defs/n",
+}
+MERGED = {  # the root merged into a property by allOf, with a required name it does not declare
+    "type": "object",
+    "properties": {"n": {"allOf": [{"$ref": "#"}, {"required": ["x"]}]}},
+}
 
 CASES = {
     "tree": (TREE, [
@@ -117,6 +135,16 @@ CASES = {
         {"k": 1, "sub": {"k": "s", "sub": {"k": 1}}},
         {"k": 1, "sub": {"k": 2, "sub": {"k": True}}},
     ]),
+    "named": (NAMED, [
+        {}, {"kids": []}, {"name": "r", "kids": [{"name": "a", "kids": [{"name": "b"}]}]},
+    ], [
+        {"kids": [{}]},
+        {"kids": [{"name": "a", "kids": [{"kids": []}]}]},
+        {"kids": [{"name": "a", "kids": [{"name": "toolong"}]}]},
+    ]),
+    "nonempty": (NONEMPTY, [[]], [[[]], [[[]]], [[], []]]),
+    "merged": (MERGED, [{}, {"n": {"x": 1}}, {"n": {"n": {"x": None}, "x": "a"}}],
+               [{"n": {}}, {"n": {"x": 1, "n": {}}}, {"n": 1}]),
 }
 PARAMS = [(name, ok, i) for name, (_, valid, invalid) in CASES.items()
           for ok, values in ((True, valid), (False, invalid)) for i in range(len(values))]
@@ -206,8 +234,6 @@ def test_leaves_are_shared_rules_whose_sizes_add(byte_compiler):
 @pytest.mark.parametrize("schema,keyword", [
     ({"anyOf": [{"$ref": "#"}, {"type": "null"}]}, "$ref"),  # left recursion
     ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "$ref"),
-    ({"type": "object", "properties": {"n": {"allOf": [{"$ref": "#"}, {"required": ["x"]}]}}},
-     "$ref"),  # a recursive $ref merged with other keywords cannot be one call
     ({"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}, "uniqueItems": True}},
       "$ref": "#/$defs/n"}, "uniqueItems"),
     ({"type": "array", "items": {"anyOf": [{"$ref": "#"}, {"type": "object", "$dynamicRef": "#x"}]}},
@@ -253,6 +279,7 @@ def test_a_recursive_ref_beside_keywords_its_target_already_says(byte_compiler):
                         (b'{"kids":[1]}', False), (b'{"kids":[{"kids":[{"x":1}]}]}', False)]:
         assert accepted_by_masks(grammar, text) == valid, text
     items = schema["$defs"]["node"]["properties"]["kids"]["items"]
-    items["type"] = ["string", "null"]  # a type the target does not imply
-    with pytest.raises(UnsupportedSchemaError):
-        byte_compiler.compile_json_schema(schema)
+    items["type"] = ["string", "null"]  # a type the target does not imply: the conjunction's rule
+    grammar = byte_compiler.compile_json_schema(schema)
+    for text, valid in [(b'{"kids":[null]}', True), (b'{"kids":[{}]}', False), (b'{"kids":["a"]}', False)]:
+        assert accepted_by_masks(grammar, text) == valid, text

@@ -15,6 +15,12 @@ from tests.json_validation import validate_with_formats
 STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 INTEGERS = {"type": "array", "items": {"type": "integer", "minimum": -5}, "uniqueItems": True}
 NUMBERS = {"type": "array", "items": {"type": "number"}, "uniqueItems": True}
+OBJECTS = {"type": "array", "uniqueItems": True, "items": {  # open objects: any further member
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": [1, 2]}}, "required": ["b"]}}
+MIXED = {"type": "array", "uniqueItems": True, "items": {"type": ["string", "array", "object"]}}
+IN_OBJECTS = {"type": "array", "uniqueItems": True, "items": {  # unique arrays inside unique items
+    "type": "object", "properties": {"tags": STRINGS}}}
+PATTERNED = {"type": "array", "uniqueItems": True, "items": {"type": "string", "pattern": "^a+$"}}
 NESTED = {"type": "object", "properties": {
     "tags": {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True},
     "rows": {"type": "array", "items": STRINGS}}, "required": ["tags", "rows"]}
@@ -46,6 +52,21 @@ CASES = [
     (NESTED, '{"tags":["x","y"],"rows":[["a","b"],["a","b"]]}', True),  # rows may repeat
     (NESTED, '{"tags":["x","x"],"rows":[]}', False),
     (NESTED, '{"tags":["x"],"rows":[["a","a"]]}', False),
+    (OBJECTS, '[{"b":1},{"b":2},{"a":1,"b":1}]', True),
+    (OBJECTS, '[{"b":1},{"b":1}]', False),
+    (OBJECTS, '[{"a":1,"b":1},{"b":1,"a":1.0}]', False),  # members unordered, 1 == 1.0
+    (OBJECTS, '[{"b":1,"x":[1,{"y":"}"}]},{"b":1,"x":[1,{"y":"}"}]}]', False),
+    (OBJECTS, '[{"b":1,"x":[1,{"y":"}"}]},{"b":1,"x":[{"y":"}"},1]}]', True),  # arrays ordered
+    (OBJECTS, '[{"b":1,"x":true},{"b":1,"x":1}]', True),  # true is not 1
+    (MIXED, '["a",["a"],{"a":"a"},[],{}]', True),
+    (MIXED, '["a",["a"],["a"]]', False),
+    (MIXED, '[{},[],{}]', False),
+    (MIXED, '[["\\u0061"],["a"]]', False),
+    (IN_OBJECTS, '[{"tags":["a","b"]},{"tags":["b","a"]}]', True),
+    (IN_OBJECTS, '[{"tags":["a","b"]},{"tags":["a","b"]}]', False),
+    (IN_OBJECTS, '[{"tags":["a","a"]}]', False),
+    (PATTERNED, '["a","aa","aaa"]', True),  # every prefix goes on: "a", "aa", ...
+    (PATTERNED, '["aa","a","aa"]', False),
 ]
 
 
@@ -88,7 +109,7 @@ def test_rollback_forgets_items(byte_compiler):
 def test_items_the_check_cannot_keep_exact_are_refused(byte_compiler):
     """A pattern or maxLength gives prefixes with few completions, where refusing a
     duplicate could leave nothing to write: still a clear refusal naming the keyword."""
-    for items in ({"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^a+$"},
+    for items in ({"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^a+b$"},
                   {"type": "integer", "maximum": 3}):
         with pytest.raises(UnsupportedSchemaError) as e:
             byte_compiler.compile_json_schema({"type": "array", "items": items, "uniqueItems": True})
@@ -96,7 +117,8 @@ def test_items_the_check_cannot_keep_exact_are_refused(byte_compiler):
 
 
 # Tokens the walker prefers: short items that repeat often, so duplicates are tried.
-_FAVOURITES = {"string": ['"', "a", '",', '"]', ",", "]"], "number": ["1", "0", ",", "]", "."]}
+_FAVOURITES = {"string": ['"', "a", '",', '"]', ",", "]"], "number": ["1", "0", ",", "]", "."],
+               "object": ["{", '{"', "}", "},", "}]", "b", '":', "1", ",", "]", "[", "[]", "{}"]}
 
 
 def _walk(grammar, hf_tokenizer, favourites: list[int], rng, max_tokens: int = 60) -> bytes | None:
@@ -120,7 +142,8 @@ def _walk(grammar, hf_tokenizer, favourites: list[int], rng, max_tokens: int = 6
 
 
 @pytest.mark.parametrize("schema,kind", [(STRINGS, "string"), (NESTED, "string"), (INTEGERS, "number"),
-                                         (NUMBERS, "number")], ids=["strings", "nested", "integers", "numbers"])
+                                         (NUMBERS, "number"), (OBJECTS, "object"), (MIXED, "object")],
+                         ids=["strings", "nested", "integers", "numbers", "objects", "mixed"])
 def test_walks_through_the_masks_never_repeat_an_item(compiler, hf_tokenizer, schema, kind):
     """Random walks that keep trying the same short items (a real tokenizer, budget-aware
     closing on) end in valid instances only, and did try duplicates: without the check
