@@ -76,8 +76,10 @@ class ClosingDistance:
         self.automaton = automaton
         self._graph = _ByteGraph(automaton)
         self._vocab = automaton.info.ids_by_bytes
+        self._prefixes = automaton.info.token_prefixes
         self._max_token_len = int(automaton.info.layout.lengths.max(initial=0))
         self._single_bytes = automaton.info.single_byte_tokens
+        self._fewest: dict[int, int | None] = {}  # interned state -> min_bytes_to_accept
         self._eos = np.array(automaton.info.eos_token_ids, dtype=np.int64)
         self._bounds: dict[int, float] = {}  # interned state -> bound
         self._levels: dict[int, _Levels] = {}
@@ -99,6 +101,10 @@ class ClosingDistance:
         none fits (the budget was already short), the tokens closest to terminating."""
         with self._lock:
             sid = self._graph.intern(state)
+            if sid not in self._levels and sid not in self._bounds:
+                most = self._most_tokens(state)  # an upper bound on the search's bound
+                if most is not None and remaining - 1 >= most + self._margin:
+                    return None  # far from the budget: every token fits (Margin)
             if sid not in self._levels and remaining - 1 >= self._bound(sid) + self._margin:
                 return None  # far from the budget (or no bound found): every token fits (Margin)
             levels = self._levels_of(sid, state)
@@ -125,13 +131,24 @@ class ClosingDistance:
         if value < self._bounds.get(sid, math.inf):
             self._bounds[sid] = value
 
+    def _most_tokens(self, state: State) -> float | None:
+        """At least the bound a search would find, without searching: the search spells its
+        way in bytes that are tokens by themselves, so it costs at most the grammar's fewest
+        such bytes plus EOS (None where the automaton cannot tell them)."""
+        if not len(self._eos):
+            return None
+        fewest = self.automaton.min_bytes_to_accept(state, self._single_bytes)
+        return None if fewest is None else fewest + 1
+
     def _search(self, start: int) -> float:
         """Breadth-first over bytes to the nearest state that terminates, then the fewest
         tokens that spell the way there plus its termination cost;
         caches the bound of every token boundary on it. The search first moves only by bytes
         that are tokens themselves (so the way is spelled), then, if that finds nothing, by
         any byte (and the way may not be spelled: no bound)."""
-        path = None if self._exhausted else self._shortest_bytes(start, self._single_bytes)
+        path = self._guided_path(start)
+        if path is None and not self._exhausted:
+            path = self._shortest_bytes(start, self._single_bytes)
         if path is None and not self._exhausted:
             path = self._shortest_bytes(start, np.ones(256, dtype=bool))
         cuts = None if path is None else self._fewest_tokens(path[0])
@@ -190,6 +207,45 @@ class ClosingDistance:
             self._exhausted = True
         return None
 
+    def _guided_path(self, start: int) -> tuple[bytes, int] | None:
+        """A shortest way in single-byte tokens to an accepting state, found by descending
+        the automaton's fewest-bytes-to-finish (min_bytes_to_accept): from each state a byte
+        whose next state is one byte closer. The distance is a lower bound, so a way of that
+        length is a shortest one, as the breadth-first search would find; the last byte
+        prefers an end that terminates (EOS costs a token). None where the automaton gives
+        no distance or the descent meets a state further away than it says (the
+        breadth-first search runs instead)."""
+        g = self._graph
+        fewest = self._fewest_bytes(start)
+        if fewest is None:
+            return None
+        out = bytearray()
+        sid = start
+        for left in range(fewest, 0, -1):
+            g.expand([sid])
+            row = g.trans[sid]
+            live = np.nonzero((row >= 0) & self._single_bytes)[0]
+            targets, first = np.unique(row[live], return_index=True)
+            closer = sorted((int(live[i]), t) for t, i in zip(targets.tolist(), first.tolist())
+                            if self._fewest_bytes(t) == left - 1)
+            if not closer:
+                return None
+            if left == 1:
+                closer = [(b, t) for b, t in closer if g.accepting[t]]
+                if not closer:
+                    return None
+                closer.sort(key=lambda c: self._termination_cost(c[1]))
+            b, sid = closer[0]
+            out.append(b)
+        return (bytes(out), sid) if g.accepting[sid] else None
+
+    def _fewest_bytes(self, sid: int) -> int | None:
+        out = self._fewest.get(sid, _UNKNOWN)
+        if out == _UNKNOWN:
+            out = self._fewest[sid] = self.automaton.min_bytes_to_accept(
+                self._graph.states[sid], self._single_bytes)
+        return out
+
     def _cheapest_end(self, frontier: np.ndarray) -> int | None:
         """The first state of ``frontier`` with the lowest finite termination cost, if any."""
         best, best_cost = None, math.inf
@@ -204,9 +260,15 @@ class ClosingDistance:
         n = len(data)
         best = [0] + [math.inf] * n
         back = [0] * (n + 1)
-        for i in range(1, n + 1):
-            for j in range(max(0, i - self._max_token_len), i):
-                if best[j] + 1 < best[i] and data[j:i] in self._vocab:
+        prefixes = self._prefixes
+        for j in range(n):  # forward: the tokens starting at j, longer while still a prefix
+            if best[j] == math.inf:
+                continue
+            for i in range(j + 1, min(n, j + self._max_token_len) + 1):
+                piece = data[j:i]
+                if piece not in prefixes:
+                    break
+                if best[j] + 1 < best[i] and piece in self._vocab:
                     best[i], back[i] = best[j] + 1, j
         if best[n] == math.inf:
             return None

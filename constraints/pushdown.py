@@ -24,6 +24,7 @@ import torch
 from .automaton import TokenAutomaton, group_bytes
 from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
+from .completion import UNREACHABLE, GrammarDistances
 from .errors import UnsupportedSchemaError
 from .fsm import DEAD, ByteDFA, determinize, trim_and_minimize
 from .leaves import CountedLeaf, leaf_walk
@@ -104,6 +105,8 @@ class PushdownAutomaton(TokenAutomaton):
         self._closes_counted = accept & (self._leaf_of >= 0) & self._is_counted[np.maximum(self._leaf_of, 0)]
         self._unique = dict(unique or {})
         self.unique_items = UniqueItems(self) if self._unique else None
+        self._distances: dict[bytes, GrammarDistances] = {}  # alphabet -> completion distances
+        self.pruned = False  # _step has dropped configurations (MAX_CONFIGS)
 
     @property
     def initial(self) -> State:
@@ -160,6 +163,7 @@ class PushdownAutomaton(TokenAutomaton):
             # Pathological ambiguity: keep the shallowest parses. Every kept one is live, so
             # this can only over-constrain, and matchers never raise mid-generation.
             nxt = sorted(nxt, key=lambda c: (len(c[0]), c))[:MAX_CONFIGS]
+            self.pruned = True
         out = self._steps[key] = frozenset(nxt) or None
         return out
 
@@ -196,6 +200,33 @@ class PushdownAutomaton(TokenAutomaton):
             rows = list(gs)
             groups = self._byte_groups[gs] = group_bytes(np.concatenate([self._trans[rows], self._inc[rows]]))
         return groups
+
+    def min_bytes_to_accept(self, state: State, alphabet: np.ndarray) -> int | None:
+        """The grammar's fewest bytes to finish (completion.py): each configuration's rule
+        position, the characters a counted leaf still needs, and the callers on its stack.
+        Exact while no configuration was ever dropped (MAX_CONFIGS); None after that."""
+        if self.pruned:
+            return None
+        dist = self._grammar_distances(alphabet)
+        best = UNREACHABLE
+        for stack, g in state:
+            d = int(dist.dist[g])
+            if d >= UNREACHABLE:
+                continue
+            if self._in_counted(g):
+                d += max(int(self._count_lo[g]) - (-stack[-1] - 1), 0)
+            best = min(best, d + dist.stack_cost(stack))
+        return None if best >= UNREACHABLE else best
+
+    def _grammar_distances(self, alphabet: np.ndarray) -> GrammarDistances:
+        key = alphabet.tobytes()
+        out = self._distances.get(key)
+        if out is None:
+            leaf = [bool(k) and not _has_calls(d) for k, d in enumerate(self.rules)]
+            chars = [0 if c is None else c.lo for c in self._counted]
+            out = self._distances[key] = GrammarDistances(self.rules, leaf, chars, alphabet,
+                                                          self.info.leaf_distances)
+        return out
 
     def unique_kind(self, state: State) -> str | None:
         """The item kind where ``state`` (just after a ``[``) is inside a unique array's rule."""

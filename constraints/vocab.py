@@ -69,7 +69,11 @@ class TokenizerInfo:
     # Token walks through shared leaf automata, reused by every grammar of this tokenizer
     # (see pushdown.LeafWalks); keyed by the leaf's ByteDFA object and state.
     leaf_walks: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Fewest bytes to finish from each state of a shared leaf (completion.GrammarDistances).
+    leaf_distances: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _ids_by_bytes: dict[bytes, int] | None = field(default=None, init=False, repr=False, compare=False)
+    _single_bytes: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    _prefixes: frozenset[bytes] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
@@ -77,10 +81,20 @@ class TokenizerInfo:
 
     @property
     def single_byte_tokens(self) -> np.ndarray:
-        """[256] bool: the bytes that are tokens by themselves."""
-        out = np.zeros(256, dtype=bool)
-        out[[b[0] for b in self.ids_by_bytes if len(b) == 1]] = True
-        return out
+        """[256] bool: the bytes that are tokens by themselves (built once, read-only)."""
+        if self._single_bytes is None:
+            out = np.zeros(256, dtype=bool)
+            out[[b[0] for b in self.ids_by_bytes if len(b) == 1]] = True
+            out.flags.writeable = False
+            self._single_bytes = out
+        return self._single_bytes
+
+    @property
+    def token_prefixes(self) -> frozenset[bytes]:
+        """Every non-empty prefix of a token's spelling (tokens included); built once."""
+        if self._prefixes is None:
+            self._prefixes = frozenset(b[:k] for b in self.ids_by_bytes for k in range(1, len(b) + 1))
+        return self._prefixes
 
     @property
     def ids_by_bytes(self) -> dict[bytes, int]:
