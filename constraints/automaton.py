@@ -29,6 +29,7 @@ class TokenAutomaton(ABC):
     def __init__(self, info: TokenizerInfo):
         self.info = info
         self._rows: dict[State, torch.Tensor] = {}
+        self._words: dict[State, np.ndarray] = {}  # the same rows as numpy arrays
         self._continues: dict[State, bool] = {}
 
     @property
@@ -77,6 +78,13 @@ class TokenAutomaton(ABC):
             row = torch.from_numpy(pack_token_ids(ids, self.info.vocab_size))
             self._rows[state] = row
         return row
+
+    def mask_words(self, state: State) -> np.ndarray:
+        """mask_row as a numpy int32 array (the same memory)."""
+        words = self._words.get(state)
+        if words is None:
+            words = self._words[state] = self.mask_row(state).numpy()
+        return words
 
     @property
     def num_cached_masks(self) -> int:

@@ -80,6 +80,9 @@ class ClosingDistance:
         self._max_token_len = int(automaton.info.layout.lengths.max(initial=0))
         self._single_bytes = automaton.info.single_byte_tokens
         self._fewest: dict[int, int | None] = {}  # interned state -> min_bytes_to_accept
+        # state -> (value, plus margin): no budget row while remaining - 1 >= value (+ margin);
+        # a value only ever stands above the one the full check would use (bounds only drop).
+        self._fits: dict[State, tuple[float, bool]] = {}
         self._eos = np.array(automaton.info.eos_token_ids, dtype=np.int64)
         self._bounds: dict[int, float] = {}  # interned state -> bound
         self._levels: dict[int, _Levels] = {}
@@ -99,16 +102,26 @@ class ClosingDistance:
         """The packed row [ceil(V/32)] of tokens after which the output can still terminate
         within ``remaining`` tokens counting them; None when every allowed token fits. If
         none fits (the budget was already short), the tokens closest to terminating."""
+        fits = self._fits.get(state)  # read without the lock: one dict lookup
+        if fits is not None and remaining - 1 >= fits[0] + (self._margin if fits[1] else 0):
+            return None
         with self._lock:
             sid = self._graph.intern(state)
-            if sid not in self._levels and sid not in self._bounds:
-                most = self._most_tokens(state)  # an upper bound on the search's bound
-                if most is not None and remaining - 1 >= most + self._margin:
-                    return None  # far from the budget: every token fits (Margin)
-            if sid not in self._levels and remaining - 1 >= self._bound(sid) + self._margin:
-                return None  # far from the budget (or no bound found): every token fits (Margin)
+            if sid not in self._levels:
+                if sid not in self._bounds:
+                    most = self._most_tokens(sid)  # an upper bound on the search's bound
+                    if most is not None:
+                        self._fits[state] = (most, True)
+                        if remaining - 1 >= most + self._margin:
+                            return None  # far from the budget: every token fits (Margin)
+                bound = self._bound(sid)
+                if remaining - 1 >= bound + self._margin:
+                    self._fits[state] = (bound, True)
+                    return None  # far from the budget (or no bound found): every token fits
             levels = self._levels_of(sid, state)
-            if not len(levels.thresholds) or remaining - 1 >= levels.thresholds[-1]:
+            top = levels.thresholds[-1] if len(levels.thresholds) else -math.inf
+            self._fits[state] = (top, False)
+            if remaining - 1 >= top:
                 return None
             k = int(np.searchsorted(levels.thresholds, remaining - 1, side="right")) - 1
             return levels.rows[max(k, 0)]
@@ -131,13 +144,13 @@ class ClosingDistance:
         if value < self._bounds.get(sid, math.inf):
             self._bounds[sid] = value
 
-    def _most_tokens(self, state: State) -> float | None:
+    def _most_tokens(self, sid: int) -> float | None:
         """At least the bound a search would find, without searching: the search spells its
         way in bytes that are tokens by themselves, so it costs at most the grammar's fewest
         such bytes plus EOS (None where the automaton cannot tell them)."""
         if not len(self._eos):
             return None
-        fewest = self.automaton.min_bytes_to_accept(state, self._single_bytes)
+        fewest = self._fewest_bytes(sid)
         return None if fewest is None else fewest + 1
 
     def _search(self, start: int) -> float:
