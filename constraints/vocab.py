@@ -69,6 +69,8 @@ class TokenizerInfo:
     # Token walks through shared leaf automata, reused by every grammar of this tokenizer
     # (see pushdown.LeafWalks); keyed by the leaf's ByteDFA object and state.
     leaf_walks: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # The vocabulary grouped by what a leaf DFA sees of each token (leaves._Spellings).
+    leaf_spellings: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # Fewest bytes to finish from each state of a shared leaf (completion.GrammarDistances).
     leaf_distances: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _ids_by_bytes: dict[bytes, int] | None = field(default=None, init=False, repr=False, compare=False)
