@@ -172,7 +172,7 @@ class ClosingDistance:
         total = len(cuts) - 1 + self._termination_cost(end)
         sid, walked = start, 0
         for k, pos in enumerate(cuts[:-1]):  # one walk along the way, cut by cut
-            sid, walked = self._graph.walk_bytes(sid, data[walked:pos]), pos
+            sid, walked = self._graph.advance(sid, data[walked:pos]), pos
             self._lower(sid, total - k)
         self._lower(end, self._termination_cost(end))
         return self._bounds[start]
@@ -232,6 +232,9 @@ class ClosingDistance:
         fewest = self._fewest_bytes(start)
         if fewest is None:
             return None
+        spelled = self._spelled_path(start, fewest)
+        if spelled is not None:
+            return spelled
         out = bytearray()
         sid = start
         for left in range(fewest, 0, -1):
@@ -251,6 +254,18 @@ class ClosingDistance:
             b, sid = closer[0]
             out.append(b)
         return (bytes(out), sid) if g.accepting[sid] else None
+
+    def _spelled_path(self, start: int, fewest: int) -> tuple[bytes, int] | None:
+        """The automaton's own shortest completion (where it can name one), checked by
+        walking it: it must end accepting after exactly ``fewest`` bytes."""
+        complete = getattr(self.automaton, "shortest_completion", None)
+        data = None if complete is None else complete(self._graph.states[start], self._single_bytes)
+        if data is None or len(data) != fewest:
+            return None
+        end = self.automaton.advance(self._graph.states[start], data)
+        if end is None or not self.automaton.is_accepting(end):
+            return None
+        return data, self._graph.intern(end)
 
     def _fewest_bytes(self, sid: int) -> int | None:
         out = self._fewest.get(sid, _UNKNOWN)
@@ -374,6 +389,11 @@ class _ByteGraph:
                     row[group] = self.intern(nxt)
             self.trans[sid] = row
             self._expanded[sid] = True
+
+    def advance(self, sid: int, data: bytes) -> int:
+        """The state after ``data`` (which must be allowed), stepped by the automaton itself:
+        the same state the table would reach, without filling the rows on the way."""
+        return self.intern(self.automaton.advance(self.states[sid], data)) if data else sid
 
     def walk_bytes(self, sid: int, data: bytes) -> int:
         for b in data:

@@ -208,15 +208,83 @@ class PushdownAutomaton(TokenAutomaton):
         if self.pruned:
             return None
         dist = self._grammar_distances(alphabet)
-        best = UNREACHABLE
-        for stack, g in state:
-            d = int(dist.dist[g])
-            if d >= UNREACHABLE:
-                continue
-            if self._in_counted(g):
-                d += max(int(self._count_lo[g]) - (-stack[-1] - 1), 0)
-            best = min(best, d + dist.stack_cost(stack))
+        best = min(self._config_bytes(c, dist) for c in state)
         return None if best >= UNREACHABLE else best
+
+    def shortest_completion(self, state: State, alphabet: np.ndarray) -> bytes | None:
+        """Bytes of ``alphabet`` of min_bytes_to_accept's length after which ``state``
+        accepts, found by following the grammar's distances rule by rule (no automaton
+        steps); None where that is not possible. Callers check the way with ``advance``."""
+        fewest = self.min_bytes_to_accept(state, alphabet)
+        if fewest is None:
+            return None
+        dist = self._grammar_distances(alphabet)
+        config = next((c for c in state if self._config_bytes(c, dist) == fewest), None)
+        if config is None:
+            return None
+        stack, g = config
+        out = bytearray()
+        for _ in range(4 * fewest + 64):  # bytes, and calls and returns (which read none)
+            need = self._chars_needed(stack, g)
+            if self._returns[g] or self._final[g]:
+                if need == 0 and not self._final[g]:
+                    stack, g = (stack[:-2], stack[-2]) if self._in_counted(g) else (stack[:-1], stack[-1])
+                    continue
+                if self._final[g] and not stack:
+                    return bytes(out) if len(out) == fewest else None
+            move = self._descent_move(g, need > 0, dist, alphabet)
+            if move is None:
+                return None
+            if move[0] < 0:  # a call: (-1, callee start, return state, counted)
+                _, start, ret, counted = move
+                stack, g = stack + ((ret, -1) if counted else (ret,)), start
+                continue
+            b, t = move
+            if self._inc[g, b]:
+                stack = self._counted_up(stack, g)
+                if stack is None:
+                    return None
+            out.append(b)
+            g = t
+        return None
+
+    def _config_bytes(self, config: Config, dist: GrammarDistances) -> int:
+        stack, g = config
+        d = int(dist.dist[g])
+        return d + self._chars_needed(stack, g) + dist.stack_cost(stack) if d < UNREACHABLE else UNREACHABLE
+
+    def _chars_needed(self, stack: tuple[int, ...], g: int) -> int:
+        return max(int(self._count_lo[g]) - (-stack[-1] - 1), 0) if self._in_counted(g) else 0
+
+    def _descent_move(self, g: int, counting: bool, dist: GrammarDistances, alphabet: np.ndarray):
+        """From rule position ``g``, one step that is one byte closer to the rule's end: the
+        first such byte (byte, next position), else a call as close as ``g`` (-1, callee
+        start, return, counted). ``counting``: a counted leaf still needs characters, so
+        the byte must start one and keep the distance to the closing (cached per position)."""
+        key = (g, counting, alphabet.tobytes())
+        move = dist.moves.get(key, False)
+        if move is not False:
+            return move
+        row = self._trans[g]
+        live = (row >= 0) & alphabet
+        d = np.where(live, dist.dist[np.maximum(row, 0)], UNREACHABLE)
+        closer = live & (d == dist.dist[g] - 1)
+        if counting:  # a character that keeps the distance, else progress that does not close
+            ok = np.nonzero(live & self._inc[g] & (d == dist.dist[g]))[0]
+            if not len(ok):
+                ok = np.nonzero(closer & ~self._inc[g] & ~self._returns[np.maximum(row, 0)])[0]
+        else:
+            ok = np.nonzero(closer)[0]
+        move = (int(ok[0]), int(row[ok[0]])) if len(ok) else None
+        if move is None and not counting:
+            for start, ret, counted in self._calls[g]:
+                k = int(np.searchsorted(self._offsets, start, side="right")) - 1
+                lo = self._counted[k].lo if counted else 0
+                if dist.dist[start] + lo + dist.dist[ret] == dist.dist[g]:
+                    move = (-1, start, ret, counted)
+                    break
+        dist.moves[key] = move
+        return move
 
     def _grammar_distances(self, alphabet: np.ndarray) -> GrammarDistances:
         key = alphabet.tobytes()
