@@ -402,23 +402,30 @@ class _ByteGraph:
         return sid
 
     def walk_vocab(self, sid: int) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids whose bytes stay alive from ``sid``, and the state each ends in."""
+        """Token ids whose bytes stay alive from ``sid``, and the state each ends in: the
+        tokens whose first byte is live, one table gather per byte column (positions
+        ascend, so lengths do: the tokens that end at a column are a prefix)."""
         layout = self.automaton.info.layout
-        alive = np.arange(len(layout.token_ids))
+        self.expand([sid])
+        alive = layout.starting_with(np.nonzero(self.trans[sid] >= 0)[0])
+        lens = layout.lengths[alive]
         cur = np.full(len(alive), sid, dtype=np.int64)
         done_pos, done_state = [], []
         for j in range(layout.columns.shape[0]):
-            k = int(np.searchsorted(layout.lengths[alive], j, side="right"))
+            k = int(np.searchsorted(lens, j, side="right"))
             if k:
                 done_pos.append(alive[:k])
                 done_state.append(cur[:k])
-                alive, cur = alive[k:], cur[k:]
+                alive, cur, lens = alive[k:], cur[k:], lens[k:]
             if not len(alive):
                 break
-            self.expand(cur)
-            cur = self.trans[cur, layout.columns[j, alive]].astype(np.int64)
+            fresh = cur[~self._expanded[cur]]
+            if len(fresh):
+                self.expand(fresh)
+            cur = self.trans.reshape(-1)[cur * 256 + layout.columns[j, alive]].astype(np.int64)
             live = cur >= 0
-            alive, cur = alive[live], cur[live]
+            if not live.all():
+                alive, cur, lens = alive[live], cur[live], lens[live]
         done_pos.append(alive)
         done_state.append(cur)
         return layout.token_ids[np.concatenate(done_pos)], np.concatenate(done_state)
