@@ -110,3 +110,28 @@ def test_guided_closing_search_finds_a_shortest_way(tokenizer_info, spec):
         assert guided is not None and breadth_first is not None
         assert len(guided[0]) == len(breadth_first[0])
         assert automaton.is_accepting(automaton.advance(state, guided[0]) if guided[0] else state)
+
+
+@pytest.mark.parametrize("fmt,pattern,hi", [("uri", None, None), ("email", None, None),
+                                            (None, "^[a-z]+(-[a-z]+)*$", 40)])
+def test_grouped_leaf_walks_equal_token_by_token_walks(tokenizer_info, fmt, pattern, hi):
+    """Leaf walks over token groups (a leaf's third wide walk on) give the same tokens, exits,
+    character counts and ends as walking every token."""
+    from constraints.json_leaves import string_dfa
+    from constraints.leaves import _GROUP_AFTER, _spellings, _walk, leaf_walk
+
+    dfa = string_dfa(0, hi, pattern, fmt)
+    for _ in range(_GROUP_AFTER):
+        _spellings(tokenizer_info, dfa, None)
+    assert _spellings(tokenizer_info, dfa, None) is not None  # grouping is what is tested
+    layout = tokenizer_info.layout
+    for q in range(min(dfa.num_states, 10)):
+        walk = leaf_walk(tokenizer_info, dfa, q)
+        first = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
+        inside, exits = _walk(layout, dfa, q, None, first)
+        assert sorted(zip(walk.inside_pos.tolist(), walk.inside_count.tolist(),
+                          walk.inside_closes.tolist())) == sorted(zip(*(a.tolist() for a in inside)))
+        assert sorted(zip(walk.exit_pos.tolist(), walk.exit_col.tolist(),
+                          walk.exit_count.tolist())) == sorted(zip(*(a.tolist() for a in exits)))
+        ids = np.nonzero(unpack_bitmask(walk.inside, tokenizer_info.vocab_size))[0]
+        assert sorted(ids.tolist()) == sorted(layout.token_ids[inside[0]].tolist())
