@@ -26,33 +26,15 @@ UNREACHABLE = np.iinfo(np.int64).max // 4
 
 def leaf_distances(dfa: ByteDFA, alphabet: np.ndarray) -> np.ndarray:
     """[states] fewest bytes of ``alphabet`` ([256] bool) from each state to an accepting one
-    (UNREACHABLE if none): a breadth-first search backwards, one array step per level."""
-    n = dfa.num_states
+    (UNREACHABLE if none)."""
     src, dst = _byte_edges(dfa.trans, alphabet)
-    order = np.argsort(dst, kind="stable")
-    src, dst = src[order], dst[order]
-    starts = np.searchsorted(dst, np.arange(n + 1))
-    dist = np.full(n, UNREACHABLE, dtype=np.int64)
-    frontier = np.nonzero(dfa.accept)[0]
-    dist[frontier] = 0
-    level = 0
-    while len(frontier):
-        level += 1
-        lo, hi = starts[frontier], starts[frontier + 1]
-        if not (hi > lo).any():
-            break
-        preds = np.concatenate([src[a:b] for a, b in zip(lo.tolist(), hi.tolist()) if b > a])
-        preds = np.unique(preds)
-        preds = preds[dist[preds] == UNREACHABLE]
-        dist[preds] = level
-        frontier = preds
-    return dist
+    return _backward_distances(dfa.num_states, src, dst, np.ones(len(src), dtype=np.int64),
+                               dfa.accept)
 
 
 def rule_distances(dfa: ByteDFA, alphabet: np.ndarray, callee_costs: np.ndarray) -> np.ndarray:
     """Like leaf_distances for a rule with calls: column CALL_BASE + k costs
     ``callee_costs[k]`` (the fewest bytes rule k matches; UNREACHABLE = not yet known)."""
-    n = dfa.num_states
     src, dst = _byte_edges(dfa.trans, alphabet)
     weight = np.ones(len(src), dtype=np.int64)
     calls = dfa.trans[:, CALL_BASE:CALL_BASE + len(callee_costs)]
@@ -62,29 +44,53 @@ def rule_distances(dfa: ByteDFA, alphabet: np.ndarray, callee_costs: np.ndarray)
     src = np.concatenate([src, csrc[ok]])
     dst = np.concatenate([dst, calls[csrc[ok], ck[ok]].astype(np.int64)])
     weight = np.concatenate([weight, cw[ok]])
-    into: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for s, d, w in zip(src.tolist(), dst.tolist(), weight.tolist()):
-        into[d].append((s, w))
-    dist = [UNREACHABLE] * n
-    heap = [(0, q) for q in np.nonzero(dfa.accept)[0].tolist()]
-    for _, q in heap:
-        dist[q] = 0
-    while heap:
-        dq, q = heapq.heappop(heap)
-        if dq > dist[q]:
+    return _backward_distances(dfa.num_states, src, dst, weight, dfa.accept)
+
+
+def _backward_distances(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
+                        accept: np.ndarray) -> np.ndarray:
+    """Dijkstra backwards from the accepting states over edges src -> dst of positive
+    integer weights, one distance level at a time (Dial's buckets), each level one array
+    step over the edges into the states it settles."""
+    order = np.argsort(dst, kind="stable")
+    src, weight = src[order], weight[order]
+    starts = np.searchsorted(dst[order], np.arange(n + 1))
+    dist = np.full(n, UNREACHABLE, dtype=np.int64)
+    settle = np.nonzero(accept)[0]
+    dist[settle] = 0
+    buckets: dict[int, list[np.ndarray]] = {0: [settle]}
+    levels = [0]
+    while levels:
+        level = heapq.heappop(levels)
+        nodes = np.unique(np.concatenate(buckets.pop(level)))
+        nodes = nodes[dist[nodes] == level]
+        lo = starts[nodes]
+        sizes = starts[nodes + 1] - lo
+        if not len(nodes) or not sizes.any():
             continue
-        for s, w in into[q]:
-            if dq + w < dist[s]:
-                dist[s] = dq + w
-                heapq.heappush(heap, (dq + w, s))
-    return np.array(dist, dtype=np.int64)
+        idx = np.arange(int(sizes.sum())) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)
+        pred, cand = src[idx], level + weight[idx]
+        better = cand < dist[pred]
+        pred, cand = pred[better], cand[better]
+        if not len(pred):
+            continue
+        np.minimum.at(dist, pred, cand)
+        for c in np.unique(cand).tolist():
+            if c not in buckets:
+                buckets[c] = []
+                heapq.heappush(levels, c)
+            buckets[c].append(pred[cand == c])
+    return dist
 
 
 def _byte_edges(trans: np.ndarray, alphabet: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct (source, target) pairs over the alphabet's byte columns."""
     n = trans.shape[0]
-    sub = trans[:, :256][:, alphabet]
-    src, col = np.nonzero(sub >= 0)
+    sub = np.where(alphabet, trans[:, :256], -1)
+    # Rows run in long stretches of one target: only a stretch's first byte can be new.
+    starts = np.ones(sub.shape, dtype=bool)
+    starts[:, 1:] = sub[:, 1:] != sub[:, :-1]
+    src, col = np.nonzero(starts & (sub >= 0))
     pairs = np.unique(src.astype(np.int64) * n + sub[src, col].astype(np.int64))
     return pairs // n, pairs % n
 
