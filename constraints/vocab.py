@@ -15,6 +15,7 @@ import numpy as np
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _SPIECE_SPACE = "\u2581"
+_FEW_FIRST_BYTES = 128  # above this many, starting_with scans the first byte column
 
 
 @lru_cache(maxsize=1)
@@ -55,6 +56,10 @@ class VocabLayout:
 
     def starting_with(self, first_bytes: np.ndarray) -> np.ndarray:
         """Positions (ascending) of the tokens whose first byte is one of ``first_bytes``."""
+        if len(first_bytes) > _FEW_FIRST_BYTES:  # one pass over the first column, no sort
+            wanted = np.zeros(256, dtype=bool)
+            wanted[first_bytes] = True
+            return np.nonzero(wanted[self.columns[0]])[0] if len(self.columns) else np.zeros(0, dtype=np.int64)
         starts = self.first_byte_starts
         parts = [self.by_first_byte[starts[b]:starts[b + 1]] for b in first_bytes.tolist()]
         return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
