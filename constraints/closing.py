@@ -7,8 +7,11 @@ Termination. A matcher is done when it is terminated (accepting, and no token ma
 Bound. ``bound(s)`` is an upper bound on the fewest tokens from state ``s`` to termination,
 computed lazily and cached per state, and every cached value has a witness: ``s`` terminates
 at that cost, or some allowed token leads from ``s`` to a state whose cached bound is at most
-``bound(s) - 1``. It is found by a breadth-first search over single bytes for a shortest byte
-string from ``s`` to an accepting state; the fewest vocabulary tokens that spell that string
+``bound(s) - 1``. It is found from a shortest byte string (of bytes that are tokens by
+themselves) from ``s`` to an accepting state: where the automaton knows its fewest bytes to
+finish (``min_bytes_to_accept``, the grammar's distances, completion.py) the string is the
+automaton's ``shortest_completion`` or a descent along those distances, checked by walking
+it; elsewhere a breadth-first search over bytes finds it. The fewest vocabulary tokens that spell that string
 (a small dynamic program) plus the termination cost is the bound, and every state at a token
 boundary of that spelling is given the count left from there (its witness is the next token
 of the spelling). When a state's tokens are walked (see budget rows) its bound also drops to
@@ -37,6 +40,11 @@ state whose rows were built, for the rest of the automaton's life); a token that
 branch needing more than that many tokens more, met far from the budget, could leave a
 request short. The tokens of JSON schemas rise the bound by a few tokens.
 
+Far from the budget no search runs at all: the fewest bytes to finish plus EOS is at least
+the bound a search would find (every byte of the way is a token), so a state with
+``r - 1 >= that + margin`` keeps every token, as it would with the searched bound; the
+answer is kept per state and read without the lock on later fills.
+
 Cost. States are interned into a byte-transition table filled on demand (one ``advance``
 per group of bytes that lead alike (``byte_classes``) the first time a state is met, the automaton's own
 caches behind them), so the search is a walk over table rows and the vocabulary walk behind a budget row is one numpy
@@ -44,7 +52,8 @@ gather per byte column, as for a DFA. Budget rows are packed once per (state, di
 threshold) and reused by every request.
 
 Everything goes through the ``TokenAutomaton`` interface: ``initial``, ``advance``,
-``is_accepting``, ``can_continue`` and ``mask_row``.
+``is_accepting``, ``can_continue``, ``mask_row`` and ``min_bytes_to_accept`` (and a pushdown's
+``shortest_completion`` where it has one).
 """
 
 from __future__ import annotations
