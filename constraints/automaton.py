@@ -61,6 +61,11 @@ class TokenAutomaton(ABC):
         a lower bound on them; None where unknown (the closing search then looks itself)."""
         return None
 
+    def shortest_completion(self, state: State, alphabet: np.ndarray) -> bytes | None:
+        """Bytes of ``alphabet`` of min_bytes_to_accept's length after which ``state``
+        accepts, where the automaton can name them without a search (None: it cannot)."""
+        return None
+
     def can_continue(self, state: State) -> bool:
         """Some non-EOS token may follow (answered from the cached mask computation)."""
         if state not in self._continues:

@@ -267,8 +267,7 @@ class ClosingDistance:
     def _spelled_path(self, start: int, fewest: int) -> tuple[bytes, int] | None:
         """The automaton's own shortest completion (where it can name one), checked by
         walking it: it must end accepting after exactly ``fewest`` bytes."""
-        complete = getattr(self.automaton, "shortest_completion", None)
-        data = None if complete is None else complete(self._graph.states[start], self._single_bytes)
+        data = self.automaton.shortest_completion(self._graph.states[start], self._single_bytes)
         if data is None or len(data) != fewest:
             return None
         end = self.automaton.advance(self._graph.states[start], data)
