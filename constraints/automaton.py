@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .bitmask import pack_token_ids
+from .completion import UNREACHABLE, leaf_distances
 from .fsm import DEAD, ByteDFA
 from .token_walk import walk_vocab
 from .vocab import TokenizerInfo
@@ -28,6 +29,7 @@ class TokenAutomaton(ABC):
     def __init__(self, info: TokenizerInfo):
         self.info = info
         self._rows: dict[State, torch.Tensor] = {}
+        self._words: dict[State, np.ndarray] = {}  # the same rows as numpy arrays
         self._continues: dict[State, bool] = {}
 
     @property
@@ -54,6 +56,16 @@ class TokenAutomaton(ABC):
         to the same state; one group per byte by default."""
         return [[b] for b in range(256)]
 
+    def min_bytes_to_accept(self, state: State, alphabet: np.ndarray) -> int | None:
+        """Fewest bytes of ``alphabet`` ([256] bool) from ``state`` to an accepting state, or
+        a lower bound on them; None where unknown (the closing search then looks itself)."""
+        return None
+
+    def shortest_completion(self, state: State, alphabet: np.ndarray) -> bytes | None:
+        """Bytes of ``alphabet`` of min_bytes_to_accept's length after which ``state``
+        accepts, where the automaton can name them without a search (None: it cannot)."""
+        return None
+
     def can_continue(self, state: State) -> bool:
         """Some non-EOS token may follow (answered from the cached mask computation)."""
         if state not in self._continues:
@@ -72,6 +84,13 @@ class TokenAutomaton(ABC):
             self._rows[state] = row
         return row
 
+    def mask_words(self, state: State) -> np.ndarray:
+        """mask_row as a numpy int32 array (the same memory)."""
+        words = self._words.get(state)
+        if words is None:
+            words = self._words[state] = self.mask_row(state).numpy()
+        return words
+
     @property
     def num_cached_masks(self) -> int:
         return len(self._rows)
@@ -84,6 +103,7 @@ class DFAAutomaton(TokenAutomaton):
         super().__init__(info)
         self.dfa = dfa
         self._forced: dict[int, bytes] = {}
+        self._distances: dict[bytes, np.ndarray] = {}  # alphabet -> completion.leaf_distances
 
     @property
     def initial(self) -> int:
@@ -102,6 +122,12 @@ class DFAAutomaton(TokenAutomaton):
 
     def byte_classes(self, state: int) -> list[list[int]]:
         return group_bytes(self.dfa.trans[state, :256][None, :])
+
+    def min_bytes_to_accept(self, state: int, alphabet: np.ndarray) -> int | None:
+        dist = self._distances.get(alphabet.tobytes())
+        if dist is None:
+            dist = self._distances[alphabet.tobytes()] = leaf_distances(self.dfa, alphabet)
+        return None if dist[state] >= UNREACHABLE else int(dist[state])
 
     def can_continue(self, state: int) -> bool:
         return bool((self.dfa.trans[state] >= 0).any())

@@ -7,8 +7,11 @@ Termination. A matcher is done when it is terminated (accepting, and no token ma
 Bound. ``bound(s)`` is an upper bound on the fewest tokens from state ``s`` to termination,
 computed lazily and cached per state, and every cached value has a witness: ``s`` terminates
 at that cost, or some allowed token leads from ``s`` to a state whose cached bound is at most
-``bound(s) - 1``. It is found by a breadth-first search over single bytes for a shortest byte
-string from ``s`` to an accepting state; the fewest vocabulary tokens that spell that string
+``bound(s) - 1``. It is found from a shortest byte string (of bytes that are tokens by
+themselves) from ``s`` to an accepting state: where the automaton knows its fewest bytes to
+finish (``min_bytes_to_accept``, the grammar's distances, completion.py) the string is the
+automaton's ``shortest_completion`` or a descent along those distances, checked by walking
+it; elsewhere a breadth-first search over bytes finds it. The fewest vocabulary tokens that spell that string
 (a small dynamic program) plus the termination cost is the bound, and every state at a token
 boundary of that spelling is given the count left from there (its witness is the next token
 of the spelling). When a state's tokens are walked (see budget rows) its bound also drops to
@@ -37,6 +40,11 @@ state whose rows were built, for the rest of the automaton's life); a token that
 branch needing more than that many tokens more, met far from the budget, could leave a
 request short. The tokens of JSON schemas rise the bound by a few tokens.
 
+Far from the budget no search runs at all: the fewest bytes to finish plus EOS is at least
+the bound a search would find (every byte of the way is a token), so a state with
+``r - 1 >= that + margin`` keeps every token, as it would with the searched bound; the
+answer is kept per state and read without the lock on later fills.
+
 Cost. States are interned into a byte-transition table filled on demand (one ``advance``
 per group of bytes that lead alike (``byte_classes``) the first time a state is met, the automaton's own
 caches behind them), so the search is a walk over table rows and the vocabulary walk behind a budget row is one numpy
@@ -44,7 +52,8 @@ gather per byte column, as for a DFA. Budget rows are packed once per (state, di
 threshold) and reused by every request.
 
 Everything goes through the ``TokenAutomaton`` interface: ``initial``, ``advance``,
-``is_accepting``, ``can_continue`` and ``mask_row``.
+``is_accepting``, ``can_continue``, ``mask_row`` and ``min_bytes_to_accept`` (and a pushdown's
+``shortest_completion`` where it has one).
 """
 
 from __future__ import annotations
@@ -76,8 +85,13 @@ class ClosingDistance:
         self.automaton = automaton
         self._graph = _ByteGraph(automaton)
         self._vocab = automaton.info.ids_by_bytes
+        self._prefixes = automaton.info.token_prefixes
         self._max_token_len = int(automaton.info.layout.lengths.max(initial=0))
         self._single_bytes = automaton.info.single_byte_tokens
+        self._fewest: dict[int, int | None] = {}  # interned state -> min_bytes_to_accept
+        # state -> (value, plus margin): no budget row while remaining - 1 >= value (+ margin);
+        # a value only ever stands above the one the full check would use (bounds only drop).
+        self._fits: dict[State, tuple[float, bool]] = {}
         self._eos = np.array(automaton.info.eos_token_ids, dtype=np.int64)
         self._bounds: dict[int, float] = {}  # interned state -> bound
         self._levels: dict[int, _Levels] = {}
@@ -97,12 +111,26 @@ class ClosingDistance:
         """The packed row [ceil(V/32)] of tokens after which the output can still terminate
         within ``remaining`` tokens counting them; None when every allowed token fits. If
         none fits (the budget was already short), the tokens closest to terminating."""
+        fits = self._fits.get(state)  # read without the lock: one dict lookup
+        if fits is not None and remaining - 1 >= fits[0] + (self._margin if fits[1] else 0):
+            return None
         with self._lock:
             sid = self._graph.intern(state)
-            if sid not in self._levels and remaining - 1 >= self._bound(sid) + self._margin:
-                return None  # far from the budget (or no bound found): every token fits (Margin)
+            if sid not in self._levels:
+                if sid not in self._bounds:
+                    most = self._most_tokens(sid)  # an upper bound on the search's bound
+                    if most is not None:
+                        self._fits[state] = (most, True)
+                        if remaining - 1 >= most + self._margin:
+                            return None  # far from the budget: every token fits (Margin)
+                bound = self._bound(sid)
+                if remaining - 1 >= bound + self._margin:
+                    self._fits[state] = (bound, True)
+                    return None  # far from the budget (or no bound found): every token fits
             levels = self._levels_of(sid, state)
-            if not len(levels.thresholds) or remaining - 1 >= levels.thresholds[-1]:
+            top = levels.thresholds[-1] if len(levels.thresholds) else -math.inf
+            self._fits[state] = (top, False)
+            if remaining - 1 >= top:
                 return None
             k = int(np.searchsorted(levels.thresholds, remaining - 1, side="right")) - 1
             return levels.rows[max(k, 0)]
@@ -125,13 +153,24 @@ class ClosingDistance:
         if value < self._bounds.get(sid, math.inf):
             self._bounds[sid] = value
 
+    def _most_tokens(self, sid: int) -> float | None:
+        """At least the bound a search would find, without searching: the search spells its
+        way in bytes that are tokens by themselves, so it costs at most the grammar's fewest
+        such bytes plus EOS (None where the automaton cannot tell them)."""
+        if not len(self._eos):
+            return None
+        fewest = self._fewest_bytes(sid)
+        return None if fewest is None else fewest + 1
+
     def _search(self, start: int) -> float:
         """Breadth-first over bytes to the nearest state that terminates, then the fewest
         tokens that spell the way there plus its termination cost;
         caches the bound of every token boundary on it. The search first moves only by bytes
         that are tokens themselves (so the way is spelled), then, if that finds nothing, by
         any byte (and the way may not be spelled: no bound)."""
-        path = None if self._exhausted else self._shortest_bytes(start, self._single_bytes)
+        path = self._guided_path(start)
+        if path is None and not self._exhausted:
+            path = self._shortest_bytes(start, self._single_bytes)
         if path is None and not self._exhausted:
             path = self._shortest_bytes(start, np.ones(256, dtype=bool))
         cuts = None if path is None else self._fewest_tokens(path[0])
@@ -142,7 +181,7 @@ class ClosingDistance:
         total = len(cuts) - 1 + self._termination_cost(end)
         sid, walked = start, 0
         for k, pos in enumerate(cuts[:-1]):  # one walk along the way, cut by cut
-            sid, walked = self._graph.walk_bytes(sid, data[walked:pos]), pos
+            sid, walked = self._graph.advance(sid, data[walked:pos]), pos
             self._lower(sid, total - k)
         self._lower(end, self._termination_cost(end))
         return self._bounds[start]
@@ -190,6 +229,59 @@ class ClosingDistance:
             self._exhausted = True
         return None
 
+    def _guided_path(self, start: int) -> tuple[bytes, int] | None:
+        """A shortest way in single-byte tokens to an accepting state, found by descending
+        the automaton's fewest-bytes-to-finish (min_bytes_to_accept): from each state a byte
+        whose next state is one byte closer. The distance is a lower bound, so a way of that
+        length is a shortest one, as the breadth-first search would find; the last byte
+        prefers an end that terminates (EOS costs a token). None where the automaton gives
+        no distance or the descent meets a state further away than it says (the
+        breadth-first search runs instead)."""
+        g = self._graph
+        fewest = self._fewest_bytes(start)
+        if fewest is None:
+            return None
+        spelled = self._spelled_path(start, fewest)
+        if spelled is not None:
+            return spelled
+        out = bytearray()
+        sid = start
+        for left in range(fewest, 0, -1):
+            g.expand([sid])
+            row = g.trans[sid]
+            live = np.nonzero((row >= 0) & self._single_bytes)[0]
+            targets, first = np.unique(row[live], return_index=True)
+            closer = sorted((int(live[i]), t) for t, i in zip(targets.tolist(), first.tolist())
+                            if self._fewest_bytes(t) == left - 1)
+            if not closer:
+                return None
+            if left == 1:
+                closer = [(b, t) for b, t in closer if g.accepting[t]]
+                if not closer:
+                    return None
+                closer.sort(key=lambda c: self._termination_cost(c[1]))
+            b, sid = closer[0]
+            out.append(b)
+        return (bytes(out), sid) if g.accepting[sid] else None
+
+    def _spelled_path(self, start: int, fewest: int) -> tuple[bytes, int] | None:
+        """The automaton's own shortest completion (where it can name one), checked by
+        walking it: it must end accepting after exactly ``fewest`` bytes."""
+        data = self.automaton.shortest_completion(self._graph.states[start], self._single_bytes)
+        if data is None or len(data) != fewest:
+            return None
+        end = self.automaton.advance(self._graph.states[start], data)
+        if end is None or not self.automaton.is_accepting(end):
+            return None
+        return data, self._graph.intern(end)
+
+    def _fewest_bytes(self, sid: int) -> int | None:
+        out = self._fewest.get(sid, _UNKNOWN)
+        if out == _UNKNOWN:
+            out = self._fewest[sid] = self.automaton.min_bytes_to_accept(
+                self._graph.states[sid], self._single_bytes)
+        return out
+
     def _cheapest_end(self, frontier: np.ndarray) -> int | None:
         """The first state of ``frontier`` with the lowest finite termination cost, if any."""
         best, best_cost = None, math.inf
@@ -204,9 +296,15 @@ class ClosingDistance:
         n = len(data)
         best = [0] + [math.inf] * n
         back = [0] * (n + 1)
-        for i in range(1, n + 1):
-            for j in range(max(0, i - self._max_token_len), i):
-                if best[j] + 1 < best[i] and data[j:i] in self._vocab:
+        prefixes = self._prefixes
+        for j in range(n):  # forward: the tokens starting at j, longer while still a prefix
+            if best[j] == math.inf:
+                continue
+            for i in range(j + 1, min(n, j + self._max_token_len) + 1):
+                piece = data[j:i]
+                if piece not in prefixes:
+                    break
+                if best[j] + 1 < best[i] and piece in self._vocab:
                     best[i], back[i] = best[j] + 1, j
         if best[n] == math.inf:
             return None
@@ -300,6 +398,11 @@ class _ByteGraph:
             self.trans[sid] = row
             self._expanded[sid] = True
 
+    def advance(self, sid: int, data: bytes) -> int:
+        """The state after ``data`` (which must be allowed), stepped by the automaton itself:
+        the same state the table would reach, without filling the rows on the way."""
+        return self.intern(self.automaton.advance(self.states[sid], data)) if data else sid
+
     def walk_bytes(self, sid: int, data: bytes) -> int:
         for b in data:
             self.expand([sid])
@@ -307,23 +410,30 @@ class _ByteGraph:
         return sid
 
     def walk_vocab(self, sid: int) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids whose bytes stay alive from ``sid``, and the state each ends in."""
+        """Token ids whose bytes stay alive from ``sid``, and the state each ends in: the
+        tokens whose first byte is live, one table gather per byte column (positions
+        ascend, so lengths do: the tokens that end at a column are a prefix)."""
         layout = self.automaton.info.layout
-        alive = np.arange(len(layout.token_ids))
+        self.expand([sid])
+        alive = layout.starting_with(np.nonzero(self.trans[sid] >= 0)[0])
+        lens = layout.lengths[alive]
         cur = np.full(len(alive), sid, dtype=np.int64)
         done_pos, done_state = [], []
         for j in range(layout.columns.shape[0]):
-            k = int(np.searchsorted(layout.lengths[alive], j, side="right"))
+            k = int(np.searchsorted(lens, j, side="right"))
             if k:
                 done_pos.append(alive[:k])
                 done_state.append(cur[:k])
-                alive, cur = alive[k:], cur[k:]
+                alive, cur, lens = alive[k:], cur[k:], lens[k:]
             if not len(alive):
                 break
-            self.expand(cur)
-            cur = self.trans[cur, layout.columns[j, alive]].astype(np.int64)
+            fresh = cur[~self._expanded[cur]]
+            if len(fresh):
+                self.expand(fresh)
+            cur = self.trans.reshape(-1)[cur * 256 + layout.columns[j, alive]].astype(np.int64)
             live = cur >= 0
-            alive, cur = alive[live], cur[live]
+            if not live.all():
+                alive, cur, lens = alive[live], cur[live], lens[live]
         done_pos.append(alive)
         done_state.append(cur)
         return layout.token_ids[np.concatenate(done_pos)], np.concatenate(done_state)

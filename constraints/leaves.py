@@ -60,6 +60,7 @@ class LeafWalk:
 
 
 _LEAF_WALKS_MAX = 8192
+_SPELLINGS_MAX = 64  # leaf DFAs whose token grouping is kept (about 0.4 MB each)
 
 
 def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
@@ -70,23 +71,54 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
     if hit is not None:
         return hit
     layout = info.layout
-    pos = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
-    cur = np.full(len(pos), q, dtype=np.int64)
+    first = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
+    spellings = _spellings(info, dfa, starts_char) if len(first) > _GROUP_FROM else None
+    if spellings is None:
+        inside, exits = _walk(layout, dfa, q, starts_char, first)
+        members, rec = inside[0], np.arange(len(inside[0]))
+        exit_members, exit_rec = exits[0], np.arange(len(exits[0]))
+    else:
+        reps = spellings.reps[(dfa.trans[q, :256] >= 0)[layout.columns[0, spellings.reps]]]
+        inside, exits = _walk(layout, dfa, q, starts_char, reps)
+        members, rec = spellings.members_of(inside[0])
+        exit_members, exit_rec = spellings.members_of(exits[0])
+    inside_count = inside[1][rec]
+    walk = LeafWalk(pack_token_ids(layout.token_ids[members], info.vocab_size),
+                    exit_members, exits[1][exit_rec], members, inside_count, inside[2][rec],
+                    exits[2][exit_rec], int(inside_count.max()) if len(inside_count) else 0)
+    if len(cache) >= _LEAF_WALKS_MAX:  # oldest first; admission threads fill it too
+        try:
+            cache.pop(next(iter(cache)), None)
+        except (RuntimeError, StopIteration):
+            pass
+    cache[key] = walk
+    return walk
+
+
+def _walk(layout, dfa: ByteDFA, q: int, starts_char: np.ndarray | None, pos: np.ndarray):
+    """Layout positions ``pos`` walked from ``q``, one byte column at a time: (positions
+    that stay inside, characters each starts, whether it ends accepting) and (positions
+    that may leave with bytes left, the column they would leave at, characters before)."""
+    # Positions ascend, so lengths do: the tokens ending at a column are a prefix.
+    lens = layout.lengths[pos]
+    flat = dfa.trans[:, :256].reshape(-1)  # int32: a view for leaves (no call columns)
+    cur = np.full(len(pos), q, dtype=flat.dtype)
     count = np.zeros(len(pos), dtype=np.int64)
-    flat = dfa.trans[:, :256].reshape(-1).astype(np.int64)
     starts = None if starts_char is None else starts_char.reshape(-1)
+    accept = dfa.accept
     inside, inside_n, inside_end, exit_pos, exit_col, exit_n = [], [], [], [], [], []
-    for j in range(layout.columns.shape[0] + 1):
-        done = layout.lengths[pos] <= j
-        if done.any():
-            inside.append(pos[done])
-            inside_n.append(count[done])
-            inside_end.append(dfa.accept[cur[done]])
-            pos, cur, count = pos[~done], cur[~done], count[~done]
-        if not len(pos) or j == layout.columns.shape[0]:
+    width = layout.columns.shape[0]
+    for j in range(width + 1):
+        k = int(np.searchsorted(lens, j, side="right"))
+        if k:
+            inside.append(pos[:k])
+            inside_n.append(count[:k])
+            inside_end.append(accept[cur[:k]])
+            pos, cur, count, lens = pos[k:], cur[k:], count[k:], lens[k:]
+        if not len(pos) or j == width:
             break
         if j:
-            out = dfa.accept[cur]
+            out = accept[cur]
             if out.any():
                 exit_pos.append(pos[out])
                 exit_col.append(np.full(int(out.sum()), j, dtype=np.int64))
@@ -96,19 +128,100 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
             count = count + starts[at]
         cur = flat[at]
         live = cur >= 0
-        pos, cur, count = pos[live], cur[live], count[live]
+        if not live.all():
+            pos, cur, count, lens = pos[live], cur[live], count[live], lens[live]
     empty = np.zeros(0, dtype=np.int64)
-    inside_pos = np.concatenate(inside or [empty])
-    inside_count = np.concatenate(inside_n or [empty])
-    inside_closes = np.concatenate(inside_end or [np.zeros(0, dtype=bool)])
-    walk = LeafWalk(pack_token_ids(layout.token_ids[inside_pos], info.vocab_size),
-                    np.concatenate(exit_pos or [empty]), np.concatenate(exit_col or [empty]),
-                    inside_pos, inside_count, inside_closes, np.concatenate(exit_n or [empty]),
-                    int(inside_count.max()) if len(inside_count) else 0)
-    if len(cache) >= _LEAF_WALKS_MAX:  # oldest first; admission threads fill it too
-        try:
-            cache.pop(next(iter(cache)), None)
-        except (RuntimeError, StopIteration):
-            pass
-    cache[key] = walk
-    return walk
+    return ((np.concatenate(inside or [empty]), np.concatenate(inside_n or [empty]),
+             np.concatenate(inside_end or [np.zeros(0, dtype=bool)])),
+            (np.concatenate(exit_pos or [empty]), np.concatenate(exit_col or [empty]),
+             np.concatenate(exit_n or [empty])))
+
+
+@dataclass(frozen=True, slots=True)
+class _Spellings:
+    """The vocabulary grouped by what one leaf DFA sees of a token: its length and the class
+    of each byte (bytes whose columns, transitions and character starts, are the same in
+    every state act alike). Tokens alike in both walk alike from every state of the leaf,
+    so one representative per group is walked and the result copied to its members: a
+    pattern's few classes leave a few hundred groups of the 49k tokens."""
+
+    reps: np.ndarray  # [R] layout positions, one per group (its first member)
+    group: np.ndarray  # [N] int32: layout position -> its group
+    starts: np.ndarray  # [G + 1] int32: group g's members are members[starts[g]:starts[g + 1]]
+    members: np.ndarray  # [N] int32 layout positions, grouped
+
+    def members_of(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every member of the groups of ``pos`` (representatives), and which entry of
+        ``pos`` each came from."""
+        g = self.group[pos]
+        lo = self.starts[g].astype(np.int64)
+        sizes = self.starts[g + 1].astype(np.int64) - lo
+        rec = np.repeat(np.arange(len(pos)), sizes)
+        idx = np.arange(int(sizes.sum())) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)
+        return self.members[idx].astype(np.int64), rec
+
+
+def _spellings(info: TokenizerInfo, dfa: ByteDFA, starts_char: np.ndarray | None) -> _Spellings | None:
+    """The leaf's token groups, from its _GROUP_AFTER-th wide walk on (None before that, or
+    where the groups would share little): grouping costs a few walks, so leaves walked from
+    one or two states never pay for it."""
+    cache = info.leaf_spellings
+    key = (dfa, starts_char is not None)
+    hit = cache.pop(key, 0)
+    if isinstance(hit, int) and hit + 1 >= _GROUP_AFTER:
+        hit = _group_tokens(info.layout, _byte_classes(dfa, starts_char))
+    elif isinstance(hit, int):
+        hit += 1
+    while len(cache) >= _SPELLINGS_MAX:
+        cache.pop(next(iter(cache)), None)
+    cache[key] = hit  # most recently used last
+    return hit if isinstance(hit, _Spellings) else None
+
+
+def _byte_classes(dfa: ByteDFA, starts_char: np.ndarray | None) -> np.ndarray:
+    """[256] class of each byte: bytes with equal columns share one (a hash of each column,
+    checked against the class's first byte; a collision splits nothing wrongly: it falls
+    back to one class per byte)."""
+    cols = dfa.trans[:, :256].astype(np.int64)
+    if starts_char is not None:
+        cols = np.concatenate([cols, starts_char.astype(np.int64)])
+    weights = np.random.default_rng(0).integers(1, 2**62, size=len(cols), dtype=np.int64)
+    with np.errstate(over="ignore"):
+        h = (cols.T.astype(np.uint64) * weights.astype(np.uint64)).sum(axis=1)
+    _, first, cls = np.unique(h, return_index=True, return_inverse=True)
+    cls = cls.reshape(-1)
+    if not (cols.T == cols.T[first[cls]]).all():
+        cls = np.arange(256)
+    return cls.astype(np.uint64)
+
+
+_HASH_STEP = np.uint64(0x100000001B3)
+_MIN_SHARING = 8  # tokens per group on average below which tokens are walked one by one
+_GROUP_FROM = 4096  # walks from fewer tokens than this go token by token
+_GROUP_AFTER = 3  # wide walks of a leaf before its tokens are grouped
+
+
+def _group_tokens(layout, cls: np.ndarray) -> _Spellings | None:
+    """Groups by (length, class string): a hash over the columns (tokens are sorted by
+    length, so column j touches only the tokens longer than j), then every member checked
+    against its group's first; None on a collision or where groups share little."""
+    n = len(layout.lengths)
+    firsts = np.searchsorted(layout.lengths, np.arange(layout.columns.shape[0]), side="right")
+    h = layout.lengths.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        for j, a in enumerate(firsts.tolist()):
+            h[a:] = h[a:] * _HASH_STEP + cls[layout.columns[j, a:]] + np.uint64(1)
+    _, first, group = np.unique(h, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    rep_of = first[group]
+    same = bool((layout.lengths[rep_of] == layout.lengths).all())
+    for j, a in enumerate(firsts.tolist()):
+        if not same:
+            break
+        same = bool((cls[layout.columns[j, a:]] == cls[layout.columns[j, rep_of[a:]]]).all())
+    if not same or len(first) > n // _MIN_SHARING:  # walking the groups would save little
+        return None
+    order = np.argsort(group, kind="stable")
+    starts = np.searchsorted(group[order], np.arange(len(first) + 1))
+    return _Spellings(np.sort(first), group.astype(np.int32), starts.astype(np.int32),
+                      order.astype(np.int32))

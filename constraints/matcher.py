@@ -17,13 +17,17 @@ class GrammarMatcher:
     duplicate check's tracker (unique_items.py).
     """
 
-    __slots__ = ("_automaton", "_history", "_terminated", "_unique")
+    __slots__ = ("_automaton", "_history", "_terminated", "_unique", "_closing", "_bitmask",
+                 "_words")
 
     def __init__(self, automaton: TokenAutomaton):
         self._automaton = automaton
         self._history: list[tuple[State, bool, Tracker | None]] = []
         self._terminated = False
         self._unique = automaton.unique_items
+        self._closing = None  # closing_for(automaton), looked up on the first budgeted fill
+        self._bitmask = None  # the last CPU bitmask filled, and its numpy view (_words)
+        self._words = None
 
     @property
     def _state(self) -> State:
@@ -80,13 +84,30 @@ class GrammarMatcher:
         if self._terminated:
             bitmask[row].zero_()
             return
+        state = self._state
         narrowed = None
         if max_tokens is not None:
-            narrowed = closing_for(self._automaton).budget_row(self._state, max_tokens)
-        allowed = narrowed if narrowed is not None else self._automaton.mask_row(self._state)
+            if self._closing is None:
+                self._closing = closing_for(self._automaton)
+            narrowed = self._closing.budget_row(state, max_tokens)
+        if narrowed is None and self._unique is None:
+            words = self._words_of(bitmask)
+            if words is not None:  # the common case, without torch's per-call overhead
+                words[row] = self._automaton.mask_words(state)
+                return
+        allowed = narrowed if narrowed is not None else self._automaton.mask_row(state)
         if self._unique is not None:
             allowed = self._without_duplicates(allowed, narrowed is not None)
         bitmask[row].copy_(allowed)
+
+    def _words_of(self, bitmask: torch.Tensor):
+        """A numpy view of a CPU int32 bitmask (cached for the last one), else None."""
+        if bitmask is self._bitmask:
+            return self._words
+        if bitmask.device.type != "cpu" or bitmask.dtype != torch.int32 or bitmask.dim() != 2:
+            return None
+        self._bitmask, self._words = bitmask, bitmask.numpy()
+        return self._words
 
     def _without_duplicates(self, allowed: torch.Tensor, narrowed: bool) -> torch.Tensor:
         """The row less tokens that finish a duplicate array item. The closing bound does not

@@ -24,6 +24,7 @@ import torch
 from .automaton import TokenAutomaton, group_bytes
 from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
+from .completion import UNREACHABLE, GrammarDistances
 from .errors import UnsupportedSchemaError
 from .fsm import DEAD, ByteDFA, determinize, trim_and_minimize
 from .leaves import CountedLeaf, leaf_walk
@@ -104,6 +105,8 @@ class PushdownAutomaton(TokenAutomaton):
         self._closes_counted = accept & (self._leaf_of >= 0) & self._is_counted[np.maximum(self._leaf_of, 0)]
         self._unique = dict(unique or {})
         self.unique_items = UniqueItems(self) if self._unique else None
+        self._distances: dict[bytes, GrammarDistances] = {}  # alphabet -> completion distances
+        self.pruned = False  # _step has dropped configurations (MAX_CONFIGS)
 
     @property
     def initial(self) -> State:
@@ -160,6 +163,7 @@ class PushdownAutomaton(TokenAutomaton):
             # Pathological ambiguity: keep the shallowest parses. Every kept one is live, so
             # this can only over-constrain, and matchers never raise mid-generation.
             nxt = sorted(nxt, key=lambda c: (len(c[0]), c))[:MAX_CONFIGS]
+            self.pruned = True
         out = self._steps[key] = frozenset(nxt) or None
         return out
 
@@ -196,6 +200,101 @@ class PushdownAutomaton(TokenAutomaton):
             rows = list(gs)
             groups = self._byte_groups[gs] = group_bytes(np.concatenate([self._trans[rows], self._inc[rows]]))
         return groups
+
+    def min_bytes_to_accept(self, state: State, alphabet: np.ndarray) -> int | None:
+        """The grammar's fewest bytes to finish (completion.py): each configuration's rule
+        position, the characters a counted leaf still needs, and the callers on its stack.
+        Exact while no configuration was ever dropped (MAX_CONFIGS); None after that."""
+        if self.pruned:
+            return None
+        dist = self._grammar_distances(alphabet)
+        best = min(self._config_bytes(c, dist) for c in state)
+        return None if best >= UNREACHABLE else best
+
+    def shortest_completion(self, state: State, alphabet: np.ndarray) -> bytes | None:
+        """Bytes of ``alphabet`` of min_bytes_to_accept's length after which ``state``
+        accepts, found by following the grammar's distances rule by rule (no automaton
+        steps); None where that is not possible. Callers check the way with ``advance``."""
+        fewest = self.min_bytes_to_accept(state, alphabet)
+        if fewest is None:
+            return None
+        dist = self._grammar_distances(alphabet)
+        config = next((c for c in state if self._config_bytes(c, dist) == fewest), None)
+        if config is None:
+            return None
+        stack, g = config
+        out = bytearray()
+        for _ in range(4 * fewest + 64):  # bytes, and calls and returns (which read none)
+            need = self._chars_needed(stack, g)
+            if self._returns[g] or self._final[g]:
+                if need == 0 and not self._final[g]:
+                    stack, g = (stack[:-2], stack[-2]) if self._in_counted(g) else (stack[:-1], stack[-1])
+                    continue
+                if self._final[g] and not stack:
+                    return bytes(out) if len(out) == fewest else None
+            move = self._descent_move(g, need > 0, dist, alphabet)
+            if move is None:
+                return None
+            if move[0] < 0:  # a call: (-1, callee start, return state, counted)
+                _, start, ret, counted = move
+                stack, g = stack + ((ret, -1) if counted else (ret,)), start
+                continue
+            b, t = move
+            if self._inc[g, b]:
+                stack = self._counted_up(stack, g)
+                if stack is None:
+                    return None
+            out.append(b)
+            g = t
+        return None
+
+    def _config_bytes(self, config: Config, dist: GrammarDistances) -> int:
+        stack, g = config
+        d = int(dist.dist[g])
+        return d + self._chars_needed(stack, g) + dist.stack_cost(stack) if d < UNREACHABLE else UNREACHABLE
+
+    def _chars_needed(self, stack: tuple[int, ...], g: int) -> int:
+        return max(int(self._count_lo[g]) - (-stack[-1] - 1), 0) if self._in_counted(g) else 0
+
+    def _descent_move(self, g: int, counting: bool, dist: GrammarDistances, alphabet: np.ndarray):
+        """From rule position ``g``, one step that is one byte closer to the rule's end: the
+        first such byte (byte, next position), else a call as close as ``g`` (-1, callee
+        start, return, counted). ``counting``: a counted leaf still needs characters, so
+        the byte must start one and keep the distance to the closing (cached per position)."""
+        key = (g, counting, alphabet.tobytes())
+        move = dist.moves.get(key, False)
+        if move is not False:
+            return move
+        row = self._trans[g]
+        live = (row >= 0) & alphabet
+        d = np.where(live, dist.dist[np.maximum(row, 0)], UNREACHABLE)
+        closer = live & (d == dist.dist[g] - 1)
+        if counting:  # a character that keeps the distance, else progress that does not close
+            ok = np.nonzero(live & self._inc[g] & (d == dist.dist[g]))[0]
+            if not len(ok):
+                ok = np.nonzero(closer & ~self._inc[g] & ~self._returns[np.maximum(row, 0)])[0]
+        else:
+            ok = np.nonzero(closer)[0]
+        move = (int(ok[0]), int(row[ok[0]])) if len(ok) else None
+        if move is None and not counting:
+            for start, ret, counted in self._calls[g]:
+                k = int(np.searchsorted(self._offsets, start, side="right")) - 1
+                lo = self._counted[k].lo if counted else 0
+                if dist.dist[start] + lo + dist.dist[ret] == dist.dist[g]:
+                    move = (-1, start, ret, counted)
+                    break
+        dist.moves[key] = move
+        return move
+
+    def _grammar_distances(self, alphabet: np.ndarray) -> GrammarDistances:
+        key = alphabet.tobytes()
+        out = self._distances.get(key)
+        if out is None:
+            leaf = [bool(k) and not _has_calls(d) for k, d in enumerate(self.rules)]
+            chars = [0 if c is None else c.lo for c in self._counted]
+            out = self._distances[key] = GrammarDistances(self.rules, leaf, chars, alphabet,
+                                                          self.info.leaf_distances)
+        return out
 
     def unique_kind(self, state: State) -> str | None:
         """The item kind where ``state`` (just after a ``[``) is inside a unique array's rule."""

@@ -15,6 +15,7 @@ import numpy as np
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _SPIECE_SPACE = "\u2581"
+_FEW_FIRST_BYTES = 128  # above this many, starting_with scans the first byte column
 
 
 @lru_cache(maxsize=1)
@@ -55,6 +56,10 @@ class VocabLayout:
 
     def starting_with(self, first_bytes: np.ndarray) -> np.ndarray:
         """Positions (ascending) of the tokens whose first byte is one of ``first_bytes``."""
+        if len(first_bytes) > _FEW_FIRST_BYTES:  # one pass over the first column, no sort
+            wanted = np.zeros(256, dtype=bool)
+            wanted[first_bytes] = True
+            return np.nonzero(wanted[self.columns[0]])[0] if len(self.columns) else np.zeros(0, dtype=np.int64)
         starts = self.first_byte_starts
         parts = [self.by_first_byte[starts[b]:starts[b + 1]] for b in first_bytes.tolist()]
         return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
@@ -69,7 +74,13 @@ class TokenizerInfo:
     # Token walks through shared leaf automata, reused by every grammar of this tokenizer
     # (see pushdown.LeafWalks); keyed by the leaf's ByteDFA object and state.
     leaf_walks: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # The vocabulary grouped by what a leaf DFA sees of each token (leaves._Spellings).
+    leaf_spellings: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Fewest bytes to finish from each state of a shared leaf (completion.GrammarDistances).
+    leaf_distances: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _ids_by_bytes: dict[bytes, int] | None = field(default=None, init=False, repr=False, compare=False)
+    _single_bytes: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    _prefixes: frozenset[bytes] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
@@ -77,10 +88,20 @@ class TokenizerInfo:
 
     @property
     def single_byte_tokens(self) -> np.ndarray:
-        """[256] bool: the bytes that are tokens by themselves."""
-        out = np.zeros(256, dtype=bool)
-        out[[b[0] for b in self.ids_by_bytes if len(b) == 1]] = True
-        return out
+        """[256] bool: the bytes that are tokens by themselves (built once, read-only)."""
+        if self._single_bytes is None:
+            out = np.zeros(256, dtype=bool)
+            out[[b[0] for b in self.ids_by_bytes if len(b) == 1]] = True
+            out.flags.writeable = False
+            self._single_bytes = out
+        return self._single_bytes
+
+    @property
+    def token_prefixes(self) -> frozenset[bytes]:
+        """Every non-empty prefix of a token's spelling (tokens included); built once."""
+        if self._prefixes is None:
+            self._prefixes = frozenset(b[:k] for b in self.ids_by_bytes for k in range(1, len(b) + 1))
+        return self._prefixes
 
     @property
     def ids_by_bytes(self) -> dict[bytes, int]:

@@ -1,0 +1,137 @@
+"""Token masks on real schemas against brute force: at states met on seeded random walks
+through the masks, the row allows exactly the tokens the automaton advances on (each token's
+bytes tried one by one) and EOS exactly where it accepts. Covers the shared leaf walks (string
+bodies, formats, patterns with length bounds, counted strings), the structural trie walk and
+the token walks that leave a leaf. The closing search's guided descent is checked against the
+breadth-first search it replaces: the same shortest way length from every sampled state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from constraints import GrammarCompiler
+from constraints.bitmask import unpack_bitmask
+from constraints.closing import ClosingDistance
+
+DATA = Path(__file__).resolve().parents[3] / "shared/data"
+BENCH = DATA / "jsonschemabench-dev"
+SUITE = DATA / "json-schema-test-suite/tests/draft2020-12"
+BENCH_SCHEMAS = ["Github-Medium/o65427.json", "Snowplow/sp_353_Normalized.json",
+                 "GlaiveAI-2K/book_flight_e9f45f3c.json", "Kubernetes/kb_1015_Normalized.json",
+                 "WashingtonPost/wp_101_Normalized.json", "Github-Easy/o10337.json"]
+SUITE_SCHEMAS = [
+    {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 2, "maxLength": 40},
+    {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"},
+                                      "mail": {"type": "string", "format": "email"},
+                                      "n": {"type": "integer", "minimum": -5, "maximum": 900}},
+     "required": ["when", "mail", "n"]},
+]
+SUITE_FILES = ["minLength.json", "pattern.json", "ref.json", "items.json", "anyOf.json"]
+STEPS = 24
+SAMPLED = (0, 1, 2, 3, 5, 8, 13, 23)
+
+
+def _schemas() -> list:
+    out = [pytest.param(json.dumps(s), id=f"inline{i}") for i, s in enumerate(SUITE_SCHEMAS)]
+    out += [pytest.param(name, id=name) for name in BENCH_SCHEMAS]
+    out += [pytest.param(f"suite:{name}", id=f"suite-{name}") for name in SUITE_FILES]
+    return out
+
+
+def _load(spec: str) -> list[str]:
+    if spec.startswith("{"):
+        return [spec]
+    if spec.startswith("suite:"):
+        path = SUITE / spec.split(":", 1)[1]
+        if not path.is_file():
+            pytest.skip(f"{path} not present")
+        return [json.dumps(g["schema"]) for g in json.loads(path.read_text())[:3]]
+    path = BENCH / spec
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    return [path.read_text()]
+
+
+def _brute_force_row(automaton, state) -> np.ndarray:
+    info = automaton.info
+    bits = np.zeros(info.vocab_size, dtype=bool)
+    for t, data in enumerate(info.token_bytes):
+        if data and automaton.advance(state, data) is not None:
+            bits[t] = True
+    if automaton.is_accepting(state):
+        bits[list(info.eos_token_ids)] = True
+    return bits
+
+
+def _walk_states(automaton, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    state, states = automaton.initial, []
+    for step in range(STEPS):
+        if step in SAMPLED:
+            states.append(state)
+        ids = automaton.allowed_token_ids(state)
+        if not len(ids):
+            break
+        state = automaton.advance(state, automaton.info.token_bytes[int(rng.choice(ids))])
+    return states
+
+
+@pytest.mark.parametrize("spec", _schemas())
+def test_masks_equal_brute_force_on_real_schemas(tokenizer_info, spec):
+    compiler = GrammarCompiler(tokenizer_info, compile_timeout_s=30.0)  # fresh automata
+    checked = 0
+    for k, text in enumerate(_load(spec)):
+        try:
+            automaton = compiler.compile_json_schema(text).automaton
+        except Exception:  # noqa: BLE001 - refused schemas have no masks to check
+            continue
+        for state in _walk_states(automaton, seed=k):
+            got = unpack_bitmask(automaton.mask_row(state), tokenizer_info.vocab_size)
+            want = _brute_force_row(automaton, state)
+            assert np.array_equal(got, want), np.nonzero(got != want)[0][:10]
+            checked += 1
+    if not checked:
+        pytest.skip("no schema of this group compiles")
+
+
+@pytest.mark.parametrize("spec", BENCH_SCHEMAS[:4])
+def test_guided_closing_search_finds_a_shortest_way(tokenizer_info, spec):
+    compiler = GrammarCompiler(tokenizer_info, compile_timeout_s=30.0)
+    automaton = compiler.compile_json_schema(_load(spec)[0]).automaton
+    closing = ClosingDistance(automaton)
+    for state in _walk_states(automaton, seed=1):
+        sid = closing._graph.intern(state)
+        guided = closing._guided_path(sid)
+        breadth_first = closing._shortest_bytes(sid, closing._single_bytes)
+        assert guided is not None and breadth_first is not None
+        assert len(guided[0]) == len(breadth_first[0])
+        assert automaton.is_accepting(automaton.advance(state, guided[0]) if guided[0] else state)
+
+
+@pytest.mark.parametrize("fmt,pattern,hi", [("uri", None, None), ("email", None, None),
+                                            (None, "^[a-z]+(-[a-z]+)*$", 40)])
+def test_grouped_leaf_walks_equal_token_by_token_walks(tokenizer_info, fmt, pattern, hi):
+    """Leaf walks over token groups (a leaf's third wide walk on) give the same tokens, exits,
+    character counts and ends as walking every token."""
+    from constraints.json_leaves import string_dfa
+    from constraints.leaves import _GROUP_AFTER, _spellings, _walk, leaf_walk
+
+    dfa = string_dfa(0, hi, pattern, fmt)
+    for _ in range(_GROUP_AFTER):
+        _spellings(tokenizer_info, dfa, None)
+    assert _spellings(tokenizer_info, dfa, None) is not None  # grouping is what is tested
+    layout = tokenizer_info.layout
+    for q in range(min(dfa.num_states, 10)):
+        walk = leaf_walk(tokenizer_info, dfa, q)
+        first = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
+        inside, exits = _walk(layout, dfa, q, None, first)
+        assert sorted(zip(walk.inside_pos.tolist(), walk.inside_count.tolist(),
+                          walk.inside_closes.tolist())) == sorted(zip(*(a.tolist() for a in inside)))
+        assert sorted(zip(walk.exit_pos.tolist(), walk.exit_col.tolist(),
+                          walk.exit_count.tolist())) == sorted(zip(*(a.tolist() for a in exits)))
+        ids = np.nonzero(unpack_bitmask(walk.inside, tokenizer_info.vocab_size))[0]
+        assert sorted(ids.tolist()) == sorted(layout.token_ids[inside[0]].tolist())
