@@ -268,7 +268,7 @@ class Scheduler:
         need = -(-(cached + first_chunk) // page) - cached // page
         decode = sum(self.cache.pages_needed(r, min(max(r.extend_len, 1), chunk)) for r in running)
         reserve = -(-int(sum(r.remaining_new_tokens for r in running) * self.new_token_ratio) // page)
-        available = self.cache.available_pages + sum(len(r.pages) for r in without)
+        available = self.cache.available_pages + sum(len(r.kv.pages) for r in without)
         return need + decode + reserve <= available
 
     def _retract(self, req: Req) -> None:
