@@ -7,6 +7,11 @@ up to ``chunked_prefill_size`` tokens, so a long prompt never stalls the others'
 When KV memory runs out, the youngest requests are retracted and recomputed later (with
 priority scheduling: the lowest-priority ones, and a waiting request that outranks running
 ones enough preempts them when it cannot otherwise be admitted).
+
+This module is the loop and the request queues; the rest lives beside it: admission
+planning (``admission``), who is retracted or preempted (``retraction``), KV ownership
+(``cache``), the waiting order (``policy``), tokens appended to requests (``appender``) and
+their outputs (``output``).
 """
 
 from __future__ import annotations
