@@ -82,3 +82,16 @@ def test_a_function_over_the_limit_is_measured_as_such(tmp_path):
     path.write_text("def long():\n" + body + "\n")
     (found,) = functions(path, root=tmp_path)
     assert found.qualname == "long" and found.lines == MAX_FUNCTION_LINES + 1 > MAX_FUNCTION_LINES
+
+
+def test_the_request_to_token_table_is_never_read_back_to_the_host():
+    """A request's slots live on the host (its pages); the device table is written from them.
+    A ``.cpu()`` / ``.tolist()`` / ``.item()`` / ``.numpy()`` on it would be a device sync."""
+    import re
+
+    from tools.code_shape import module_files
+
+    read_back = re.compile(r"req_to_token\b[^\n]*\.(cpu|tolist|item|numpy)\(")
+    found = [f"{path.relative_to(ROOT)}:{i}" for path in module_files("sglang_lite").values()
+             for i, line in enumerate(path.read_text().splitlines(), 1) if read_back.search(line)]
+    assert found == []
