@@ -55,6 +55,11 @@ class LogprobRecord:
 
 @dataclass(slots=True, eq=False)
 class Req:
+    """What the client asked (the fields given at construction), how far it has come
+    (``output_ids``, ``kv_len``, ``status``), and three small records: the KV it holds
+    (``kv``, the cache manager's), what was sent (``out``, the output processor's) and its
+    logprobs (``logprobs``)."""
+
     rid: str
     origin_input_ids: list[int]
     sampling: SamplingParams
