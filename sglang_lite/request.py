@@ -18,8 +18,48 @@ class ReqStatus(enum.Enum):
     FINISHED = enum.auto()
 
 
+@dataclass(slots=True)
+class KVHold:
+    """The KV memory a request holds while admitted: its request-to-token row and the pages
+    backing its positions. The host list is the one source of truth; the device row is
+    written from it, never read back."""
+
+    row: int | None = None  # its row of the request-to-token table (None: not admitted)
+    pages: list[int] = field(default_factory=list)  # pages backing positions, in order
+    num_cached_pages: int = 0  # leading pages owned by the radix cache (locked, not ours)
+    node: Any = None  # the radix node locked for this request (ends the cached pages)
+
+
+@dataclass(slots=True)
+class OutputState:
+    """What has been produced for the consumer and what of it was sent."""
+
+    detok: Any = None  # IncrementalDetokenizer, made on the first token
+    text: str = ""  # full decoded text so far (before stop-string trimming)
+    emitted_chars: int = 0  # len of text already sent to the consumer
+    emitted_ids: int = 0  # output ids already sent
+    first_token_time: float | None = None
+    finish_time: float | None = None
+
+
+@dataclass(slots=True)
+class LogprobRecord:
+    """Logprobs recorded for the request (when it asked for them): (logprob, token) pairs,
+    and per position the top alternatives as (logprob, token) lists."""
+
+    output: list[tuple[float, int]] = field(default_factory=list)
+    output_top: list[list[tuple[float, int]]] = field(default_factory=list)
+    input: list[tuple[float | None, int]] = field(default_factory=list)
+    input_top: list[list[tuple[float, int]]] = field(default_factory=list)
+
+
 @dataclass(slots=True, eq=False)
 class Req:
+    """What the client asked (the fields given at construction), how far it has come
+    (``output_ids``, ``kv_len``, ``status``), and three small records: the KV it holds
+    (``kv``, the cache manager's), what was sent (``out``, the output processor's) and its
+    logprobs (``logprobs``)."""
+
     rid: str
     origin_input_ids: list[int]
     sampling: SamplingParams
@@ -32,33 +72,34 @@ class Req:
     cache_salt: str | None = None  # prefix-cache namespace: only equal salts share prefixes
     priority: int = 0  # as the client sent it; the scheduler's PriorityRule ranks it
     arrival_time: float = field(default_factory=time.monotonic)
+    compiled_grammar: Any = None  # constraints.CompiledGrammar, compiled at intake
 
     output_ids: list[int] = field(default_factory=list)
     status: ReqStatus = ReqStatus.WAITING
     finished_reason: FinishReason | None = None
-    # KV memory: positions [0, kv_len) have k/v in the pool.
-    req_pool_idx: int | None = None
-    kv_len: int = 0
-    pages: list[int] = field(default_factory=list)  # pages backing positions, in order
-    num_cached_pages: int = 0  # leading pages owned by the radix cache (locked, not ours)
-    cache_node: Any = None  # radix node locked for this request
+    kv_len: int = 0  # positions [0, kv_len) have k/v in the pool
+    kv: KVHold = field(default_factory=KVHold)
+    out: OutputState = field(default_factory=OutputState)
+    logprobs: LogprobRecord = field(default_factory=LogprobRecord)
+    grammar: Any = None  # compiled_grammar's matcher, made when the scheduler queues the request
     cached_tokens: int = 0  # prompt tokens served from the prefix cache (first admission)
     num_retractions: int = 0
-    # Outputs
-    detok: Any = None
-    text: str = ""  # full decoded text so far (before stop-string trimming)
-    emitted_chars: int = 0  # len of text already sent to the consumer
-    emitted_ids: int = 0
-    output_logprobs: list[tuple[float, int]] = field(default_factory=list)
-    output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
-    input_logprobs: list[tuple[float | None, int]] = field(default_factory=list)
-    input_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
-    compiled_grammar: Any = None  # constraints.CompiledGrammar, compiled at intake
-    grammar: Any = None  # its matcher, made when the scheduler queues the request
-    first_token_time: float | None = None
-    finish_time: float | None = None
     # fill_ids / cache_ids as last built, and the sequence length they were built at.
     _fill: tuple[int, list[int], list] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def req_pool_idx(self) -> int | None:
+        """The request's row of the request-to-token table (what the model runner reads)."""
+        return self.kv.row
+
+    @property
+    def input_logprobs(self) -> list[tuple[float | None, int]]:
+        """``logprobs.input``, which the model runner extends as prompt chunks are computed."""
+        return self.logprobs.input
+
+    @property
+    def input_top_logprobs(self) -> list[list[tuple[float, int]]]:
+        return self.logprobs.input_top
 
     @property
     def fill_ids(self) -> list[int]:

@@ -14,7 +14,7 @@ import torch
 
 from sglang_lite.mem.kv_pool import KVPool
 from sglang_lite.mem.req_to_token import ReqToTokenPool
-from sglang_lite.request import Req
+from sglang_lite.request import KVHold, Req
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ class KVCacheManager:
     def pages_needed(self, req: Req, num_tokens: int) -> int:
         """New pages ``req`` needs to hold positions up to kv_len + num_tokens."""
         total = -(-(req.kv_len + num_tokens) // self.page_size)
-        return max(total - len(req.pages), 0)
+        return max(total - len(req.kv.pages), 0)
 
     def prefix_len(self, token_ids: list[int]) -> int:
         """Length of the cached prefix of ``token_ids`` (no locking)."""
@@ -79,15 +79,15 @@ class KVCacheManager:
         """Give ``req`` a req_to_token row and its cached prefix (``match``, found now if not
         given): the one commit of an admission."""
         match = self.match(req) if match is None else match
-        req.req_pool_idx = self.req_pool.allocate()
-        req.pages, req.kv_len, req.num_cached_pages = [], 0, 0
+        kv = req.kv = KVHold(row=self.req_pool.allocate())
+        req.kv_len = 0
         if match.length:
             self.radix.inc_lock_ref(match.node)
-            req.cache_node = match.node
-            req.pages = (match.slots[:: self.page_size] // self.page_size).tolist()
-            req.num_cached_pages = len(req.pages)
+            kv.node = match.node
+            kv.pages = self._pages_of(match.slots)
+            kv.num_cached_pages = len(kv.pages)
             req.kv_len = match.length
-            self.req_pool.write(req.req_pool_idx, 0, match.slots)
+            self.req_pool.write(kv.row, 0, match.slots)
 
     def allocate_batch(self, reqs: list[Req], lens: list[int]) -> list[torch.Tensor]:
         """Slots [lens[i]] for positions kv_len .. kv_len+lens[i] of each request, pages
@@ -96,12 +96,13 @@ class KVCacheManager:
         rows, positions, slots_all, per_req = [], [], [], []
         for req, n in zip(reqs, lens):
             need = self.pages_needed(req, n)
+            pages = req.kv.pages
             if need:
                 self._ensure_free(need)
-                req.pages.extend(self.allocator.allocate(need))
+                pages.extend(self.allocator.allocate(need))
             pos = range(req.kv_len, req.kv_len + n)
-            slots = [req.pages[p // ps] * ps + p % ps for p in pos]
-            rows.extend([req.req_pool_idx] * n)
+            slots = [pages[p // ps] * ps + p % ps for p in pos]
+            rows.extend([req.kv.row] * n)
             positions.extend(pos)
             slots_all.extend(slots)
             per_req.append(torch.tensor(slots, dtype=torch.int64))
@@ -119,8 +120,8 @@ class KVCacheManager:
         """Slots [length] of positions 0 .. length, from the host pages: the device row of the
         request-to-token table is written, never read back (a read is a device sync)."""
         ps = self.page_size
-        pages = req.pages[: -(-length // ps)]
-        if len(pages) * ps < length or min(pages, default=0) < 0:
+        pages = req.kv.pages[: -(-length // ps)]
+        if len(pages) * ps < length:
             raise RuntimeError(f"{req.rid}: positions < {length} are not all backed by pages")
         page_ids = torch.tensor(pages, dtype=torch.int64)
         return (page_ids[:, None] * ps + torch.arange(ps, dtype=torch.int64)).flatten()[:length]
@@ -130,28 +131,25 @@ class KVCacheManager:
         just finished) so later requests can share it; the request keeps using it, locked."""
         if self.radix is None:
             return
-        aligned = req.kv_len // self.page_size * self.page_size
-        if aligned <= req.num_cached_pages * self.page_size:
+        kv, aligned = req.kv, req.kv_len // self.page_size * self.page_size
+        if aligned <= kv.num_cached_pages * self.page_size:
             return
         tokens = req.cache_ids[:aligned]
-        self._insert_and_free_duplicates(req, tokens, aligned)
+        self._insert(req, tokens, aligned)
         m = self.radix.match_prefix(tokens)
         self.radix.inc_lock_ref(m.last_node)
-        if req.cache_node is not None:
-            self.radix.dec_lock_ref(req.cache_node)
-        req.cache_node = m.last_node
-        n_pages = aligned // self.page_size
-        req.pages[:n_pages] = (m.slots[:: self.page_size] // self.page_size).tolist()
-        req.num_cached_pages = n_pages
-        self.req_pool.write(req.req_pool_idx, 0, m.slots)
+        if kv.node is not None:
+            self.radix.dec_lock_ref(kv.node)
+        kv.node = m.last_node
+        kv.pages[: aligned // self.page_size] = self._pages_of(m.slots)  # the tree's, duplicates replaced
+        self.req_pool.write(kv.row, 0, m.slots)
 
     def release(self, req: Req) -> None:
         """Return everything ``req`` holds (finished, retracted or aborted). Computed,
         page-aligned tokens go into the prefix cache; the rest is freed."""
         if self.radix is not None and req.kv_len >= self.page_size:
             aligned = req.kv_len // self.page_size * self.page_size
-            self._insert_and_free_duplicates(req, req.cache_ids[:aligned], aligned)
-            req.num_cached_pages = aligned // self.page_size  # the tree owns those pages now
+            self._insert(req, req.cache_ids[:aligned], aligned)
         self.discard(req)
 
     def discard(self, req: Req) -> None:
@@ -159,22 +157,28 @@ class KVCacheManager:
         its row. Each is cleared as it is returned, so after a release that raised part way
         this frees the rest and nothing twice (the tree checks its arguments before it links
         anything, so a failed insert leaves the pages the request's)."""
-        own, req.pages = req.pages[req.num_cached_pages:], []
-        req.kv_len, req.num_cached_pages = 0, 0
+        kv = req.kv
+        own, kv.pages = kv.pages[kv.num_cached_pages :], []
+        req.kv_len, kv.num_cached_pages = 0, 0
         self.allocator.free(own)
-        node, req.cache_node = req.cache_node, None
+        node, kv.node = kv.node, None
         if self.radix is not None and node is not None:
             self.radix.dec_lock_ref(node)
-        row, req.req_pool_idx = req.req_pool_idx, None
+        row, kv.row = kv.row, None
         if row is not None:
             self.req_pool.free(row)
 
-    def _insert_and_free_duplicates(self, req: Req, tokens: list[int], aligned: int) -> None:
-        slots = self.slots_of(req, aligned)
-        present = self.radix.insert(tokens, slots)
-        # Pages we computed for a range some other request cached first are duplicates.
-        dup_from, dup_to = req.num_cached_pages, present // self.page_size
-        if dup_to > dup_from:
-            self.allocator.free(req.pages[dup_from:dup_to])
-            # Those positions now live in the tree's pages; the caller re-reads or drops them.
-            req.pages[dup_from:dup_to] = [-1] * (dup_to - dup_from)
+    def _insert(self, req: Req, tokens: list, aligned: int) -> None:
+        """Give the tree positions [0, aligned) of ``req``: from here on they are its cached
+        pages. The pages we computed for a range the tree already held are duplicates and
+        are freed; the caller puts the tree's pages in their place or drops the request."""
+        kv = req.kv
+        present = self.radix.insert(tokens, self.slots_of(req, aligned))
+        dup_from, dup_to = kv.num_cached_pages, present // self.page_size
+        duplicates = kv.pages[dup_from:dup_to]
+        kv.num_cached_pages = aligned // self.page_size  # the tree owns those pages now
+        self.allocator.free(duplicates)
+
+    def _pages_of(self, slots: torch.Tensor) -> list[int]:
+        """The pages of whole-page ``slots`` (the tree's values), in order."""
+        return (slots[:: self.page_size] // self.page_size).tolist()

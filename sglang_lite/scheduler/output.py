@@ -21,13 +21,13 @@ class OutputProcessor:
     def append_token(self, req: Req, token: int, logprob: float | None,
                      top: list[tuple[float, int]] | None, context_length: int) -> FinishReason | None:
         """Record ``token``; return a finish reason if the request is now done."""
-        if req.first_token_time is None:
-            req.first_token_time = time.monotonic()
+        if req.out.first_token_time is None:
+            req.out.first_token_time = time.monotonic()
         req.output_ids.append(token)
         if req.return_logprob:
-            req.output_logprobs.append((logprob, token))
+            req.logprobs.output.append((logprob, token))
             if req.top_logprobs_num:
-                req.output_top_logprobs.append(top or [])
+                req.logprobs.output_top.append(top or [])
         self._detokenize(req, [token])
         return self._finish_reason(req, token, context_length)
 
@@ -46,8 +46,8 @@ class OutputProcessor:
                 if reason is not None:
                     return n, reason
             return len(tokens), None
-        if req.first_token_time is None:
-            req.first_token_time = time.monotonic()
+        if req.out.first_token_time is None:
+            req.out.first_token_time = time.monotonic()
         start, reason = len(req.output_ids), None
         for token in tokens:
             req.output_ids.append(token)
@@ -56,9 +56,9 @@ class OutputProcessor:
                 break
         taken = req.output_ids[start:]
         if req.return_logprob:
-            req.output_logprobs.extend(zip(lps[: len(taken)], taken))
+            req.logprobs.output.extend(zip(lps[: len(taken)], taken))
             if req.top_logprobs_num:
-                req.output_top_logprobs.extend(tops[: len(taken)] if tops else [[]] * len(taken))
+                req.logprobs.output_top.extend(tops[: len(taken)] if tops else [[]] * len(taken))
         self._detokenize(req, taken)
         return len(taken), reason
 
@@ -81,81 +81,69 @@ class OutputProcessor:
     def _detokenize(self, req: Req, ids: list[int]) -> None:
         if self.tokenizer is None:
             return
-        if req.detok is None:
-            req.detok = IncrementalDetokenizer(self.tokenizer, req.origin_input_ids,
+        out = req.out
+        if out.detok is None:
+            out.detok = IncrementalDetokenizer(self.tokenizer, req.origin_input_ids,
                                                req.sampling.skip_special_tokens)
             if len(req.output_ids) > len(ids):  # recomputed after retraction: catch up
                 ids = req.output_ids
-        req.text += req.detok.step(ids)
+        out.text += out.detok.step(ids)
 
     def _find_stop_string(self, req: Req) -> str | None:
         stops, patterns = req.sampling.stop, req.sampling.stop_regex
         if not (stops or patterns) or self.tokenizer is None:
             return None
-        best: tuple[int, str] | None = None
+        out, best = req.out, None
         if stops:
             # Only the tail can contain a new match: the last token added at most a few chars.
             window = max(len(s) for s in stops) + 16
-            start = max(len(req.text) - window, 0)
+            start = max(len(out.text) - window, 0)
             for s in stops:
-                idx = req.text.find(s, start)
+                idx = out.text.find(s, start)
                 if idx != -1 and (best is None or idx < best[0]):
                     best = (idx, s)
         if patterns:  # a regex match may span any length: search from what is not yet sent
-            found = first_match(patterns, req.text, req.emitted_chars)
+            found = first_match(patterns, out.text, out.emitted_chars)
             if found is not None and (best is None or found[0] < best[0]):
                 best = found
         if best is None:
             return None
         if not req.sampling.no_stop_trim:
-            req.text = req.text[: best[0]]
+            out.text = out.text[: best[0]]
         return best[1]
 
     # ---- emission -------------------------------------------------------------------------
     def maybe_emit(self, req: Req) -> None:
         """A streamed chunk once ``stream_interval`` tokens are new (a continuous decode run
         adds several at once: one chunk carries them all)."""
-        if req.stream and len(req.output_ids) - req.emitted_ids >= self.stream_interval:
+        if req.stream and len(req.output_ids) - req.out.emitted_ids >= self.stream_interval:
             self._emit(req, final=False)
 
     def finish(self, req: Req) -> None:
-        req.finish_time = time.monotonic()
+        out = req.out
+        out.finish_time = time.monotonic()
         # A stop-string match already trimmed the text: nothing after it may be added.
-        if req.detok is not None and not isinstance(req.finished_reason.matched, str):
-            req.text += req.detok.flush()
+        if out.detok is not None and not isinstance(req.finished_reason.matched, str):
+            out.text += out.detok.flush()
         self._emit(req, final=True)
 
     def fail(self, req: Req) -> None:
         """The final chunk of a request whose normal finish raised: its reason and counts,
         nothing new to decode (the detokenizer may be what broke)."""
-        req.finish_time = time.monotonic()
+        req.out.finish_time = time.monotonic()
         req.on_output(OutputChunk("", [], self.meta_info(req), finished=True))
 
     def _emit(self, req: Req, final: bool) -> None:
-        text_end = len(req.text)
-        if not final and req.sampling.stop:
-            # Hold back what could still become a stop string, so it is never streamed.
-            text_end = max(req.emitted_chars, text_end - (max(len(s) for s in req.sampling.stop) - 1))
-        if not final and req.sampling.stop_regex:
-            text_end = min(text_end, hold_from(req.sampling.stop_regex, req.text, req.emitted_chars))
-        chunk = OutputChunk(req.text[req.emitted_chars : text_end], req.output_ids[req.emitted_ids :],
+        out = req.out
+        text_end = len(out.text) if final else _sendable_end(req)
+        chunk = OutputChunk(out.text[out.emitted_chars : text_end], req.output_ids[out.emitted_ids :],
                             self.meta_info(req), final)
         if req.return_logprob:
-            chunk.meta_info["output_token_logprobs"] = [
-                (lp, t, None) for lp, t in req.output_logprobs[req.emitted_ids :]
-            ]
-            if req.top_logprobs_num:
-                chunk.meta_info["output_top_logprobs"] = [
-                    [(lp, t, None) for lp, t in row] for row in req.output_top_logprobs[req.emitted_ids :]
-                ]
+            chunk.meta_info.update(_output_logprobs(req))
         if final and req.logprob_start_len is not None:
-            first = [(None, req.origin_input_ids[0], None)] if req.logprob_start_len == 0 else []
-            chunk.meta_info["input_token_logprobs"] = first + [(lp, t, None) for lp, t in req.input_logprobs]
-            if req.top_logprobs_num:
-                chunk.meta_info["input_top_logprobs"] = [None] * len(first) + [
-                    [(lp, t, None) for lp, t in row] for row in req.input_top_logprobs]
-        req.emitted_chars = text_end
-        req.emitted_ids = len(req.output_ids)
+            chunk.meta_info.update(_input_logprobs(req))
+        out.emitted_chars = text_end
+        out.emitted_ids = len(req.output_ids)
         req.on_output(chunk)
 
     @staticmethod
@@ -168,8 +156,41 @@ class OutputProcessor:
             "finish_reason": req.finished_reason.to_dict() if req.finished_reason else None,
             "num_retractions": req.num_retractions,
         }
-        if req.first_token_time is not None:
-            info["ttft"] = req.first_token_time - req.arrival_time
-        if req.finish_time is not None:
-            info["e2e_latency"] = req.finish_time - req.arrival_time
+        if req.out.first_token_time is not None:
+            info["ttft"] = req.out.first_token_time - req.arrival_time
+        if req.out.finish_time is not None:
+            info["e2e_latency"] = req.out.finish_time - req.arrival_time
         return info
+
+
+def _sendable_end(req: Req) -> int:
+    """Where the text a streamed chunk may carry ends: what could still become a stop
+    string (or the start of a stop pattern's match) is held back, so it is never streamed."""
+    out, stop, patterns = req.out, req.sampling.stop, req.sampling.stop_regex
+    end = len(out.text)
+    if stop:
+        end = max(out.emitted_chars, end - (max(len(s) for s in stop) - 1))
+    if patterns:
+        end = min(end, hold_from(patterns, out.text, out.emitted_chars))
+    return end
+
+
+def _output_logprobs(req: Req) -> dict[str, list]:
+    """The logprobs of the output tokens not yet sent, as meta_info fields."""
+    sent, rec = req.out.emitted_ids, req.logprobs
+    fields = {"output_token_logprobs": [(lp, t, None) for lp, t in rec.output[sent:]]}
+    if req.top_logprobs_num:
+        fields["output_top_logprobs"] = [[(lp, t, None) for lp, t in row] for row in rec.output_top[sent:]]
+    return fields
+
+
+def _input_logprobs(req: Req) -> dict[str, list]:
+    """The prompt's logprobs from logprob_start_len on, as the final chunk's meta_info
+    fields (position 0 has no logprob: nothing scores the first token)."""
+    rec = req.logprobs
+    first = [(None, req.origin_input_ids[0], None)] if req.logprob_start_len == 0 else []
+    fields = {"input_token_logprobs": first + [(lp, t, None) for lp, t in rec.input]}
+    if req.top_logprobs_num:
+        fields["input_top_logprobs"] = [None] * len(first) + [
+            [(lp, t, None) for lp, t in row] for row in rec.input_top]
+    return fields

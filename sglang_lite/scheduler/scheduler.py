@@ -7,6 +7,11 @@ up to ``chunked_prefill_size`` tokens, so a long prompt never stalls the others'
 When KV memory runs out, the youngest requests are retracted and recomputed later (with
 priority scheduling: the lowest-priority ones, and a waiting request that outranks running
 ones enough preempts them when it cannot otherwise be admitted).
+
+This module is the loop and the request queues; the rest lives beside it: admission
+planning (``admission``), who is retracted or preempted (``retraction``), KV ownership
+(``cache``), the waiting order (``policy``), tokens appended to requests (``appender``) and
+their outputs (``output``).
 """
 
 from __future__ import annotations
@@ -16,40 +21,23 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 
 from sglang_lite.config import EngineConfig
 from sglang_lite.model_runner import ModelRunner
-from sglang_lite.outputs import LENGTH, FinishReason
+from sglang_lite.outputs import FinishReason
 from sglang_lite.request import Req, ReqStatus
 from sglang_lite.sampler import Sampler
 from sglang_lite.scheduled_batch import ScheduledBatch
+from sglang_lite.scheduler.admission import PrefillAdder, PrefillPlan, could_admit
+from sglang_lite.scheduler.appender import TokenAppender
 from sglang_lite.scheduler.cache import KVCacheManager
 from sglang_lite.scheduler.output import OutputProcessor
 from sglang_lite.scheduler.policy import PriorityRule
+from sglang_lite.scheduler.retraction import make_room_for_decode, preempt_for_priority
+from sglang_lite.scheduler.stats import SchedulerStats
 from sglang_lite.scheduler.step_guard import StepGuard
 
 log = logging.getLogger(__name__)
-
-_DEDUP_TOKENS = 32  # shared uncached tokens that make a request wait for another's prefill
-
-
-@dataclass(slots=True)
-class SchedulerStats:
-    num_steps: int = 0
-    num_prefill_tokens: int = 0  # computed prompt (and recomputed) tokens
-    num_generated_tokens: int = 0
-    num_prompt_tokens: int = 0  # prompt tokens of admitted requests (first admission)
-    num_cached_prompt_tokens: int = 0
-    num_retractions: int = 0
-    num_finished: int = 0
-    num_aborted: int = 0
-    num_jump_forward_tokens: int = 0
-
-    @property
-    def cache_hit_rate(self) -> float:
-        return self.num_cached_prompt_tokens / self.num_prompt_tokens if self.num_prompt_tokens else 0.0
-
 
 class Scheduler:
     def __init__(self, config: EngineConfig, runner: ModelRunner, cache: KVCacheManager,
@@ -72,6 +60,7 @@ class Scheduler:
         self.stats = SchedulerStats()
         self.on_batch = None  # observer: called with each ScheduledBatch before it runs (tests)
         self.guard = StepGuard()
+        self.appender = TokenAppender(outputs, grammar_backend, self.stats, context_length, self._retire)
 
     # ---- intake -------------------------------------------------------------------------
     @property
@@ -142,17 +131,13 @@ class Scheduler:
         return [i for i, (r, n) in enumerate(zip(batch.reqs, batch.extend_lens))
                 if r.kv_len + n == r.seq_len and r.sampling.max_new_tokens != 0]
 
-    def _budget(self, req: Req) -> int:
-        """Tokens the request may still append: max_new_tokens and the context both bound it."""
-        return min(req.remaining_new_tokens, self.context_length - req.seq_len)
-
     def _start_masks(self, reqs: list[Req]) -> Future | None:
         """The grammar bitmask of ``reqs`` for this step. It depends only on tokens already
         accepted, so with ``overlap_grammar_masks`` it is filled in the backend's worker
         while the model runs; the matchers are not touched until it is done."""
         if self.grammar_backend is None or not any(r.grammar is not None for r in reqs):
             return None
-        budgets = [self._budget(r) for r in reqs]
+        budgets = [self.appender.budget(r) for r in reqs]
         if self.config.overlap_grammar_masks:
             return self.grammar_backend.fill_bitmask_async(reqs, budgets)
         done: Future = Future()
@@ -188,25 +173,15 @@ class Scheduler:
         sampler = self.sampler.continuous(reqs, self.runner.device)
         tokens = self.runner.decode_steps(batch, sampler)
         self.guard.commit()
-        logprobs = sampler.logprobs()
-        for i, (req, row) in enumerate(zip(reqs, tokens)):
-            lps = None
-            if logprobs is not None and req.return_logprob:
-                lps = (logprobs[0][i], logprobs[1][i] if logprobs[1] is not None else None)
-            taken, reason = self.outputs.append_run(req, row, self.context_length, lps)
-            req.kv_len += taken  # each taken token's input token now has k/v
-            self.stats.num_generated_tokens += taken
-            if reason is not None:
-                self._retire(req, reason)
-            else:
-                self.outputs.maybe_emit(req)
+        self.appender.append_runs(reqs, tokens, sampler.logprobs())
         self.stats.num_steps += steps
         self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002 * steps)
 
     def _schedule(self) -> ScheduledBatch | None:
         if self.priority is not None and self.waiting and self.running:
-            self._preempt_for_priority()
-        decode = self._make_room_for_decode([r for r in self.running if r is not self.chunked])
+            preempt_for_priority(self.waiting, self.running, self.priority, self._could_admit, self._retract)
+        decode = make_room_for_decode([r for r in self.running if r is not self.chunked], self.cache,
+                                      self.priority, self._retract)
         # A running request computes its last sampled token, plus any jump-forward tokens.
         decode_lens = [r.extend_len for r in decode]
         budget = self.config.max_prefill_tokens - sum(decode_lens)
@@ -219,57 +194,15 @@ class Scheduler:
         slots = self.cache.allocate_batch(reqs, lens)
         return ScheduledBatch(reqs, lens, slots)
 
-    def _make_room_for_decode(self, decode: list[Req]) -> list[Req]:
-        """Retract the youngest running requests until the rest can take their next tokens;
-        returns the requests that stay."""
-        need = sum(self.cache.pages_needed(r, r.extend_len) for r in decode)
-        while need > self.cache.available_pages and decode:
-            if self.priority is not None:
-                victim = self.priority.victim(decode)
-            else:
-                victim = max(decode, key=lambda r: r.arrival_time)  # the youngest
-            decode.remove(victim)
-            need -= self.cache.pages_needed(victim, victim.extend_len)
-            self._retract(victim)
-        return decode
-
-    def _preempt_for_priority(self) -> None:
-        """Retract running requests that the most urgent waiting one outranks (by more than
-        the threshold), lowest rank first, until it could be admitted this step: its first
-        chunk's pages, the running requests' next tokens and their reserve fit, and a
-        running slot is free. Nothing is retracted unless retracting all of those would be
-        enough (preempting for a request that still cannot start would only thrash)."""
-        rule = self.priority
-        top = min(self.waiting, key=lambda r: (-rule.rank(r), r.arrival_time))
-        if self._could_admit(top):
-            return
-        victims = sorted((r for r in self.running if rule.may_preempt(top, r)),
-                         key=lambda r: (rule.rank(r), -r.arrival_time))
-        if not victims or not self._could_admit(top, without=victims):
-            return
-        for victim in victims:
-            log.debug("preempting %s (priority %d) for %s (priority %d)",
-                      victim.rid, victim.priority, top.rid, top.priority)
-            self._retract(victim)
-            if self._could_admit(top):
-                return
-
     def _could_admit(self, req: Req, without: Sequence[Req] = ()) -> bool:
         """Whether ``req`` fits next to the running requests, ``without`` some of them (their
-        pages counted as available again)."""
+        pages, rows and slots counted as available again)."""
         gone = {id(r) for r in without}
-        running = [r for r in self.running if id(r) not in gone]
-        free_rows = self.cache.req_pool.num_free_rows + len(without)
-        if len(running) >= self.config.max_running_requests or free_rows == 0:
-            return False
-        page, chunk = self.cache.page_size, self.config.chunked_prefill_size
-        cached = self.cache.prefix_len(req.fill_ids)
-        first_chunk = min(req.seq_len - cached, chunk)
-        need = -(-(cached + first_chunk) // page) - cached // page
-        decode = sum(self.cache.pages_needed(r, min(max(r.extend_len, 1), chunk)) for r in running)
-        reserve = -(-int(sum(r.remaining_new_tokens for r in running) * self.new_token_ratio) // page)
-        available = self.cache.available_pages + sum(len(r.pages) for r in without)
-        return need + decode + reserve <= available
+        return could_admit(
+            req, [r for r in self.running if id(r) not in gone], self.cache,
+            free_rows=self.cache.req_pool.num_free_rows + len(without),
+            max_running=self.config.max_running_requests, chunk_size=self.config.chunked_prefill_size,
+            new_token_ratio=self.new_token_ratio, extra_pages=sum(len(r.kv.pages) for r in without))
 
     def _retract(self, req: Req) -> None:
         log.debug("retracting %s at %d tokens", req.rid, req.seq_len)
@@ -310,65 +243,35 @@ class Scheduler:
                 self.chunked = None
 
     def _admit(self, budget: int, committed: int) -> list[tuple[Req, int]]:
-        """Pick prefill work for this step: the in-progress chunk first, then new requests.
+        """Pick prefill work for this step: the in-progress chunk first, then new requests,
+        each planned (nothing locked or written) and committed only once its plan fits.
         ``committed`` pages are already promised to this step's decodes."""
-        chunk = self.config.chunked_prefill_size
-        picked: list[tuple[Req, int]] = []
-        if self.chunked is not None:
-            n = min(self.chunked.extend_len, chunk, budget)
-            need = self.cache.pages_needed(self.chunked, n)
-            if n <= 0 or need + committed > self.cache.available_pages:
-                return picked
-            committed += need
-            picked.append((self.chunked, n))
-            budget -= n
-            if n < self.chunked.extend_len:
-                return picked
-        reserve = self._reserved_tokens()
-        # Requests that would compute the same uncached tokens as one admitted this step wait
-        # one step: by then its prefix is in the tree and they reuse it instead.
-        in_flight = {self._dedup_key(r, r.kv_len) for r, _ in picked}
+        adder = PrefillAdder(
+            self.cache, budget, committed, chunk_size=self.config.chunked_prefill_size,
+            running=self.running, max_running=self.config.max_running_requests,
+            new_token_ratio=self.new_token_ratio, context_length=self.context_length)
+        if self.chunked is not None and not adder.add_chunk(self.chunked):
+            return adder.picked
         for req in self._ordered_waiting():
-            if budget <= 0 or len(self.running) >= self.config.max_running_requests:
+            if not adder.has_room():
                 break
-            if self.cache.req_pool.num_free_rows == 0:
-                break
-            # Plan first (nothing locked or written), commit only an admission that fits.
             match = self.cache.match(req)
-            key = self._dedup_key(req, match.length)
-            if self.cache.radix is not None and key is not None and key in in_flight:
+            if adder.waits_for_in_flight(req, match):
                 continue
-            extend = req.seq_len - match.length
-            n = min(extend, chunk, budget)
-            need = self.cache.pages_to_admit(match, n)
-            reserve_pages = -(-int(reserve) // self.cache.page_size)
-            available = self.cache.available_after(match) - committed
-            alone = not self.running and not picked
-            if need + (0 if alone else reserve_pages) > available:
+            plan = adder.plan(req, match, chunk_busy=self.chunked is not None)
+            if plan is None:
                 break
-            if n < extend and self.chunked is not None:
-                break
-            self.cache.admit(req, match)
-            self._start(req)
-            in_flight.add(key)
-            committed += need
-            if n < extend:
-                self.chunked = req
-            picked.append((req, n))
-            budget -= n
-            reserve += min(req.remaining_new_tokens, self.context_length) * self.new_token_ratio
-        return picked
+            self._commit(plan)
+            adder.add(plan)
+        return adder.picked
 
-    @staticmethod
-    def _dedup_key(req: Req, kv_len: int) -> tuple | None:
-        """The first uncached tokens of ``req`` computed from ``kv_len`` (None if few)."""
-        n = _DEDUP_TOKENS
-        if req.seq_len - kv_len <= n:
-            return None
-        return kv_len, req.cache_salt, tuple(req.tokens(kv_len, kv_len + n))
-
-    def _reserved_tokens(self) -> float:
-        return sum(r.remaining_new_tokens for r in self.running) * self.new_token_ratio
+    def _commit(self, plan: PrefillPlan) -> None:
+        """The one commit of an admission: the request's row and cached prefix, then the
+        running set."""
+        self.cache.admit(plan.req, plan.match)
+        self._start(plan.req)
+        if plan.is_chunk:
+            self.chunked = plan.req
 
     def _ordered_waiting(self) -> list[Req]:
         if self.policy is None:
@@ -409,44 +312,8 @@ class Scheduler:
             return
         out = self.sampler(logits if len(ready) == len(batch.reqs) else logits[ready_rows], ready, bitmask,
                            params)
-        for j, req in enumerate(ready):
-            self.stats.num_generated_tokens += 1
-            lp = out.logprobs[j] if out.logprobs is not None else None
-            top = out.top_logprobs[j] if out.top_logprobs is not None else None
-            if req.grammar is None:
-                reason = self.outputs.append_token(req, out.next_ids[j], lp, top, self.context_length)
-            else:
-                reason = self._append_constrained(req, out.next_ids[j], lp, top)
-            if reason is not None:
-                self._retire(req, reason)
-            else:
-                self.outputs.maybe_emit(req)
+        self.appender.append_sampled(ready, out)
         self.new_token_ratio = max(self.config.new_token_ratio, self.new_token_ratio - 0.002)
-
-    def _append_constrained(self, req: Req, token: int, lp, top) -> FinishReason | None:
-        """The matcher sees the sampled token first (a broken constraint must not emit it);
-        then the text the grammar forces next is appended too (jump-forward), its k/v
-        computed with the next step's batch."""
-        reason = self.grammar_backend.accept(req, token)
-        if reason is not None and reason.is_abort:
-            return reason
-        tokens = [token]
-        if reason is None:  # forced tokens come out of the budget left after this one
-            tokens = self.grammar_backend.jump_forward(req, token, self._budget(req) - 1,
-                                                       retokenize=not req.return_logprob)
-        self.stats.num_jump_forward_tokens += len(tokens) - 1
-        step_reason = None
-        for k, t in enumerate(tokens):
-            sampled = k == 0 and t == token
-            step_reason = self.outputs.append_token(req, t, lp if sampled else 0.0,
-                                                    top if sampled else [(0.0, t)], self.context_length)
-            if step_reason is not None:
-                break
-        if step_reason is not None and step_reason.type != LENGTH:
-            return step_reason  # EOS, a stop token or a stop string
-        if req.grammar.is_terminated():  # complete, even when on the budget's last token
-            return FinishReason.stop(req.output_ids[-1])
-        return step_reason
 
     def _finish(self, req: Req, reason: FinishReason) -> None:
         """Hand ``req`` its final chunk. Its KV is already released, so if building or

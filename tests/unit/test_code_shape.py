@@ -56,3 +56,42 @@ def test_imports_point_one_way():
                 if target.split(".")[0] in forbidden:
                     wrong.append(f"{module} -> {target}")
     assert wrong == []
+
+
+def test_no_module_of_the_engine_is_over_the_file_limit():
+    """One concept per file (STYLE.md): a module past the limit holds more than one."""
+    from tools.code_shape import MAX_FILE_LINES, file_lengths
+
+    assert [(n, path) for n, path in file_lengths("sglang_lite") if n > MAX_FILE_LINES] == []
+
+
+def test_no_function_of_the_engine_is_over_the_function_limit():
+    from tools.code_shape import MAX_FUNCTION_LINES, package_functions
+
+    long = [f"{f.path}:{f.lineno} {f.qualname} ({f.lines} lines)"
+            for f in package_functions("sglang_lite") if f.lines > MAX_FUNCTION_LINES]
+    assert long == []
+
+
+def test_a_function_over_the_limit_is_measured_as_such(tmp_path):
+    """The function measure counts every line of a definition: one over the limit is seen."""
+    from tools.code_shape import MAX_FUNCTION_LINES, functions
+
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    path = tmp_path / "big.py"
+    path.write_text("def long():\n" + body + "\n")
+    (found,) = functions(path, root=tmp_path)
+    assert found.qualname == "long" and found.lines == MAX_FUNCTION_LINES + 1 > MAX_FUNCTION_LINES
+
+
+def test_the_request_to_token_table_is_never_read_back_to_the_host():
+    """A request's slots live on the host (its pages); the device table is written from them.
+    A ``.cpu()`` / ``.tolist()`` / ``.item()`` / ``.numpy()`` on it would be a device sync."""
+    import re
+
+    from tools.code_shape import module_files
+
+    read_back = re.compile(r"req_to_token\b[^\n]*\.(cpu|tolist|item|numpy)\(")
+    found = [f"{path.relative_to(ROOT)}:{i}" for path in module_files("sglang_lite").values()
+             for i, line in enumerate(path.read_text().splitlines(), 1) if read_back.search(line)]
+    assert found == []

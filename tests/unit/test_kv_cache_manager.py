@@ -37,7 +37,7 @@ def _prefill(cache: KVCacheManager, req: Req) -> torch.Tensor:
 
 
 def _row(cache: KVCacheManager, req: Req) -> list[int]:
-    return cache.req_pool.req_to_token[req.req_pool_idx, : req.kv_len].tolist()
+    return cache.req_pool.req_to_token[req.kv.row, : req.kv_len].tolist()
 
 
 def test_without_a_radix_tree_a_request_owns_its_pages_and_returns_them():
@@ -45,13 +45,13 @@ def test_without_a_radix_tree_a_request_owns_its_pages_and_returns_them():
     free = cache.allocator.num_free_pages
     req = _req(range(10))
     slots = _prefill(cache, req)
-    assert len(req.pages) == 3 and cache.allocator.num_free_pages == free - 3  # 10 tokens, 4 a page
-    assert slots.tolist() == [req.pages[p // PAGE] * PAGE + p % PAGE for p in range(10)]
+    assert len(req.kv.pages) == 3 and cache.allocator.num_free_pages == free - 3  # 10 tokens, 4 a page
+    assert slots.tolist() == [req.kv.pages[p // PAGE] * PAGE + p % PAGE for p in range(10)]
     assert _row(cache, req) == slots.tolist()  # the device row says the same as the host pages
     assert cache.pages_needed(req, 2) == 0 and cache.pages_needed(req, 3) == 1
     cache.release(req)
     assert cache.allocator.num_free_pages == free
-    assert (req.pages, req.kv_len, req.req_pool_idx) == ([], 0, None)
+    assert (req.kv.pages, req.kv_len, req.kv.row) == ([], 0, None)
     assert cache.req_pool.num_free_rows == 4
 
 
@@ -66,7 +66,7 @@ def test_a_released_prompt_serves_the_next_request_its_aligned_prefix():
 
     second = _req([*range(10), 99], "b")
     cache.admit(second)
-    assert second.kv_len == 8 and second.num_cached_pages == 2
+    assert second.kv_len == 8 and second.kv.num_cached_pages == 2
     assert _row(cache, second) == first_slots[:8].tolist()  # the same slots, no recompute
     assert cache.radix.evictable_size == 0  # locked while the request uses it
     cache.release(second)
@@ -93,10 +93,14 @@ def test_a_chunk_shares_its_prefix_while_it_runs_and_duplicates_are_freed():
     cache.allocate_batch([a, b], [a.extend_len, b.extend_len])
     a.kv_len, b.kv_len = 12, 12
     cache.cache_unfinished(a)  # a's pages now back the tree, locked by a
-    assert cache.radix.total_size == 12 and a.num_cached_pages == 3
+    assert cache.radix.total_size == 12 and a.kv.num_cached_pages == 3
+    b_pages = list(b.kv.pages)
     cache.cache_unfinished(b)  # b computed the same prefix: its pages are duplicates
-    assert b.num_cached_pages == 3 and _row(cache, b) == _row(cache, a)
+    assert b.kv.num_cached_pages == 3 and _row(cache, b) == _row(cache, a)
     assert cache.allocator.num_free_pages == free - 3
+    # b's host pages are the tree's now (no placeholder, no freed page): the one truth its
+    # device row was written from.
+    assert b.kv.pages == a.kv.pages and set(b_pages) <= set(cache.allocator._free)
     cache.release(a)
     cache.release(b)
     assert cache.allocator.num_free_pages + cache.radix.evictable_size // PAGE == free
@@ -109,7 +113,7 @@ def test_running_out_of_pages_evicts_cached_ones_then_refuses():
     cache.release(old)  # 2 pages cached, 2 free
     big = _req(range(100, 116), "big")
     _prefill(cache, big)  # 4 pages: the cached ones are evicted
-    assert cache.radix.total_size == 0 and len(big.pages) == 4
+    assert cache.radix.total_size == 0 and len(big.kv.pages) == 4
     more = _req(range(200, 204), "more")
     cache.admit(more)
     with pytest.raises(MemoryError, match="KV pool"):
@@ -161,7 +165,7 @@ def test_planning_an_admission_changes_nothing_and_the_commit_matches_the_plan()
     assert planned == cache.available_pages - 2
     assert (cache.allocator.num_free_pages, cache.radix.evictable_size, cache.req_pool.num_free_rows) == (
         free, evictable, rows)  # planned only: nothing locked, no row, no table write
-    assert (req.kv_len, req.pages, req.req_pool_idx) == (0, [], None)
+    assert (req.kv_len, req.kv.pages, req.kv.row) == (0, [], None)
     cache.admit(req, match)
     assert req.kv_len == 8 and cache.radix.evictable_size == evictable - 8
     assert cache.pages_needed(req, req.extend_len) == cache.pages_to_admit(match, req.seq_len - 8)

@@ -61,7 +61,7 @@ def test_a_stop_string_trims_the_text_and_is_never_streamed(tok, eos):
     assert reason == FinishReason.stop(" three")
     proc.finish(req)
     streamed = "".join(c.text for c in chunks)
-    assert streamed == " one two" and req.text == " one two"
+    assert streamed == " one two" and req.out.text == " one two"
     assert chunks[-1].finished and not any(c.finished for c in chunks[:-1])
     assert chunks[-1].meta_info["finish_reason"] == {"type": "stop", "matched": " three"}
 
