@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server.conftest import free_port, wait_until_healthy
+from sglang_lite.loopback import free_port
+from tests.server.conftest import wait_until_healthy
 
 WORKER_MODULE = "sglang_lite.parallel.worker"
 
