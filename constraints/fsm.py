@@ -79,11 +79,20 @@ def _moves(nfa: NFA, members: frozenset[int]) -> list[tuple[int, int, frozenset[
     return out
 
 
+def _absorbed(closed: frozenset[int], nfa: NFA, absorbing: frozenset[int]) -> frozenset[int]:
+    hit = closed & absorbing
+    return _closure(nfa, frozenset([min(hit)])) if hit else closed
+
+
 def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget,
-                return_members: bool = False, width: int = 256):
+                return_members: bool = False, width: int = 256, absorbing: frozenset[int] = frozenset()):
     """Subset construction; raises GrammarTooComplexError / CompileTimeoutError past the budget.
 
-    `width` > 256 keeps the call symbols of a pushdown rule as extra columns.
+    `width` > 256 keeps the call symbols of a pushdown rule as extra columns. ``absorbing``:
+    NFA states from which every text is accepted (a search pattern's match, padded with any
+    text after it); a subset holding one accepts every text whatever else it holds, so it is
+    replaced by that state's closure alone (an unanchored search of n looping alternatives
+    otherwise keeps up to 2**n subsets of the loops it is still in).
     """
     closures: dict[frozenset[int], frozenset[int]] = {}
     first = _closure(nfa, frozenset([start]))
@@ -96,7 +105,7 @@ def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget,
         for lo, hi, targets in _moves(nfa, members):
             closed = closures.get(targets)
             if closed is None:
-                closed = closures[targets] = _closure(nfa, targets)
+                closed = closures[targets] = _absorbed(_closure(nfa, targets), nfa, absorbing)
             if closed not in ids:
                 ids[closed] = len(order)
                 order.append(closed)

@@ -257,6 +257,9 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
     return punct(ctx, nfa, end, b"]")
 
 
+_INLINE_ITEM_STATES = 4096  # NFA states a bounded array may spend on copies of its item
+
+
 def _emit_rest(ctx, nfa: NFA, s: int, items, done: int, lo: int, hi: int | None, ptr: str,
                refs: tuple, item_rule: bool = False) -> int:
     """Items after the prefixItems: count in [max(lo - done, 0), hi - done]."""
@@ -265,10 +268,18 @@ def _emit_rest(ctx, nfa: NFA, s: int, items, done: int, lo: int, hi: int | None,
     if items is False or rest_hi == 0:
         return s if rest_lo == 0 else emit_nothing(nfa, s)
 
+    as_rule = [item_rule]
+
     def item(n, x):
-        if item_rule:
+        if as_rule[0]:
             return emit_call(n, x, ctx.rule_index(ItemRule(items, f"{ptr}/items", refs, _canonical(items)), ptr))
-        return ctx.emit_schema(n, x, items, f"{ptr}/items", refs)
+        size = len(n.edges)
+        end = ctx.emit_schema(n, x, items, f"{ptr}/items", refs)
+        # A bounded array repeats its item maxItems times: where the copies would outgrow a
+        # small rule (arrays of bounded arrays multiply), the rest are calls of one item rule.
+        if rest_hi is not None and not ctx.inline_leaves and (len(n.edges) - size) * rest_hi > _INLINE_ITEM_STATES:
+            as_rule[0] = True
+        return end
 
     def sep(n, x):
         return punct(ctx, n, x, b",")

@@ -153,11 +153,16 @@ def search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     start = nfa.new_state()
     # Each top-level alternative is anchored or padded on its own (^a$|b: "a", or any text
     # containing b).
-    end = emit_alt(nfa, start, [partial(_emit_search, alternative=a) for a in alternatives])
-    return apply_lookaheads(trim_and_minimize(determinize(nfa, start, end, budget)), looks, budget)
+    absorbing: list[int] = []
+    end = emit_alt(nfa, start, [partial(_emit_search, alternative=a, absorbing=absorbing)
+                                for a in alternatives])
+    dfa = determinize(nfa, start, end, budget, absorbing=frozenset(absorbing))
+    return apply_lookaheads(trim_and_minimize(dfa), looks, budget)
 
 
-def _emit_search(nfa: NFA, start: int, alternative: str) -> int:
+def _emit_search(nfa: NFA, start: int, alternative: str, absorbing: list[int]) -> int:
+    """One alternative, padded with any text where it is unanchored; the state right after
+    the match of an alternative with an unanchored end goes on ``absorbing``."""
     def any_text(n: NFA, x: int) -> int:
         return emit_repeat(n, x, lambda n2, y: emit_code_point_ranges(n2, y, [(0, 0x10FFFF)]), 0, None)
 
@@ -165,7 +170,10 @@ def _emit_search(nfa: NFA, start: int, alternative: str) -> int:
     anchored_end = alternative.endswith("$") and not _escaped_at(alternative, len(alternative) - 1)
     body = alternative[int(anchored_start): len(alternative) - int(anchored_end)]
     s = emit_regex(nfa, start if anchored_start else any_text(nfa, start), parse_regex(f"^{body}$"))
-    return s if anchored_end else any_text(nfa, s)
+    if anchored_end:
+        return s
+    absorbing.append(s)
+    return any_text(nfa, s)
 
 
 def _top_level_alternatives(text: str) -> list[str]:

@@ -12,7 +12,7 @@ import pytest
 from constraints import CompileTimeoutError, GrammarTooComplexError, InvalidConstraintError
 from constraints.budget import CompileBudget
 from constraints.fsm import DEAD, ByteDFA, trim_and_minimize
-from constraints.regex import regex_to_dfa
+from constraints.regex import regex_to_dfa, search_dfa
 
 CASES = [
     (r"a[0-9]+b", ["a1b", "a0123b"], ["ab", "a1", "a1bb", "b1a"]),
@@ -97,3 +97,24 @@ def test_minimizing_an_all_accepting_automaton_keeps_its_language():
     assert dfa.num_states == 2
     for text, ok in [(b"", True), (b"bba", True), (b"aaa", True), (b"ab", False)]:
         assert dfa.matches(text) == ok, text
+
+
+_TIME_ZONES = "UTC|" + "|".join(f"({area}/[A-Za-z]+)" for area in (
+    "Africa", "America", "Antarctica", "Arctic", "Asia", "Atlantic", "Australia", "Europe",
+    "Indian", "Pacific"))
+
+
+@pytest.mark.parametrize("pattern", [_TIME_ZONES, r"^ab|cd$|x+y+", r"ab$|^c", r"(foo|bar)[0-9]+|baz"])
+def test_search_patterns_match_python_re_search(pattern):
+    # JSON Schema's pattern is a search. Once an unanchored-end alternative has matched, any
+    # text may follow: the search automaton stays small however many looping alternatives it
+    # is still inside (the time-zone pattern of a real schema was over 20,000 states).
+    dfa = search_dfa(pattern, CompileBudget(max_states=2_000, timeout_s=5.0))
+    assert dfa.num_states < 200
+    want = re.compile(pattern)
+    rng = random.Random(1)
+    pieces = ["UTC", "Asia/", "Europe/Paris", "ab", "cd", "xy", "foo7", "baz", "c", "é", " ", "/"]
+    texts = {"".join(rng.choice(pieces) for _ in range(rng.randint(0, 5))) for _ in range(3000)}
+    texts |= {t[:k] for t in list(texts)[:500] for k in range(len(t))}
+    wrong = [t for t in texts if dfa.matches(t.encode()) != (want.search(t) is not None)]
+    assert not wrong, wrong[:5]
