@@ -47,11 +47,17 @@ def rule_distances(dfa: ByteDFA, alphabet: np.ndarray, callee_costs: np.ndarray)
     return _backward_distances(dfa.num_states, src, dst, weight, dfa.accept)
 
 
+_HEAP_MAX_EDGES = 50_000  # below this, a plain heap is faster than array steps per level
+
+
 def _backward_distances(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
                         accept: np.ndarray) -> np.ndarray:
     """Dijkstra backwards from the accepting states over edges src -> dst of positive
-    integer weights, one distance level at a time (Dial's buckets), each level one array
-    step over the edges into the states it settles."""
+    integer weights: with a heap for small graphs; for large ones one distance level at a
+    time (Dial's buckets), each level one array step over the edges into the states it
+    settles."""
+    if len(src) <= _HEAP_MAX_EDGES:
+        return _heap_distances(n, src, dst, weight, accept)
     order = np.argsort(dst, kind="stable")
     src, weight = src[order], weight[order]
     starts = np.searchsorted(dst[order], np.arange(n + 1))
@@ -81,6 +87,27 @@ def _backward_distances(n: int, src: np.ndarray, dst: np.ndarray, weight: np.nda
                 heapq.heappush(levels, c)
             buckets[c].append(pred[cand == c])
     return dist
+
+
+def _heap_distances(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
+                    accept: np.ndarray) -> np.ndarray:
+    order = np.argsort(dst, kind="stable")
+    preds, costs = src[order].tolist(), weight[order].tolist()
+    starts = np.searchsorted(dst[order], np.arange(n + 1)).tolist()
+    dist = [UNREACHABLE] * n
+    heap = [(0, q) for q in np.nonzero(accept)[0].tolist()]
+    for _, q in heap:
+        dist[q] = 0
+    while heap:
+        d, q = heapq.heappop(heap)
+        if d > dist[q]:
+            continue
+        for i in range(starts[q], starts[q + 1]):
+            p, c = preds[i], d + costs[i]
+            if c < dist[p]:
+                dist[p] = c
+                heapq.heappush(heap, (c, p))
+    return np.array(dist, dtype=np.int64)
 
 
 def _byte_edges(trans: np.ndarray, alphabet: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

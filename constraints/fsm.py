@@ -41,16 +41,23 @@ class ByteDFA:
 
 
 def _reachable(dfa: ByteDFA) -> np.ndarray:
-    seen = np.zeros(dfa.num_states, dtype=bool)
+    """States reachable from 0 (a depth-first walk over the distinct edges: one array pass
+    to list them, instead of one per breadth-first level)."""
+    n = dfa.num_states
+    src, byte = np.nonzero(dfa.trans >= 0)
+    pairs = np.unique(src.astype(np.int64) * n + dfa.trans[src, byte])
+    starts = np.searchsorted(pairs // n, np.arange(n + 1)).tolist()
+    dst = (pairs % n).tolist()
+    seen = [False] * n
     seen[0] = True
-    frontier = [0]
-    while frontier:
-        row = dfa.trans[frontier]
-        nxt = np.unique(row[row >= 0])
-        nxt = nxt[~seen[nxt]]
-        seen[nxt] = True
-        frontier = nxt.tolist()
-    return seen
+    stack = [0]
+    while stack:
+        q = stack.pop()
+        for d in dst[starts[q]:starts[q + 1]]:
+            if not seen[d]:
+                seen[d] = True
+                stack.append(d)
+    return np.array(seen, dtype=bool)
 
 
 def _closure(nfa: NFA, states: frozenset[int]) -> frozenset[int]:
@@ -224,18 +231,48 @@ def trim_and_minimize(dfa: ByteDFA, minimize: bool = True) -> ByteDFA:
     _, first_col = np.unique(sub[:, live_cols].T, axis=0, return_index=True)
     cols = sub[:, live_cols[np.sort(first_col)]]
     # Classes numbered 0..count-1 (one class when every state accepts).
-    cls = np.unique(dfa.accept[keep], return_inverse=True)[1].astype(np.int64).reshape(-1)
+    start = np.unique(dfa.accept[keep], return_inverse=True)[1].astype(np.int64).reshape(-1)
+    cls = _refine(cols, start, _hashed_keys)
+    if not _stable(cols, start, cls):  # a hash collision merged two states: refine exactly
+        cls = _refine(cols, start, _exact_keys)
+    return _renumber(sub, dfa.accept[keep], cls)
+
+
+def _refine(cols: np.ndarray, cls: np.ndarray, keys_of) -> np.ndarray:
+    """Moore refinement: a state's class and its successors' classes, until no class splits."""
     count = int(cls.max()) + 1
     while True:
         succ = np.append(cls, DEAD)[cols]
-        sig = np.ascontiguousarray(np.concatenate([cls[:, None], succ], axis=1))
-        # One key per state (its row's bytes): the classes are the distinct keys.
-        keys = sig.view(np.dtype((np.void, sig.shape[1] * sig.itemsize))).ravel()
-        uniq, new_cls = np.unique(keys, return_inverse=True)
+        uniq, new_cls = np.unique(keys_of(cls, succ), return_inverse=True)
         if len(uniq) == count:
-            break
+            return cls
         cls, count = new_cls.reshape(-1).astype(np.int64), len(uniq)
-    return _renumber(sub, dfa.accept[keep], cls)
+
+
+_MULTIPLIERS = np.random.default_rng(0x5EED).integers(1, 2**63, size=4096, dtype=np.int64) | 1
+
+
+def _hashed_keys(cls: np.ndarray, succ: np.ndarray) -> np.ndarray:
+    """One int64 per state from its class and successor classes (sorting int64 keys is many
+    times faster than sorting whole rows); a collision is caught by _stable."""
+    mult = _MULTIPLIERS[:succ.shape[1] + 1] if succ.shape[1] < len(_MULTIPLIERS) else \
+        np.random.default_rng(succ.shape[1]).integers(1, 2**63, size=succ.shape[1] + 1, dtype=np.int64) | 1
+    with np.errstate(over="ignore"):
+        return cls * mult[0] + (succ + 1) @ mult[1:]
+
+
+def _exact_keys(cls: np.ndarray, succ: np.ndarray) -> np.ndarray:
+    sig = np.ascontiguousarray(np.concatenate([cls[:, None], succ], axis=1))
+    return sig.view(np.dtype((np.void, sig.shape[1] * sig.itemsize))).ravel()
+
+
+def _stable(cols: np.ndarray, start: np.ndarray, cls: np.ndarray) -> bool:
+    """Whether every state agrees with its class's first state on acceptance and on its
+    successors' classes (then ``cls`` is a stable refinement: the states are equivalent)."""
+    succ = np.append(cls, DEAD)[cols]
+    _, first = np.unique(cls, return_index=True)
+    rep = first[cls]
+    return bool((start == start[rep]).all() and (succ == succ[rep]).all())
 
 
 def _renumber(sub: np.ndarray, accept: np.ndarray, cls: np.ndarray) -> ByteDFA:

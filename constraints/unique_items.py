@@ -84,6 +84,18 @@ class Duplicate(Exception):
     """The bytes finish an item equal to an earlier one of its array."""
 
 
+def _token_features(tokens: list[bytes]) -> tuple[np.ndarray, ...]:
+    """Per token: may open and close a string item (two quotes), has a quote, has a digit,
+    how many closers, whether it opens a container. Built once per tokenizer."""
+    quotes = np.array([b.count(b'"') for b in tokens])
+    digits = np.zeros(256, dtype=bool)
+    digits[48:58] = True
+    return (quotes >= 2, quotes >= 1,
+            np.array([bool(b) and bool(digits[np.frombuffer(b, dtype=np.uint8)].any()) for b in tokens]),
+            np.array([b.count(b"}") + b.count(b"]") for b in tokens]),
+            np.array([b"{" in b or b"[" in b for b in tokens]))
+
+
 def canonical(raw: bytes):
     """The value a finished item's text stands for, as uniqueness compares them."""
     return json.loads(raw)
@@ -112,13 +124,10 @@ class UniqueItems:
 
     def __init__(self, automaton):
         self.automaton = automaton
-        tokens = automaton.info.token_bytes
-        quotes = np.array([b.count(b'"') for b in tokens])
-        self._two_quotes = quotes >= 2  # may open and close a string item
-        self._quote = quotes >= 1
-        self._digit = np.array([any(48 <= c <= 57 for c in b) for b in tokens])
-        self._closers = np.array([b.count(b"}") + b.count(b"]") for b in tokens])
-        self._opener = np.array([b"{" in b or b"[" in b for b in tokens])
+        features = automaton.info.unique_item_features
+        if features is None:
+            features = automaton.info.unique_item_features = _token_features(automaton.info.token_bytes)
+        self._two_quotes, self._quote, self._digit, self._closers, self._opener = features
 
     # -- following the output ---------------------------------------------------------------
     def feed(self, tracker: Tracker, state, data: bytes) -> Tracker:

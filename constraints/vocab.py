@@ -78,6 +78,8 @@ class TokenizerInfo:
     leaf_spellings: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # Fewest bytes to finish from each state of a shared leaf (completion.GrammarDistances).
     leaf_distances: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Per-token features the uniqueItems check reads (unique_items._token_features).
+    unique_item_features: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _ids_by_bytes: dict[bytes, int] | None = field(default=None, init=False, repr=False, compare=False)
     _single_bytes: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     _prefixes: frozenset[bytes] | None = field(default=None, init=False, repr=False, compare=False)

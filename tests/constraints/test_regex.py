@@ -118,3 +118,38 @@ def test_search_patterns_match_python_re_search(pattern):
     texts |= {t[:k] for t in list(texts)[:500] for k in range(len(t))}
     wrong = [t for t in texts if dfa.matches(t.encode()) != (want.search(t) is not None)]
     assert not wrong, wrong[:5]
+
+
+def test_minimization_is_exact_when_every_refinement_key_collides(monkeypatch):
+    # Refinement keys are int64 hashes; a collision must not merge states that differ.
+    from constraints import fsm
+
+    pattern = r"(ab|cd)[0-9]{2,4}(x|yz)?"
+    want = regex_to_dfa(pattern, CompileBudget())
+    monkeypatch.setattr(fsm, "_hashed_keys", lambda cls, succ: np.zeros(len(cls), dtype=np.int64))
+    got = regex_to_dfa(pattern, CompileBudget())
+    assert got.num_states == want.num_states
+    rng = random.Random(2)
+    texts = {"".join(rng.choice("abcd0189xyz") for _ in range(rng.randint(0, 9))) for _ in range(4000)}
+    assert all(got.matches(t.encode()) == (re.fullmatch(pattern, t) is not None) for t in texts)
+
+
+def test_heap_and_level_distances_agree():
+    # Small graphs take a heap, large ones Dial's buckets: the same distances either way.
+    from constraints import completion
+
+    rng = np.random.default_rng(3)
+    for n in (5, 60, 400):
+        src = rng.integers(0, n, size=3 * n)
+        dst = rng.integers(0, n, size=3 * n)
+        weight = rng.integers(1, 5, size=3 * n)
+        accept = rng.random(n) < 0.1
+        heap = completion._heap_distances(n, src, dst, weight, accept)
+        saved = completion._HEAP_MAX_EDGES
+        completion._HEAP_MAX_EDGES = -1
+        try:
+            levels = completion._backward_distances(n, src, dst, weight, accept)
+        finally:
+            completion._HEAP_MAX_EDGES = saved
+        assert (heap == levels).all()
+        assert (heap[accept] == 0).all()
