@@ -71,9 +71,14 @@ class PushdownAutomaton(TokenAutomaton):
                                  counted[1 + k] is not None))
             self._calls.extend(tuple(c) for c in calls)
         self._branch = self._returns | np.array([bool(c) for c in self._calls])
+        # Each position's one live byte, -1 where none or several (the trie walk's runs).
+        live = self._trans >= 0
+        self._one_byte = np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1).tolist()
+        self._branches = self._branch.tolist()
         self._closures: dict[State, frozenset[Config]] = {}
         self._steps: dict[tuple[State, int], State | None] = {}
         self._forced: dict[State, bytes] = {}
+        self._max_token_len = int(info.layout.lengths.max(initial=0))
         self._bytes_after: dict[State, list[int]] = {}
         self._byte_groups: dict[frozenset[int], list[list[int]]] = {}  # positions -> byte_classes
         self._depths: dict[State, int] = {}
@@ -375,6 +380,9 @@ class PushdownAutomaton(TokenAutomaton):
                 found.append(ids[keep])
                 continue
             allowed = self._next_bytes(state, closure)
+            if len(allowed) == 1:  # a forced run (a key's letters): follow it in one go
+                lowest = min(lowest, self._forced_run(state, prefix, lo, hi, tokens, ids, found, todo))
+                continue
             if len(allowed) > _TRIE_BRANCHING:
                 more, low = walk_tokens(self, closure, positions[lo:hi],
                                   np.full(hi - lo, len(prefix), dtype=np.int64))
@@ -392,7 +400,72 @@ class PushdownAutomaton(TokenAutomaton):
                     todo.append((nxt, key, start, end))
         if not found:
             return np.zeros(0, dtype=np.int64), lowest
-        return np.unique(np.concatenate(found)), lowest
+        return np.concatenate(found), lowest  # disjoint runs of the sorted vocabulary
+
+    def _forced_run(self, state: State, prefix: bytes, lo: int, hi: int, tokens: list[bytes],
+                    ids: np.ndarray, found: list, todo: list) -> int:
+        """From a state where one byte alone may come next, along the run of such states:
+        the tokens (of the sorted run [lo, hi) starting with ``prefix``) that end inside the
+        run go to ``found``; those going past it to ``todo``, as the trie walk would have
+        reached them one byte at a time. Returns the shallowest stack the tokens reached."""
+        lowest = self._depth(state)
+        limit = self._max_token_len - len(prefix)
+        if len(state) == 1:
+            (stack, g), = state
+            if not self._branches[g]:
+                self._plain_run(stack, g, prefix, lo, hi, tokens, ids, found, todo, limit)
+                return lowest
+        run = bytearray()
+        nxt = self._next_bytes(state, self._closure(state))
+        while len(nxt) == 1 and len(run) < limit:
+            state = self._step(state, nxt[0])
+            if state is None:
+                return lowest
+            run.append(nxt[0])
+            key = prefix + bytes(run)
+            lo = bisect_left(tokens, key, lo, hi)
+            if lo >= hi or not tokens[lo].startswith(key):
+                return lowest  # no token goes this far
+            lowest = min(lowest, self._depth(state))
+            nxt = self._next_bytes(state, self._closure(state))
+            if tokens[lo] == key and len(nxt) == 1:
+                found.append(ids[lo:lo + 1])  # a token ending inside the run
+                lo += 1
+        if not run:
+            return lowest
+        above = _successor(key)
+        end = hi if above is None else bisect_left(tokens, above, lo, hi)
+        if lo < end:
+            todo.append((state, key, lo, end))
+        return lowest
+
+    def _plain_run(self, stack: tuple[int, ...], g: int, prefix: bytes, lo: int, hi: int,
+                   tokens: list[bytes], ids: np.ndarray, found: list, todo: list, limit: int) -> None:
+        """_forced_run for one configuration at a position without calls or returns: the
+        run is read off the rule's table (the one live byte of each position) until a
+        position that branches, calls or returns; the stack is not read."""
+        one, branch, trans = self._one_byte, self._branches, self._trans
+        run = bytearray()
+        key = prefix
+        while one[g] >= 0 and len(run) < limit:
+            b = one[g]
+            g = int(trans[g, b])
+            run.append(b)
+            key = prefix + bytes(run)
+            lo = bisect_left(tokens, key, lo, hi)
+            if lo >= hi or not tokens[lo].startswith(key):
+                return  # no token goes this far
+            if branch[g]:
+                break
+            if tokens[lo] == key and one[g] >= 0:
+                found.append(ids[lo:lo + 1])  # a token ending inside the run
+                lo += 1
+        if not run:
+            return
+        above = _successor(key)
+        end = hi if above is None else bisect_left(tokens, above, lo, hi)
+        if lo < end:
+            todo.append((frozenset([(stack, g)]), key, lo, end))
 
     def _next_bytes(self, state: State, closure) -> list[int]:
         out = self._bytes_after.get(state)
@@ -485,6 +558,12 @@ def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
     dfas = _drop_empty_calls(dfas)
     return PushdownAutomaton(info, [f if isinstance(f, CountedLeaf) else d
                                     for f, d in zip(fragments, dfas)], unique)
+
+
+def _successor(prefix: bytes) -> bytes | None:
+    """The least byte string above every string that starts with ``prefix`` (None: none)."""
+    stripped = prefix.rstrip(b"\xff")
+    return stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else None
 
 
 def _has_calls(dfa: ByteDFA) -> bool:

@@ -135,3 +135,17 @@ def test_grouped_leaf_walks_equal_token_by_token_walks(tokenizer_info, fmt, patt
                           walk.exit_count.tolist())) == sorted(zip(*(a.tolist() for a in exits)))
         ids = np.nonzero(unpack_bitmask(walk.inside, tokenizer_info.vocab_size))[0]
         assert sorted(ids.tolist()) == sorted(layout.token_ids[inside[0]].tolist())
+
+
+def test_successor_is_above_every_extension_and_below_the_rest():
+    # The trie walk's forced runs cut the sorted vocabulary at _successor(prefix).
+    from bisect import bisect_left
+
+    from constraints.pushdown import _successor
+
+    assert _successor(b"\xff\xff") is None
+    words = sorted([b"ab", b"ab\xff", b"ab\xff\xff1", b"abc", b"ac", b"a\xff", b"b", b"aa"])
+    for prefix in (b"a", b"ab", b"ab\xff", b"a\xff"):
+        start = bisect_left(words, prefix)
+        end = bisect_left(words, _successor(prefix))
+        assert words[start:end] == [w for w in words if w.startswith(prefix)]
