@@ -112,6 +112,8 @@ class ClosingDistance:
         within ``remaining`` tokens counting them; None when every allowed token fits. If
         none fits (the budget was already short), the tokens closest to terminating."""
         fits = self._fits.get(state)  # read without the lock: one dict lookup
+        if fits is None:
+            fits = self._first_fits(state)
         if fits is not None and remaining - 1 >= fits[0] + (self._margin if fits[1] else 0):
             return None
         with self._lock:
@@ -134,6 +136,19 @@ class ClosingDistance:
                 return None
             k = int(np.searchsorted(levels.thresholds, remaining - 1, side="right")) - 1
             return levels.rows[max(k, 0)]
+
+    def _first_fits(self, state: State) -> tuple[float, bool] | None:
+        """A state met for the first time: the search-free bound (``_most_tokens``) read
+        straight from the automaton, without the lock or interning the state, so the many
+        states far from the budget cost one distance lookup each. Writing it unlocked is
+        safe: any entry another thread leaves is also a valid bound, (most, True) included."""
+        if not len(self._eos):
+            return None
+        fewest = self.automaton.min_bytes_to_accept(state, self._single_bytes)
+        if fewest is None:
+            return None
+        fits = self._fits[state] = (fewest + 1, True)
+        return fits
 
     # -- bounds ---------------------------------------------------------------------------
     def _bound(self, sid: int) -> float:
