@@ -75,14 +75,25 @@ def _closure(nfa: NFA, states: frozenset[int]) -> frozenset[int]:
 def _moves(nfa: NFA, members: frozenset[int]) -> list[tuple[int, int, frozenset[int]]]:
     """Partition 0..255 into ranges with the same NFA target set (non-empty ones only)."""
     edges = [e for s in members for e in nfa.edges[s]]
-    if not edges:
-        return []
-    cuts = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+    if len(edges) <= 1:
+        return [(lo, hi, frozenset([d])) for lo, hi, d in edges]
+    # A sweep over the range ends: the targets live between two consecutive cuts.
+    changes: dict[int, list[tuple[int, int]]] = {}
+    for lo, hi, d in edges:
+        changes.setdefault(lo, []).append((d, 1))
+        changes.setdefault(hi + 1, []).append((d, -1))
+    cuts = sorted(changes)
+    live: dict[int, int] = {}
     out = []
     for lo, nxt in zip(cuts, cuts[1:]):
-        targets = frozenset(d for elo, ehi, d in edges if elo <= lo and nxt - 1 <= ehi)
-        if targets:
-            out.append((lo, nxt - 1, targets))
+        for d, step in changes[lo]:
+            left = live.get(d, 0) + step
+            if left:
+                live[d] = left
+            else:
+                del live[d]
+        if live:
+            out.append((lo, nxt - 1, frozenset(live)))
     return out
 
 

@@ -153,3 +153,28 @@ def test_heap_and_level_distances_agree():
             completion._HEAP_MAX_EDGES = saved
         assert (heap == levels).all()
         assert (heap[accept] == 0).all()
+
+
+def test_subset_moves_partition_the_bytes_by_target_set():
+    # determinize's byte ranges: each byte maps to exactly the NFA targets of the edges
+    # covering it, and bytes no edge covers appear in no range.
+    from constraints.fsm import _moves
+    from constraints.nfa import NFA
+
+    rng = random.Random(4)
+    for _ in range(500):
+        nfa = NFA(CompileBudget())
+        for _ in range(5):
+            nfa.new_state()
+        for s in range(5):
+            for _ in range(rng.randint(0, 4)):
+                lo = rng.randint(0, 255)
+                nfa.add_edge(s, lo, min(255, lo + rng.choice([0, 2, 30, 255])), rng.randint(0, 4))
+        members = frozenset(rng.sample(range(5), rng.randint(1, 3)))
+        want = [frozenset(d for s in members for lo, hi, d in nfa.edges[s] if lo <= b <= hi) for b in range(256)]
+        got = [frozenset()] * 256
+        for lo, hi, targets in _moves(nfa, members):
+            assert targets
+            for b in range(lo, hi + 1):
+                got[b] = targets
+        assert got == want
