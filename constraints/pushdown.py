@@ -16,8 +16,6 @@ vocabulary is walked as a trie. Rows are cached per state and the stack suffix t
 
 from __future__ import annotations
 
-from bisect import bisect_left
-
 import numpy as np
 import torch
 
@@ -29,6 +27,7 @@ from .errors import UnsupportedSchemaError
 from .fsm import DEAD, ByteDFA, determinize, trim_and_minimize
 from .leaves import CountedLeaf, leaf_walk
 from .nfa import CALL_BASE
+from .pda_trie import trie_walk
 from .pda_walk import walk_tokens
 from .unique_items import UniqueItems
 from .vocab import TokenizerInfo
@@ -39,8 +38,6 @@ State = frozenset  # of Config
 # pass over every state per round, hundreds of rounds), and the language is the same.
 MINIMIZE_MAX_STATES = 4096
 MAX_CONFIGS = 64  # parses of one prefix kept alive (see _step)
-_TRIE_BRANCHING = 24  # bytes allowed next above which a trie walk goes vectorized
-_TRIE_MIN_RUN = 8  # tokens left in a run below which it does too
 
 
 class PushdownAutomaton(TokenAutomaton):
@@ -346,126 +343,10 @@ class PushdownAutomaton(TokenAutomaton):
         if k >= 0:
             row, lowest = self._leaf_config_row(config, k)
         else:
-            ids, lowest = self._trie_walk(config)
+            ids, lowest = trie_walk(self, config)
             row = pack_token_ids(ids, self.info.vocab_size)
         known.append((below[min(lowest, len(below)):], row))
         return row, min(lowest, len(below))
-
-    def _trie_walk(self, config: Config) -> tuple[np.ndarray, int]:
-        """Tokens allowed from a structural configuration, found by walking the sorted
-        vocabulary as a trie: while few bytes may come next (keys, punctuation) each byte
-        narrows the run of tokens with that prefix by bisection, through the automaton's
-        cached byte steps; where many may (a value's start, a string body) the tokens left
-        in the run are walked together, vectorized, from there on."""
-        tokens, ids, positions = self.info.layout.lexicographic()
-        found: list[np.ndarray] = []
-        lowest = len(config[0])
-        todo = [(frozenset([config]), b"", 0, len(tokens))]
-        while todo:
-            state, prefix, lo, hi = todo.pop()
-            closure = self._closure(state)
-            lowest = min(lowest, self._depth(state))
-            if prefix and tokens[lo] == prefix:  # the prefix itself is a token: it ends here
-                found.append(ids[lo:lo + 1])
-                lo += 1
-            if lo >= hi:
-                continue
-            if hi - lo < _TRIE_MIN_RUN:  # a few tokens left: step each through the cache
-                keep = []
-                for i in range(lo, hi):
-                    alive, depth = self._ends_alive(state, tokens[i][len(prefix):])
-                    lowest = min(lowest, depth)
-                    if alive:
-                        keep.append(i)
-                found.append(ids[keep])
-                continue
-            allowed = self._next_bytes(state, closure)
-            if len(allowed) == 1:  # a forced run (a key's letters): follow it in one go
-                lowest = min(lowest, self._forced_run(state, prefix, lo, hi, tokens, ids, found, todo))
-                continue
-            if len(allowed) > _TRIE_BRANCHING:
-                more, low = walk_tokens(self, closure, positions[lo:hi],
-                                  np.full(hi - lo, len(prefix), dtype=np.int64))
-                found.append(more)
-                lowest = min(lowest, low)
-                continue
-            for b in allowed:
-                nxt = self._step(state, b)
-                if nxt is None:
-                    continue
-                key = prefix + bytes([b])
-                start = bisect_left(tokens, key, lo, hi)
-                end = bisect_left(tokens, prefix + bytes([b + 1]), start, hi) if b < 255 else hi
-                if start < end:
-                    todo.append((nxt, key, start, end))
-        if not found:
-            return np.zeros(0, dtype=np.int64), lowest
-        return np.concatenate(found), lowest  # disjoint runs of the sorted vocabulary
-
-    def _forced_run(self, state: State, prefix: bytes, lo: int, hi: int, tokens: list[bytes],
-                    ids: np.ndarray, found: list, todo: list) -> int:
-        """From a state where one byte alone may come next, along the run of such states:
-        the tokens (of the sorted run [lo, hi) starting with ``prefix``) that end inside the
-        run go to ``found``; those going past it to ``todo``, as the trie walk would have
-        reached them one byte at a time. Returns the shallowest stack the tokens reached."""
-        lowest = self._depth(state)
-        limit = self._max_token_len - len(prefix)
-        if len(state) == 1:
-            (stack, g), = state
-            if not self._branches[g]:
-                self._plain_run(stack, g, prefix, lo, hi, tokens, ids, found, todo, limit)
-                return lowest
-        run = bytearray()
-        nxt = self._next_bytes(state, self._closure(state))
-        while len(nxt) == 1 and len(run) < limit:
-            state = self._step(state, nxt[0])
-            if state is None:
-                return lowest
-            run.append(nxt[0])
-            key = prefix + bytes(run)
-            lo = bisect_left(tokens, key, lo, hi)
-            if lo >= hi or not tokens[lo].startswith(key):
-                return lowest  # no token goes this far
-            lowest = min(lowest, self._depth(state))
-            nxt = self._next_bytes(state, self._closure(state))
-            if tokens[lo] == key and len(nxt) == 1:
-                found.append(ids[lo:lo + 1])  # a token ending inside the run
-                lo += 1
-        if not run:
-            return lowest
-        above = _successor(key)
-        end = hi if above is None else bisect_left(tokens, above, lo, hi)
-        if lo < end:
-            todo.append((state, key, lo, end))
-        return lowest
-
-    def _plain_run(self, stack: tuple[int, ...], g: int, prefix: bytes, lo: int, hi: int,
-                   tokens: list[bytes], ids: np.ndarray, found: list, todo: list, limit: int) -> None:
-        """_forced_run for one configuration at a position without calls or returns: the
-        run is read off the rule's table (the one live byte of each position) until a
-        position that branches, calls or returns; the stack is not read."""
-        one, branch, trans = self._one_byte, self._branches, self._trans
-        run = bytearray()
-        key = prefix
-        while one[g] >= 0 and len(run) < limit:
-            b = one[g]
-            g = int(trans[g, b])
-            run.append(b)
-            key = prefix + bytes(run)
-            lo = bisect_left(tokens, key, lo, hi)
-            if lo >= hi or not tokens[lo].startswith(key):
-                return  # no token goes this far
-            if branch[g]:
-                break
-            if tokens[lo] == key and one[g] >= 0:
-                found.append(ids[lo:lo + 1])  # a token ending inside the run
-                lo += 1
-        if not run:
-            return
-        above = _successor(key)
-        end = hi if above is None else bisect_left(tokens, above, lo, hi)
-        if lo < end:
-            todo.append((frozenset([(stack, g)]), key, lo, end))
 
     def _next_bytes(self, state: State, closure) -> list[int]:
         out = self._bytes_after.get(state)
@@ -558,12 +439,6 @@ def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
     dfas = _drop_empty_calls(dfas)
     return PushdownAutomaton(info, [f if isinstance(f, CountedLeaf) else d
                                     for f, d in zip(fragments, dfas)], unique)
-
-
-def _successor(prefix: bytes) -> bytes | None:
-    """The least byte string above every string that starts with ``prefix`` (None: none)."""
-    stripped = prefix.rstrip(b"\xff")
-    return stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else None
 
 
 def _has_calls(dfa: ByteDFA) -> bool:

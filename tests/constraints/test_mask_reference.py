@@ -138,14 +138,14 @@ def test_grouped_leaf_walks_equal_token_by_token_walks(tokenizer_info, fmt, patt
 
 
 def test_successor_is_above_every_extension_and_below_the_rest():
-    # The trie walk's forced runs cut the sorted vocabulary at _successor(prefix).
+    # The trie walk's forced runs cut the sorted vocabulary at successor(prefix).
     from bisect import bisect_left
 
-    from constraints.pushdown import _successor
+    from constraints.pda_trie import successor
 
-    assert _successor(b"\xff\xff") is None
+    assert successor(b"\xff\xff") is None
     words = sorted([b"ab", b"ab\xff", b"ab\xff\xff1", b"abc", b"ac", b"a\xff", b"b", b"aa"])
     for prefix in (b"a", b"ab", b"ab\xff", b"a\xff"):
         start = bisect_left(words, prefix)
-        end = bisect_left(words, _successor(prefix))
+        end = bisect_left(words, successor(prefix))
         assert words[start:end] == [w for w in words if w.startswith(prefix)]
