@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from sglang_lite.model.llama import map_hf_name
+from sglang_lite.quant.by_rows import ByRowsWeight
 from sglang_lite.quant.fp8 import Fp8Weight
 from sglang_lite.quant.gguf_blocks import Codes, concat_rows, read_llama_tensors
 from sglang_lite.quant.int4 import Int4Weight
@@ -83,6 +84,20 @@ def load_gguf_blocks(model: nn.Module, path: Path) -> nn.Module:
         else:
             floats[target] = codes.dequantize()
     _fill_floats(model, floats)
+    return model
+
+
+def keep_dense_copies(model: nn.Module, max_rows: int) -> nn.Module:
+    """Give every packed weight a dense copy in the model's dtype, used by steps of more than
+    ``max_rows`` rows (``ByRowsWeight``); a tied embedding and LM head still share one."""
+    dtype = model.norm.weight.dtype
+    made: dict[int, ByRowsWeight] = {}
+    for module in model.modules():
+        if isinstance(module, (QuantLinear, QuantEmbedding)):
+            packed = module.weight_q
+            if id(packed) not in made:
+                made[id(packed)] = ByRowsWeight.of(packed, dtype, max_rows)
+            module.weight_q = made[id(packed)]
     return model
 
 
