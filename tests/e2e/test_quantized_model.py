@@ -81,9 +81,11 @@ def test_gguf_blocks_give_the_dequantized_models_logits(engines, variant):
     ppl, argmax, lps = _score(gguf)  # prefill: many rows, so dequantize (or the dense copy) + GEMM
     assert max(abs(a - b) for a, b in zip(lps, ref_lps)) < 1e-3
     assert argmax == ref_argmax
-    # decode: one row a step, through torch's int4 kernel and the int4 halves of the Q8_0 head
-    ref_out = ref.generate(PROMPTS, GREEDY, return_logprob=True)
-    outs = gguf.generate(PROMPTS, GREEDY, return_logprob=True)
+    # decode: a few rows a step, through torch's int4 kernel and the int4 halves of the Q8_0 head;
+    # the default also decodes a batch of more rows than dense_weights_above, through its copy
+    prompts = PROMPTS if variant == "gguf" else PROMPTS + [f"{i} + {i} =" for i in range(DEFAULT_DENSE_WEIGHTS_ABOVE)]
+    ref_out = ref.generate(prompts, GREEDY, return_logprob=True)
+    outs = gguf.generate(prompts, GREEDY, return_logprob=True)
     for got, want in zip(outs, ref_out):
         assert got["output_ids"] == want["output_ids"]
         diffs = [abs(a[0] - b[0]) for a, b in zip(got["meta_info"]["output_token_logprobs"],
