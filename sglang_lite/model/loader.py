@@ -179,7 +179,10 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: torch.device, se
     ``dense_weights_above`` > 0 keeps a dense copy of each packed weight for steps of more rows."""
     model = _load_weights(source, dtype, device, seed, quantization)
     if dense_weights_above and quantization != "none":
-        keep_dense_copies(model, dense_weights_above)
+        # A GGUF file's blocks hold the values of its dequantized checkpoint: read that (seconds)
+        # rather than dequantize every block again (the int4 layout is slow to unpack).
+        dense = _load_weights(source, dtype, device, seed, "none") if quantization == "gguf" else None
+        keep_dense_copies(model, dense_weights_above, dense)
     return model
 
 

@@ -87,16 +87,22 @@ def load_gguf_blocks(model: nn.Module, path: Path) -> nn.Module:
     return model
 
 
-def keep_dense_copies(model: nn.Module, max_rows: int) -> nn.Module:
+def keep_dense_copies(model: nn.Module, max_rows: int, dense: nn.Module | None = None) -> nn.Module:
     """Give every packed weight a dense copy in the model's dtype, used by steps of more than
-    ``max_rows`` rows (``ByRowsWeight``); a tied embedding and LM head still share one."""
+    ``max_rows`` rows (``ByRowsWeight``); a tied embedding and LM head still share one. The copy
+    is the packed weight dequantized, or the same module's weight in ``dense`` (a model whose
+    weights hold the packed values, e.g. a GGUF file's dequantized checkpoint)."""
     dtype = model.norm.weight.dtype
     made: dict[int, ByRowsWeight] = {}
-    for module in model.modules():
+    for name, module in model.named_modules():
         if isinstance(module, (QuantLinear, QuantEmbedding)):
             packed = module.weight_q
             if id(packed) not in made:
-                made[id(packed)] = ByRowsWeight.of(packed, dtype, max_rows)
+                if dense is None:
+                    made[id(packed)] = ByRowsWeight.of(packed, dtype, max_rows)
+                else:
+                    weight = dense.get_submodule(name).weight.detach().to(dtype).contiguous()
+                    made[id(packed)] = ByRowsWeight(packed, weight, max_rows)
             module.weight_q = made[id(packed)]
     return model
 
