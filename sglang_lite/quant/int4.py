@@ -39,7 +39,9 @@ class Int4Weight:
         if group * d.shape[1] != k or d.shape != m.shape or d.shape[0] != n:
             raise ValueError(f"int4: codes {tuple(q.shape)} do not match scales {tuple(d.shape)}")
         pad = -n % _BLOCK
-        q, d, m = (F.pad(t, (0, 0, 0, pad)) for t in (q.to(torch.int32), d.float(), m.float()))
+        q, d, m = q.to(torch.int32), d.float(), m.float()
+        if pad:  # a copy of every code: only where out_features is not a multiple of the block
+            q, d, m = (F.pad(t, (0, 0, 0, pad)) for t in (q, d, m))
         scale_zero = torch.stack([d.t(), (m + 8 * d).t()], dim=-1).to(dtype).contiguous()
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.contiguous(), 1)
         return cls(packed, scale_zero, group, n)

@@ -1,8 +1,9 @@
 """Quality guard for quantized weights, on the embedded SmolLM2-135M in fp32.
 
-The reference ("none") is the embedded GGUF dequantized to fp32, the model every other test
-runs. "gguf" keeps the file's own Q4_1 / Q8_0 blocks packed, so it holds the same weight values:
-its logits must match the reference's up to summation order. int8 / int4 / fp8 quantize those
+The reference ("none") is the embedded GGUF dequantized to fp32. "gguf" keeps the file's own
+Q4_1 / Q8_0 blocks packed, so it holds the same weight values: its logits must match the
+reference's up to summation order; so must the default (what ``Engine()`` and every other test
+runs: the blocks for steps of up to 8 rows, their dequantized copy for bigger ones). int8 / int4 / fp8 quantize those
 fp32 weights again at load, so they lose some quality, bounded here by the perplexity of a fixed
 paragraph (int8 within 1%, int4 within 5%: the seed document's figures) and by how often their
 next-token argmax agrees with the reference's along it.
@@ -20,6 +21,7 @@ import math
 import pytest
 
 from sglang_lite import Engine
+from sglang_lite.config import DEFAULT_DENSE_WEIGHTS_ABOVE, EngineConfig
 from sglang_lite.model.loader import embedded_gguf_path
 from sglang_lite.quant.apply import resident_weight_bytes
 
@@ -43,7 +45,7 @@ BOUNDS = {"int8": (1.01, 0.95), "int4": (1.05, 0.93), "fp8": (1.05, 0.88)}
 
 @pytest.fixture(scope="module")
 def engines(engine):
-    made = {"none": engine}
+    made = {"default": engine}  # what Engine() picks: gguf blocks, a dense copy for big steps
 
     def get(quantization: str) -> Engine:
         if quantization not in made:
@@ -52,7 +54,7 @@ def engines(engine):
 
     yield get
     for q, eng in made.items():
-        if q != "none":
+        if q != "default":
             eng.shutdown()
 
 
@@ -66,17 +68,24 @@ def _score(eng: Engine) -> tuple[float, list[int], list[float]]:
     return math.exp(-sum(logprobs) / len(logprobs)), argmax, logprobs
 
 
-def test_gguf_blocks_give_the_dequantized_models_logits(engines):
-    ref, gguf = engines("none"), engines("gguf")
+@pytest.mark.parametrize("variant", ["gguf", "default"])
+def test_gguf_blocks_give_the_dequantized_models_logits(engines, variant):
+    ref, gguf = engines("none"), engines(variant)
     assert gguf.config.quantization == "gguf"
-    assert resident_weight_bytes(gguf.model) <= 1.3 * embedded_gguf_path().stat().st_size
+    if variant == "gguf":  # packed only
+        assert resident_weight_bytes(gguf.model) <= 1.3 * embedded_gguf_path().stat().st_size
+    else:  # with a dense copy: prefill and batches of more than 8 rows run the dense GEMM
+        assert gguf.config.dense_weights_above == DEFAULT_DENSE_WEIGHTS_ABOVE
+        assert resident_weight_bytes(gguf.model) > resident_weight_bytes(ref.model)
     ref_ppl, ref_argmax, ref_lps = _score(ref)
-    ppl, argmax, lps = _score(gguf)  # prefill: many rows, so dequantize + GEMM
+    ppl, argmax, lps = _score(gguf)  # prefill: many rows, so dequantize (or the dense copy) + GEMM
     assert max(abs(a - b) for a, b in zip(lps, ref_lps)) < 1e-3
     assert argmax == ref_argmax
-    # decode: one row a step, through torch's int4 kernel and the int4 halves of the Q8_0 head
-    ref_out = ref.generate(PROMPTS, GREEDY, return_logprob=True)
-    outs = gguf.generate(PROMPTS, GREEDY, return_logprob=True)
+    # decode: a few rows a step, through torch's int4 kernel and the int4 halves of the Q8_0 head;
+    # the default also decodes a batch of more rows than dense_weights_above, through its copy
+    prompts = PROMPTS if variant == "gguf" else PROMPTS + [f"{i} + {i} =" for i in range(DEFAULT_DENSE_WEIGHTS_ABOVE)]
+    ref_out = ref.generate(prompts, GREEDY, return_logprob=True)
+    outs = gguf.generate(prompts, GREEDY, return_logprob=True)
     for got, want in zip(outs, ref_out):
         assert got["output_ids"] == want["output_ids"]
         diffs = [abs(a[0] - b[0]) for a, b in zip(got["meta_info"]["output_token_logprobs"],
@@ -103,3 +112,17 @@ def test_quantization_option_is_validated():
         Engine("dummy:tiny", quantization="int3")
     with pytest.raises(ValueError, match="quantization: 'gguf'"):
         Engine("dummy:tiny", quantization="gguf")
+    with pytest.raises(ValueError, match="dense_weights_above: needs packed weights"):
+        Engine("dummy:tiny", quantization="none", dense_weights_above=8)
+    with pytest.raises(ValueError, match="dense_weights_above: must be an integer"):
+        EngineConfig.create(dense_weights_above=-1)
+
+
+def test_auto_quantization_packs_the_embedded_model_on_cpu_only():
+    cpu = EngineConfig.create(device="cpu")
+    assert (cpu.quantization, cpu.dense_weights_above) == ("gguf", DEFAULT_DENSE_WEIGHTS_ABOVE)
+    asked = EngineConfig.create(device="cpu", quantization="int4")  # asked for: packed only, memory first
+    assert (asked.quantization, asked.dense_weights_above) == ("int4", 0)
+    gpu = EngineConfig.create(device="cuda")  # the packed path dequantizes on a GPU
+    assert (gpu.quantization, gpu.dense_weights_above) == ("none", 0)
+    assert EngineConfig.create(device="cpu", model="dummy:tiny").quantization == "none"

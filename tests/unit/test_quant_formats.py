@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sglang_lite.quant.by_rows import ByRowsWeight
 from sglang_lite.quant.fp8 import Fp8Weight
 from sglang_lite.quant.gguf_blocks import _decode_blocks, concat_rows, decode
 from sglang_lite.quant.int4 import Int4Weight
@@ -99,6 +100,26 @@ def test_fp8_matches_dequantized_reference(shape):
     assert rel <= 2**-4 + 1e-6
     _check_mm(packed, torch.float32)
     _check_rows(packed, torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["int4", "q8_0", "int8"])
+def test_by_rows_weight_uses_the_packed_kernel_up_to_max_rows_then_the_dense_copy(kind, dtype):
+    n, k, max_rows = 100, 96, 8
+    w = _weight(n, k)
+    packed = {"int4": lambda: Int4Weight.quantize(w, 32, dtype), "int8": lambda: Int8Weight.quantize(w),
+              "q8_0": lambda: GroupInt8Weight.from_codes((w * 2000).round().clamp(-128, 127).to(torch.int8),
+                                                          torch.full((n, k // 32), 5e-4), dtype)}[kind]()
+    both = ByRowsWeight.of(packed, dtype, max_rows)
+    assert both.dense.dtype == dtype and both.dense.shape == (n, k)
+    assert both.nbytes == packed.nbytes + both.dense.nbytes
+    for m in (1, max_rows, max_rows + 1, 40):
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
+        want = packed.mm(x) if m <= max_rows else F.linear(x, packed.dequantize(torch.float32).to(dtype))
+        assert torch.equal(both.mm(x), want), m  # the path chosen by the number of rows
+    _check_mm(both, dtype)
+    ids = torch.tensor([0, n - 1, 31, 64, 3])
+    assert torch.equal(both.rows(ids, dtype), packed.dequantize(torch.float32).to(dtype)[ids])
 
 
 def test_group_size_must_divide_in_features():
