@@ -266,8 +266,9 @@ _MULTIPLIERS = np.random.default_rng(0x5EED).integers(1, 2**63, size=4096, dtype
 def _hashed_keys(cls: np.ndarray, succ: np.ndarray) -> np.ndarray:
     """One int64 per state from its class and successor classes (sorting int64 keys is many
     times faster than sorting whole rows); a collision is caught by _stable."""
-    mult = _MULTIPLIERS[:succ.shape[1] + 1] if succ.shape[1] < len(_MULTIPLIERS) else \
-        np.random.default_rng(succ.shape[1]).integers(1, 2**63, size=succ.shape[1] + 1, dtype=np.int64) | 1
+    if succ.shape[1] >= len(_MULTIPLIERS):  # wider than any rule table gets in practice
+        return _exact_keys(cls, succ)
+    mult = _MULTIPLIERS[:succ.shape[1] + 1]
     with np.errstate(over="ignore"):
         return cls * mult[0] + (succ + 1) @ mult[1:]
 

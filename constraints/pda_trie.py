@@ -2,9 +2,9 @@
 
 From a configuration in a structural rule (keys, punctuation, a value's start), each allowed
 next byte narrows the run of tokens with that prefix by bisection, through the automaton's
-cached byte steps; a run of positions with one live byte each (a key's letters) is read off
-the rule's table in one loop; where many bytes may come next, the tokens left in the run are
-walked together, vectorized (pda_walk.py). Rows are cached by the automaton (pushdown.py).
+cached byte steps; a run of positions with one live byte each and no calls or returns (a
+key's letters) is read off the rule's table in one loop; where many bytes may come next, the
+tokens left in the run are walked together, vectorized (pda_walk.py). Rows are cached by the automaton (pushdown.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from .pda_walk import walk_tokens
 
 if TYPE_CHECKING:
-    from .pushdown import Config, PushdownAutomaton, State
+    from .pushdown import Config, PushdownAutomaton
 
 _TRIE_BRANCHING = 24  # bytes allowed next above which a trie walk goes vectorized
 _TRIE_MIN_RUN = 8  # tokens left in a run below which it does too
@@ -52,9 +52,11 @@ def trie_walk(pda: PushdownAutomaton, config: Config) -> tuple[np.ndarray, int]:
             found.append(ids[keep])
             continue
         allowed = pda._next_bytes(state, closure)
-        if len(allowed) == 1:  # a forced run (a key's letters): follow it in one go
-            lowest = min(lowest, _forced_run(pda, state, prefix, lo, hi, tokens, ids, found, todo))
-            continue
+        if len(allowed) == 1 and len(state) == 1:
+            (stack, g), = state
+            if not pda._branches[g]:  # a key's letters: followed in one go
+                _key_run(pda, stack, g, prefix, lo, hi, tokens, ids, found, todo)
+                continue
         if len(allowed) > _TRIE_BRANCHING:
             more, low = walk_tokens(pda, closure, positions[lo:hi],
                                     np.full(hi - lo, len(prefix), dtype=np.int64))
@@ -74,50 +76,16 @@ def trie_walk(pda: PushdownAutomaton, config: Config) -> tuple[np.ndarray, int]:
         return np.zeros(0, dtype=np.int64), lowest
     return np.concatenate(found), lowest  # disjoint runs of the sorted vocabulary
 
-def _forced_run(pda: PushdownAutomaton, state: State, prefix: bytes, lo: int, hi: int,
-            tokens: list[bytes], ids: np.ndarray, found: list, todo: list) -> int:
-    """From a state where one byte alone may come next, along the run of such states:
-    the tokens (of the sorted run [lo, hi) starting with ``prefix``) that end inside the
-    run go to ``found``; those going past it to ``todo``, as the trie walk would have
-    reached them one byte at a time. Returns the shallowest stack the tokens reached."""
-    lowest = pda._depth(state)
-    limit = pda._max_token_len - len(prefix)
-    if len(state) == 1:
-        (stack, g), = state
-        if not pda._branches[g]:
-            _plain_run(pda, stack, g, prefix, lo, hi, tokens, ids, found, todo, limit)
-            return lowest
-    run = bytearray()
-    nxt = pda._next_bytes(state, pda._closure(state))
-    while len(nxt) == 1 and len(run) < limit:
-        state = pda._step(state, nxt[0])
-        if state is None:
-            return lowest
-        run.append(nxt[0])
-        key = prefix + bytes(run)
-        lo = bisect_left(tokens, key, lo, hi)
-        if lo >= hi or not tokens[lo].startswith(key):
-            return lowest  # no token goes this far
-        lowest = min(lowest, pda._depth(state))
-        nxt = pda._next_bytes(state, pda._closure(state))
-        if tokens[lo] == key and len(nxt) == 1:
-            found.append(ids[lo:lo + 1])  # a token ending inside the run
-            lo += 1
-    if not run:
-        return lowest
-    above = successor(key)
-    end = hi if above is None else bisect_left(tokens, above, lo, hi)
-    if lo < end:
-        todo.append((state, key, lo, end))
-    return lowest
 
-def _plain_run(pda: PushdownAutomaton, stack: tuple[int, ...], g: int, prefix: bytes, lo: int,
-           hi: int, tokens: list[bytes], ids: np.ndarray, found: list, todo: list,
-           limit: int) -> None:
-    """_forced_run for one configuration at a position without calls or returns: the
-    run is read off the rule's table (the one live byte of each position) until a
-    position that branches, calls or returns; the stack is not read."""
+def _key_run(pda: PushdownAutomaton, stack: tuple[int, ...], g: int, prefix: bytes, lo: int,
+             hi: int, tokens: list[bytes], ids: np.ndarray, found: list, todo: list) -> None:
+    """From one configuration at a position with one live byte and no calls or returns (a
+    key's letters): the run of such positions read off the rule's table, one bisection per
+    byte and no automaton states built. Tokens (of the sorted run [lo, hi) starting with
+    ``prefix``) that end inside the run go to ``found``; those going past it to ``todo``, as
+    the trie walk would have reached them one byte at a time. The stack is not read."""
     one, branch, trans = pda._one_byte, pda._branches, pda._trans
+    limit = pda._max_token_len - len(prefix)
     run = bytearray()
     key = prefix
     while one[g] >= 0 and len(run) < limit:

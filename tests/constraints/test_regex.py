@@ -134,10 +134,11 @@ def test_minimization_is_exact_when_every_refinement_key_collides(monkeypatch):
     assert all(got.matches(t.encode()) == (re.fullmatch(pattern, t) is not None) for t in texts)
 
 
-def test_heap_and_level_distances_agree():
+def test_heap_and_level_distances_agree(monkeypatch):
     # Small graphs take a heap, large ones Dial's buckets: the same distances either way.
     from constraints import completion
 
+    monkeypatch.setattr(completion, "_HEAP_MAX_EDGES", -1)  # _backward_distances: buckets
     rng = np.random.default_rng(3)
     for n in (5, 60, 400):
         src = rng.integers(0, n, size=3 * n)
@@ -145,12 +146,7 @@ def test_heap_and_level_distances_agree():
         weight = rng.integers(1, 5, size=3 * n)
         accept = rng.random(n) < 0.1
         heap = completion._heap_distances(n, src, dst, weight, accept)
-        saved = completion._HEAP_MAX_EDGES
-        completion._HEAP_MAX_EDGES = -1
-        try:
-            levels = completion._backward_distances(n, src, dst, weight, accept)
-        finally:
-            completion._HEAP_MAX_EDGES = saved
+        levels = completion._backward_distances(n, src, dst, weight, accept)
         assert (heap == levels).all()
         assert (heap[accept] == 0).all()
 
