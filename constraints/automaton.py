@@ -93,7 +93,7 @@ class TokenAutomaton(ABC):
 
     @property
     def num_cached_masks(self) -> int:
-        return len(self._rows)
+        return max(len(self._rows), len(self._words))
 
 
 class DFAAutomaton(TokenAutomaton):

@@ -168,7 +168,7 @@ class GrammarDistances:
                         todo.append(c)
         self.dist = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
         self._stack_cost: dict[tuple[int, ...], int] = {(): 0}
-        self.moves: dict = {}  # (position, counting, alphabet) -> the grammar's next step
+        self.moves: dict = {}  # (position, counting) -> the next step toward the end (pushdown.py)
 
     def stack_cost(self, stack: tuple[int, ...]) -> int:
         """Bytes to finish every caller on ``stack`` (count frames, negative, cost nothing)."""

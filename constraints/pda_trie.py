@@ -28,53 +28,85 @@ def trie_walk(pda: PushdownAutomaton, config: Config) -> tuple[np.ndarray, int]:
     vocabulary as a trie: while few bytes may come next (keys, punctuation) each byte
     narrows the run of tokens with that prefix by bisection, through the automaton's
     cached byte steps; where many may (a value's start, a string body) the tokens left
-    in the run are walked together, vectorized, from there on."""
+    in the run are walked together, vectorized, from there on.
+
+    A node is one configuration at a plain position (no call, no return, not counting:
+    ``pda._plain``) stepped straight through the rule's table, or else an automaton state
+    stepped through its caches."""
     tokens, ids, positions = pda.info.layout.lexicographic()
+    plain, trans = pda._plain, pda._trans
     found: list[np.ndarray] = []
     lowest = len(config[0])
-    todo = [(frozenset([config]), b"", 0, len(tokens))]
+    todo = [(None, config, b"", 0, len(tokens))]
     while todo:
-        state, prefix, lo, hi = todo.pop()
-        closure = pda._closure(state)
-        lowest = min(lowest, pda._depth(state))
+        state, (stack, g), prefix, lo, hi = todo.pop()
+        if state is None and not plain[g]:
+            state = frozenset([(stack, g)])
+        if state is None:
+            lowest = min(lowest, len(stack))
+        else:
+            closure = pda._closure(state)
+            lowest = min(lowest, pda._depth(state))
         if prefix and tokens[lo] == prefix:  # the prefix itself is a token: it ends here
             found.append(ids[lo:lo + 1])
             lo += 1
         if lo >= hi:
             continue
-        if hi - lo < _TRIE_MIN_RUN:  # a few tokens left: step each through the cache
+        if hi - lo < _TRIE_MIN_RUN:  # a few tokens left: step each on its own
             keep = []
             for i in range(lo, hi):
-                alive, depth = pda._ends_alive(state, tokens[i][len(prefix):])
+                rest = tokens[i][len(prefix):]
+                alive, depth = (_plain_alive(pda, stack, g, rest) if state is None
+                                else pda._ends_alive(state, rest))
                 lowest = min(lowest, depth)
                 if alive:
                     keep.append(i)
             found.append(ids[keep])
             continue
-        allowed = pda._next_bytes(state, closure)
-        if len(allowed) == 1 and len(state) == 1:
-            (stack, g), = state
-            if not pda._branches[g]:  # a key's letters: followed in one go
+        if state is None:
+            allowed = pda._live_bytes(g)
+            if len(allowed) == 1:  # a key's letters: followed in one go
                 _key_run(pda, stack, g, prefix, lo, hi, tokens, ids, found, todo)
                 continue
+        else:
+            allowed = pda._next_bytes(state, closure)
         if len(allowed) > _TRIE_BRANCHING:
-            more, low = walk_tokens(pda, closure, positions[lo:hi],
-                                    np.full(hi - lo, len(prefix), dtype=np.int64))
+            more, low = walk_tokens(pda, {(stack, g)} if state is None else closure,
+                                    positions[lo:hi], np.full(hi - lo, len(prefix), dtype=np.int64))
             found.append(more)
             lowest = min(lowest, low)
             continue
         for b in allowed:
-            nxt = pda._step(state, b)
-            if nxt is None:
-                continue
+            if state is None:
+                nxt, at = None, (stack, int(trans[g, b]))
+            else:
+                nxt = pda._step(state, b)
+                if nxt is None:
+                    continue
+                at = next(iter(nxt)) if len(nxt) == 1 else (stack, -1)
+                if len(nxt) == 1 and plain[at[1]]:
+                    nxt = None  # one plain configuration: stepped by the table from here
             key = prefix + bytes([b])
             start = bisect_left(tokens, key, lo, hi)
             end = bisect_left(tokens, prefix + bytes([b + 1]), start, hi) if b < 255 else hi
             if start < end:
-                todo.append((nxt, key, start, end))
+                todo.append((nxt, at, key, start, end))
     if not found:
         return np.zeros(0, dtype=np.int64), lowest
     return np.concatenate(found), lowest  # disjoint runs of the sorted vocabulary
+
+
+def _plain_alive(pda: PushdownAutomaton, stack: tuple[int, ...], g: int, rest: bytes) -> tuple[bool, int]:
+    """Whether ``rest`` can follow the plain configuration (stack, g), and the shallowest
+    stack it looked at: table steps while positions stay plain, the automaton's after."""
+    plain, trans = pda._plain, pda._trans
+    for k, b in enumerate(rest):
+        if not plain[g]:
+            return pda._ends_alive(frozenset([(stack, g)]), rest[k:])
+        g = int(trans[g, b])
+        if g < 0:
+            return False, len(stack)
+    return True, len(stack)
 
 
 def _key_run(pda: PushdownAutomaton, stack: tuple[int, ...], g: int, prefix: bytes, lo: int,
@@ -106,7 +138,7 @@ def _key_run(pda: PushdownAutomaton, stack: tuple[int, ...], g: int, prefix: byt
     above = successor(key)
     end = hi if above is None else bisect_left(tokens, above, lo, hi)
     if lo < end:
-        todo.append((frozenset([(stack, g)]), key, lo, end))
+        todo.append((None, (stack, g), key, lo, end))
 
 
 def successor(prefix: bytes) -> bytes | None:

@@ -77,6 +77,7 @@ class PushdownAutomaton(TokenAutomaton):
         self._forced: dict[State, bytes] = {}
         self._max_token_len = int(info.layout.lengths.max(initial=0))
         self._bytes_after: dict[State, list[int]] = {}
+        self._live: dict[int, list[int]] = {}  # position -> its live bytes
         self._byte_groups: dict[frozenset[int], list[list[int]]] = {}  # positions -> byte_classes
         self._depths: dict[State, int] = {}
         self._eos_row = pack_token_ids(np.array(info.eos_token_ids, dtype=np.int64), info.vocab_size)
@@ -105,9 +106,19 @@ class PushdownAutomaton(TokenAutomaton):
                 self._leaf_of[offsets[k]:offsets[k + 1]] = k
         # Accepting states of counted leaves: entered only with at least the minimum count.
         self._closes_counted = accept & (self._leaf_of >= 0) & self._is_counted[np.maximum(self._leaf_of, 0)]
+        # Positions a byte leaves with one configuration and the same stack (no call, no
+        # return, no character count): the trie walk steps them straight through the table.
+        in_counted = (self._leaf_of >= 0) & self._is_counted[np.maximum(self._leaf_of, 0)]
+        self._plain = (~self._branch & ~in_counted).tolist()
+        # Python lists of the per-position flags read one position at a time (a list
+        # index costs a fraction of a numpy scalar read).
+        self._in_counted_of = in_counted.tolist()
+        self._returns_of, self._final_of = self._returns.tolist(), self._final.tolist()
+        self._count_lo_of = self._count_lo.tolist()
         self._unique = dict(unique or {})
         self.unique_items = UniqueItems(self) if self._unique else None
         self._distances: dict[bytes, GrammarDistances] = {}  # alphabet -> completion distances
+        self._last_distances: tuple[np.ndarray, GrammarDistances] | None = None
         self.pruned = False  # _step has dropped configurations (MAX_CONFIGS)
 
     @property
@@ -127,8 +138,8 @@ class PushdownAutomaton(TokenAutomaton):
             stack, g = todo.pop()
             nxt = [(stack + ((ret, -1) if counted else (ret,)), start)
                    for start, ret, counted in self._calls[g]]
-            if self._returns[g]:
-                if self._in_counted(g):
+            if self._returns_of[g]:
+                if self._in_counted_of[g]:
                     if -stack[-1] - 1 >= self._count_lo[g]:
                         nxt.append((stack[:-2], stack[-2]))
                 else:
@@ -142,7 +153,10 @@ class PushdownAutomaton(TokenAutomaton):
     def _closure(self, state: State) -> frozenset[Config]:
         out = self._closures.get(state)
         if out is None:
-            out = frozenset().union(*(self._config_closure(c) for c in state))
+            if len(state) == 1 and not self._branches[next(iter(state))[1]]:
+                out = state  # no call or return here: the closure is the state itself
+            else:
+                out = frozenset().union(*(self._config_closure(c) for c in state))
             self._closures[state] = out
         return out
 
@@ -170,8 +184,7 @@ class PushdownAutomaton(TokenAutomaton):
         return out
 
     def _in_counted(self, g: int) -> bool:
-        k = self._leaf_of[g]
-        return k >= 0 and bool(self._is_counted[k])
+        return self._in_counted_of[g]
 
     def _counted_up(self, stack: tuple[int, ...], g: int) -> tuple[int, ...] | None:
         """The stack after one more character in the counted leaf at ``g``; None past its
@@ -228,11 +241,12 @@ class PushdownAutomaton(TokenAutomaton):
         out = bytearray()
         for _ in range(4 * fewest + 64):  # bytes, and calls and returns (which read none)
             need = self._chars_needed(stack, g)
-            if self._returns[g] or self._final[g]:
-                if need == 0 and not self._final[g]:
-                    stack, g = (stack[:-2], stack[-2]) if self._in_counted(g) else (stack[:-1], stack[-1])
+            final = self._final_of[g]
+            if final or self._returns_of[g]:
+                if need == 0 and not final:
+                    stack, g = (stack[:-2], stack[-2]) if self._in_counted_of[g] else (stack[:-1], stack[-1])
                     continue
-                if self._final[g] and not stack:
+                if final and not stack:
                     return bytes(out) if len(out) == fewest else None
             move = self._descent_move(g, need > 0, dist, alphabet)
             if move is None:
@@ -256,14 +270,14 @@ class PushdownAutomaton(TokenAutomaton):
         return d + self._chars_needed(stack, g) + dist.stack_cost(stack) if d < UNREACHABLE else UNREACHABLE
 
     def _chars_needed(self, stack: tuple[int, ...], g: int) -> int:
-        return max(int(self._count_lo[g]) - (-stack[-1] - 1), 0) if self._in_counted(g) else 0
+        return max(self._count_lo_of[g] - (-stack[-1] - 1), 0) if self._in_counted_of[g] else 0
 
     def _descent_move(self, g: int, counting: bool, dist: GrammarDistances, alphabet: np.ndarray):
         """From rule position ``g``, one step that is one byte closer to the rule's end: the
         first such byte (byte, next position), else a call as close as ``g`` (-1, callee
         start, return, counted). ``counting``: a counted leaf still needs characters, so
         the byte must start one and keep the distance to the closing (cached per position)."""
-        key = (g, counting, alphabet.tobytes())
+        key = (g, counting)  # dist is this alphabet's: its moves are too
         move = dist.moves.get(key, False)
         if move is not False:
             return move
@@ -289,6 +303,9 @@ class PushdownAutomaton(TokenAutomaton):
         return move
 
     def _grammar_distances(self, alphabet: np.ndarray) -> GrammarDistances:
+        last = self._last_distances
+        if last is not None and last[0] is alphabet:  # callers pass the same array each time
+            return last[1]
         key = alphabet.tobytes()
         out = self._distances.get(key)
         if out is None:
@@ -296,6 +313,7 @@ class PushdownAutomaton(TokenAutomaton):
             chars = [0 if c is None else c.lo for c in self._counted]
             out = self._distances[key] = GrammarDistances(self.rules, leaf, chars, alphabet,
                                                           self.info.leaf_distances)
+        self._last_distances = (alphabet, out)
         return out
 
     def unique_kind(self, state: State) -> str | None:
@@ -314,15 +332,30 @@ class PushdownAutomaton(TokenAutomaton):
         bits[list(self.info.eos_token_ids)] = False
         return np.nonzero(bits)[0]
 
+    def mask_words(self, state: State) -> np.ndarray:
+        """The packed row as numpy, the form masks are filled from (torch's only on demand)."""
+        words = self._words.get(state)
+        if words is None:
+            words = self._token_row(state)
+            if self.is_accepting(state) and self.info.eos_token_ids:
+                words = words | self._eos_row  # a new array: config rows are shared
+            self._words[state] = words
+        return words
+
     def mask_row(self, state: State) -> torch.Tensor:
         row = self._rows.get(state)
         if row is None:
-            packed = self._token_row(state)
-            self._continues[state] = bool(packed.any())
-            if self.is_accepting(state) and self.info.eos_token_ids:
-                packed = packed | self._eos_row
-            row = self._rows[state] = torch.from_numpy(packed)
+            row = self._rows[state] = torch.from_numpy(self.mask_words(state))
         return row
+
+    def can_continue(self, state: State) -> bool:
+        out = self._continues.get(state)
+        if out is None:
+            words = self.mask_words(state)
+            if self.is_accepting(state):
+                words = words & ~self._eos_row
+            out = self._continues[state] = bool(np.count_nonzero(words))
+        return out
 
     def _token_row(self, state: State) -> np.ndarray:
         rows = [self._config_row(c)[0] for c in state]
@@ -351,8 +384,20 @@ class PushdownAutomaton(TokenAutomaton):
     def _next_bytes(self, state: State, closure) -> list[int]:
         out = self._bytes_after.get(state)
         if out is None:
-            rows = self._trans[[g for _, g in closure]]
-            out = self._bytes_after[state] = np.nonzero((rows >= 0).any(axis=0))[0].tolist()
+            gs = {g for _, g in closure}
+            if len(gs) == 1:
+                out = self._live_bytes(next(iter(gs)))
+            else:
+                rows = self._trans[sorted(gs)]
+                out = np.nonzero((rows >= 0).any(axis=0))[0].tolist()
+            self._bytes_after[state] = out
+        return out
+
+    def _live_bytes(self, g: int) -> list[int]:
+        """The bytes with an edge out of position ``g`` (cached per position)."""
+        out = self._live.get(g)
+        if out is None:
+            out = self._live[g] = np.nonzero(self._trans[g] >= 0)[0].tolist()
         return out
 
     def _ends_alive(self, state: State, rest: bytes) -> tuple[bool, int]:
