@@ -167,6 +167,7 @@ class GrammarDistances:
                         queued.add(c)
                         todo.append(c)
         self.dist = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
+        self.dist_of = self.dist.tolist()  # the same, read one position at a time
         self._stack_cost: dict[tuple[int, ...], int] = {(): 0}
         self.moves: dict = {}  # (position, counting) -> the next step toward the end (pushdown.py)
 

@@ -266,7 +266,7 @@ class PushdownAutomaton(TokenAutomaton):
 
     def _config_bytes(self, config: Config, dist: GrammarDistances) -> int:
         stack, g = config
-        d = int(dist.dist[g])
+        d = dist.dist_of[g]
         return d + self._chars_needed(stack, g) + dist.stack_cost(stack) if d < UNREACHABLE else UNREACHABLE
 
     def _chars_needed(self, stack: tuple[int, ...], g: int) -> int:
