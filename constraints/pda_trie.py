@@ -23,7 +23,8 @@ _TRIE_BRANCHING = 24  # bytes allowed next above which a trie walk goes vectoriz
 _TRIE_MIN_RUN = 8  # tokens left in a run below which it does too
 
 
-def trie_walk(pda: PushdownAutomaton, config: Config) -> tuple[np.ndarray, int]:
+def trie_walk(pda: PushdownAutomaton, config: Config,
+              rule_configs: list[Config] | None = None) -> tuple[np.ndarray, int]:
     """Tokens allowed from a structural configuration, found by walking the sorted
     vocabulary as a trie: while few bytes may come next (keys, punctuation) each byte
     narrows the run of tokens with that prefix by bisection, through the automaton's
@@ -32,12 +33,20 @@ def trie_walk(pda: PushdownAutomaton, config: Config) -> tuple[np.ndarray, int]:
 
     A node is one configuration at a plain position (no call, no return, not counting:
     ``pda._plain``) stepped straight through the rule's table, or else an automaton state
-    stepped through its caches."""
+    stepped through its caches.
+
+    ``rule_configs``: walk only from these configurations of ``config``'s closure, by their
+    own bytes (no calls or returns from them before the first byte): the rest of the
+    closure (the leaves it calls) is the caller's to add."""
     tokens, ids, positions = pda.info.layout.lexicographic()
     plain, trans = pda._plain, pda._trans
     found: list[np.ndarray] = []
     lowest = len(config[0])
-    todo = [(None, config, b"", 0, len(tokens))]
+    if rule_configs is None:
+        todo = [(None, config, b"", 0, len(tokens))]
+    else:
+        todo = _first_bytes(pda, rule_configs, tokens)
+        lowest = min([lowest] + [len(c[0]) for c in rule_configs])
     while todo:
         state, (stack, g), prefix, lo, hi = todo.pop()
         if state is None and not plain[g]:
@@ -94,6 +103,26 @@ def trie_walk(pda: PushdownAutomaton, config: Config) -> tuple[np.ndarray, int]:
     if not found:
         return np.zeros(0, dtype=np.int64), lowest
     return np.concatenate(found), lowest  # disjoint runs of the sorted vocabulary
+
+
+def _first_bytes(pda: PushdownAutomaton, configs: list[Config], tokens: list[bytes]) -> list:
+    """Trie nodes one byte in from rule configurations, each stepped by its own table
+    (rule bytes neither call, return nor count)."""
+    trans, plain = pda._trans, pda._plain
+    by_byte: dict[int, set] = {}
+    for stack, g in configs:
+        for b in pda._live_bytes(g):
+            by_byte.setdefault(b, set()).add((stack, int(trans[g, b])))
+    todo = []
+    for b in sorted(by_byte):
+        nxt = frozenset(by_byte[b])
+        key = bytes([b])
+        start = bisect_left(tokens, key)
+        end = bisect_left(tokens, bytes([b + 1]), start) if b < 255 else len(tokens)
+        if start < end:
+            at = next(iter(nxt)) if len(nxt) == 1 else (configs[0][0], -1)
+            todo.append((None if len(nxt) == 1 and plain[at[1]] else nxt, at, key, start, end))
+    return todo
 
 
 def _plain_alive(pda: PushdownAutomaton, stack: tuple[int, ...], g: int, rest: bytes) -> tuple[bool, int]:

@@ -376,10 +376,25 @@ class PushdownAutomaton(TokenAutomaton):
         if k >= 0:
             row, lowest = self._leaf_config_row(config, k)
         else:
-            ids, lowest = trie_walk(self, config)
-            row = pack_token_ids(ids, self.info.vocab_size)
+            row, lowest = self._structural_row(config)
         known.append((below[min(lowest, len(below)):], row))
         return row, min(lowest, len(below))
+
+    def _structural_row(self, config: Config) -> tuple[np.ndarray, int]:
+        """From a rule position: where it calls leaves (a value's start), the tokens that
+        begin inside a leaf are that leaf configuration's row (its shared walk, and only the
+        tokens leaving it walked on here); the rule's own bytes are walked as a trie."""
+        closure = self._config_closure(config) if self._branches[config[1]] else ()
+        leaves = [c for c in closure if self._leaf_of[c[1]] >= 0]
+        if not leaves:
+            ids, lowest = trie_walk(self, config)
+            return pack_token_ids(ids, self.info.vocab_size), lowest
+        ids, lowest = trie_walk(self, config, [c for c in closure if self._leaf_of[c[1]] < 0])
+        row = pack_token_ids(ids, self.info.vocab_size)
+        for c in leaves:
+            more, low = self._config_row(c)
+            row, lowest = row | more, min(lowest, low)
+        return row, lowest
 
     def _next_bytes(self, state: State, closure) -> list[int]:
         out = self._bytes_after.get(state)
