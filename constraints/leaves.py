@@ -4,7 +4,7 @@ once per tokenizer and reused by every grammar that calls the leaf."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -57,9 +57,26 @@ class LeafWalk:
     inside_closes: np.ndarray  # ...and whether it ends the leaf (then the minimum applies)
     exit_count: np.ndarray  # characters started before each exit
     max_inside_count: int
+    _counted_rows: dict = field(default_factory=dict)  # (need, room) -> inside_row's row
+
+    def inside_row(self, need: int, room: int, info: TokenizerInfo) -> np.ndarray:
+        """Packed row of the tokens that stay inside a counted leaf with ``need`` characters
+        still to come before it may close and ``room`` characters left (both clamped to one
+        token's reach by the caller); cached, so every grammar using the leaf shares it."""
+        if room >= self.max_inside_count and need == 0:
+            return self.inside
+        row = self._counted_rows.get((need, room))
+        if row is None:
+            fits = (self.inside_count <= room) & (~self.inside_closes | (self.inside_count >= need))
+            row = pack_token_ids(info.layout.token_ids[self.inside_pos[fits]], info.vocab_size)
+            if len(self._counted_rows) >= _COUNTED_ROWS_MAX:
+                self._counted_rows.clear()
+            self._counted_rows[(need, room)] = row
+        return row
 
 
 _LEAF_WALKS_MAX = 8192
+_COUNTED_ROWS_MAX = 512  # per leaf state: rows of 6 KB each
 _SPELLINGS_MAX = 64  # leaf DFAs whose token grouping is kept (about 0.4 MB each)
 
 

@@ -85,6 +85,7 @@ class PushdownAutomaton(TokenAutomaton):
         # has the same tokens, so masks do not go cold with every level of nesting.
         self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray]]] = {}
         self._offsets = offsets
+        self._exits: dict[tuple[int, Config], tuple[np.ndarray, int]] = {}  # _counted_exits
         # Counted leaves (a string body with minLength/maxLength) keep their character count
         # in a stack frame -(count + 1) above the return state: the leaf stays one small
         # shared DFA instead of one copy of it per count.
@@ -452,19 +453,17 @@ class PushdownAutomaton(TokenAutomaton):
             may_return = bool(self._returns[g])
         else:
             need, room = self._count_buckets(stack, g)
-            if room >= walk.max_inside_count and need == 0:
-                row = walk.inside
-            else:
-                fits = (walk.inside_count <= room) & (~walk.inside_closes | (walk.inside_count >= need))
-                row = pack_token_ids(self.info.layout.token_ids[walk.inside_pos[fits]],
-                                     self.info.vocab_size)
+            row = walk.inside_row(need, room, self.info)
             ok = (walk.exit_count >= need) & (walk.exit_count <= room)
             exit_pos, exit_col, back = walk.exit_pos[ok], walk.exit_col[ok], stack[:-2]
             may_return = bool(self._returns[g]) and need == 0
         lowest = len(stack)
         ret = (back, stack[len(back)])
         if len(exit_pos):
-            ids, low = walk_tokens(self, self._config_closure(ret), exit_pos, exit_col)
+            if counted is None:
+                ids, low = walk_tokens(self, self._config_closure(ret), exit_pos, exit_col)
+            else:
+                ids, low = self._counted_exits(g, ret, walk, ok)
             if len(ids):
                 row = row | pack_token_ids(ids, self.info.vocab_size)
             lowest = min(lowest, low)
@@ -472,6 +471,20 @@ class PushdownAutomaton(TokenAutomaton):
             after, low = self._config_row(ret)
             row, lowest = row | after, min(lowest, low)
         return row, min(lowest, len(back))
+
+    def _counted_exits(self, g: int, ret: Config, walk, ok: np.ndarray) -> tuple[np.ndarray, int]:
+        """The tokens leaving a counted leaf at ``g`` into ``ret`` among the exits ``ok`` (the
+        ones whose character count fits). Every exit is walked in the caller once per (g,
+        ret) and the count only filters them, so a string growing toward its maxLength walks
+        its exits once, not once per count. Exact: a token leaves a quoted string at most
+        once (at its closing quote), so surviving tokens and surviving exits are one."""
+        hit = self._exits.get((g, ret))
+        if hit is None:
+            ids, low = walk_tokens(self, self._config_closure(ret), walk.exit_pos, walk.exit_col)
+            alive = np.isin(self.info.layout.token_ids[walk.exit_pos], ids)
+            hit = self._exits[(g, ret)] = (alive, low)
+        alive, low = hit
+        return self.info.layout.token_ids[walk.exit_pos[ok & alive]], low
 
     def forced_bytes(self, state: State) -> bytes:
         if state not in self._forced:
