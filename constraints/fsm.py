@@ -112,6 +112,25 @@ def _moves(nfa: NFA, members: frozenset[int]) -> list[tuple[int, int, frozenset[
     edges = [e for s in members for e in nfa.edges[s]]
     if len(edges) <= 1:
         return [(lo, hi, frozenset([d])) for lo, hi, d in edges]
+    edges.sort()
+    # Usually the ranges are equal or disjoint (literal bytes, punctuation): one pass groups
+    # them. Overlapping ones need the sweep.
+    out = []
+    lo0, hi0, d0 = edges[0]
+    group = [d0]
+    for lo, hi, d in edges[1:]:
+        if lo == lo0 and hi == hi0:
+            group.append(d)
+            continue
+        if lo <= hi0:
+            return _swept_moves(edges)
+        out.append((lo0, hi0, frozenset(group)))
+        lo0, hi0, group = lo, hi, [d]
+    out.append((lo0, hi0, frozenset(group)))
+    return out
+
+
+def _swept_moves(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, frozenset[int]]]:
     # A sweep over the range ends: the targets live between two consecutive cuts.
     changes: dict[int, list[tuple[int, int]]] = {}
     for lo, hi, d in edges:
