@@ -55,22 +55,24 @@ class PushdownAutomaton(TokenAutomaton):
         self.rules = tuple(dfas)
         sizes = [d.num_states for d in dfas]
         offsets = np.concatenate(([0], np.cumsum(sizes)))
-        self._trans = np.concatenate([np.where(d.trans[:, :256] >= 0, d.trans[:, :256] + off, DEAD)
-                                      for d, off in zip(dfas, offsets)]).astype(np.int64)
+        local = np.concatenate([d.trans[:, :256] for d in dfas]).astype(np.int64)
+        self._trans = np.where(local >= 0, local + np.repeat(offsets[:-1], sizes)[:, None], DEAD)
         accept = np.concatenate([d.accept for d in dfas])
         self._final = accept & (np.arange(len(accept)) < sizes[0])  # main accepts, stack empty
         self._returns = accept & ~self._final
-        self._calls: list[tuple[tuple[int, int], ...]] = []
-        for d, off in zip(dfas, offsets):
+        self._calls: list[tuple[tuple[int, int], ...]] = [()] * len(accept)
+        calling = np.zeros(len(accept), dtype=bool)
+        for d, off in zip(dfas, offsets.tolist()):
             if not _has_calls(d):
-                self._calls.extend([()] * d.num_states)
                 continue
-            calls: list[list] = [[] for _ in range(d.num_states)]
-            for q, k in zip(*np.nonzero(d.trans[:, CALL_BASE:] >= 0)):
-                calls[q].append((int(offsets[1 + k]), int(off + d.trans[q, CALL_BASE + k]),
-                                 counted[1 + k] is not None))
-            self._calls.extend(tuple(c) for c in calls)
-        self._branch = self._returns | np.array([bool(c) for c in self._calls])
+            src, k = np.nonzero(d.trans[:, CALL_BASE:] >= 0)
+            calls: dict[int, list] = {}
+            for q, c, ret in zip(src.tolist(), k.tolist(), d.trans[src, CALL_BASE + k].tolist()):
+                calls.setdefault(q, []).append((int(offsets[1 + c]), off + ret, counted[1 + c] is not None))
+            for q, c in calls.items():
+                self._calls[off + q] = tuple(c)
+            calling[off + src] = True
+        self._branch = self._returns | calling
         # Each position's one live byte, -1 where none or several (the trie walk's runs).
         live = self._trans >= 0
         self._one_byte = np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1).tolist()
