@@ -285,7 +285,8 @@ def trim_and_minimize(dfa: ByteDFA, minimize: bool = True) -> ByteDFA:
     else:
         accept = accept.copy()
     padded = np.concatenate([sub, np.full((len(sub), 1), DEAD, dtype=sub.dtype)], axis=1)
-    return ByteDFA(padded[:, index].astype(np.int32), accept)
+    # Row-major like every table: the mask walks read a state's row.
+    return ByteDFA(padded[:, index].astype(np.int32, order="C"), accept)
 
 
 def _trim(cols: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, list[int] | None]:
