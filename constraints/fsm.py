@@ -41,11 +41,46 @@ class ByteDFA:
 
 
 def _reachable(dfa: ByteDFA) -> np.ndarray:
-    """States reachable from 0 (a depth-first walk over the distinct edges: one array pass
-    to list them, instead of one per breadth-first level)."""
-    n = dfa.num_states
-    src, byte = np.nonzero(dfa.trans >= 0)
-    pairs = np.unique(src.astype(np.int64) * n + dfa.trans[src, byte])
+    """States reachable from 0."""
+    return _reachable_in(_distinct_columns(dfa.trans)[0])
+
+
+def _distinct_columns(trans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The table's distinct live columns [n, C], and for each column of ``trans`` the index of
+    its distinct column (C for one dead in every state). Equal columns (a byte range, the
+    unused call symbols) lead alike, so trimming and refinement read one of each."""
+    n, width = trans.shape
+    live = np.nonzero((trans >= 0).any(axis=0))[0]
+    index = np.zeros(width, dtype=np.int64)
+    if not len(live):
+        return np.zeros((n, 0), dtype=trans.dtype), index
+    t = trans[:, live]
+    new_run = np.ones(len(live), dtype=bool)  # neighbouring equal columns first: cheap
+    new_run[1:] = (t[:, 1:] != t[:, :-1]).any(axis=0)
+    heads = t[:, new_run]
+    with np.errstate(over="ignore"):
+        hashes = _row_weights(n) @ (heads.astype(np.int64) + 1)
+    _, first, inv = np.unique(hashes, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    cols = heads[:, first]
+    if not (cols[:, inv] == heads).all():  # a hash collision: group the columns exactly
+        cols, inv = np.unique(heads, axis=1, return_inverse=True)
+        inv = inv.reshape(-1)
+    index[:] = cols.shape[1]
+    index[live] = inv[np.cumsum(new_run) - 1]
+    return cols, index
+
+
+@lru_cache(maxsize=64)
+def _row_weights(n: int) -> np.ndarray:
+    return np.random.default_rng(n).integers(1, 2**63, size=n, dtype=np.int64) | 1
+
+
+def _reachable_in(cols: np.ndarray) -> np.ndarray:
+    """States of a table reachable from 0 (depth-first over the distinct edges)."""
+    n = cols.shape[0]
+    src, c = np.nonzero(cols >= 0)
+    pairs = np.unique(src.astype(np.int64) * n + cols[src, c])
     starts = np.searchsorted(pairs // n, np.arange(n + 1)).tolist()
     dst = (pairs % n).tolist()
     seen = [False] * n
@@ -77,6 +112,25 @@ def _moves(nfa: NFA, members: frozenset[int]) -> list[tuple[int, int, frozenset[
     edges = [e for s in members for e in nfa.edges[s]]
     if len(edges) <= 1:
         return [(lo, hi, frozenset([d])) for lo, hi, d in edges]
+    edges.sort()
+    # Usually the ranges are equal or disjoint (literal bytes, punctuation): one pass groups
+    # them. Overlapping ones need the sweep.
+    out = []
+    lo0, hi0, d0 = edges[0]
+    group = [d0]
+    for lo, hi, d in edges[1:]:
+        if lo == lo0 and hi == hi0:
+            group.append(d)
+            continue
+        if lo <= hi0:
+            return _swept_moves(edges)
+        out.append((lo0, hi0, frozenset(group)))
+        lo0, hi0, group = lo, hi, [d]
+    out.append((lo0, hi0, frozenset(group)))
+    return out
+
+
+def _swept_moves(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, frozenset[int]]]:
     # A sweep over the range ends: the targets live between two consecutive cuts.
     changes: dict[int, list[tuple[int, int]]] = {}
     for lo, hi, d in edges:
@@ -116,30 +170,37 @@ def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget,
     first = _closure(nfa, frozenset([start]))
     ids = {first: 0}
     order = [first]
-    rows: list[list[tuple[int, int, int]]] = []
-    while len(rows) < len(order):
-        members = order[len(rows)]
-        row = []
+    runs: list[tuple[int, int, int, int]] = []  # (state, lo, hi, target)
+    for s, members in enumerate(order):  # grows while it is walked
         for lo, hi, targets in _moves(nfa, members):
             closed = closures.get(targets)
             if closed is None:
                 closed = closures[targets] = _absorbed(_closure(nfa, targets), nfa, absorbing)
-            if closed not in ids:
-                ids[closed] = len(order)
+            d = ids.get(closed)
+            if d is None:
+                d = ids[closed] = len(order)
                 order.append(closed)
                 budget.check_dfa_states(len(order))
-            row.append((lo, hi, ids[closed]))
-        rows.append(row)
-        if len(rows) % 64 == 0:
+            runs.append((s, lo, hi, d))
+        if s % 64 == 63:
             budget.check_time()
-    trans = np.full((len(order), width), DEAD, dtype=np.int32)
-    for s, row in enumerate(rows):
-        for lo, hi, d in row:
-            trans[s, lo : hi + 1] = d
+    trans = _fill_runs(len(order), width, runs)
     accept = np.array([final in m for m in order], dtype=bool)
     if return_members:
         return ByteDFA(trans, accept), order
     return ByteDFA(trans, accept)
+
+
+def _fill_runs(n: int, width: int, runs: list[tuple[int, int, int, int]]) -> np.ndarray:
+    """[n, width] table with trans[s, lo:hi + 1] = d for each run, DEAD elsewhere."""
+    trans = np.full(n * width, DEAD, dtype=np.int32)
+    if runs:
+        s, lo, hi, d = np.array(runs, dtype=np.int64).T
+        sizes = hi - lo + 1
+        first = s * width + lo  # each run's first cell, then consecutive cells
+        offsets = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        trans[np.repeat(first, sizes) + offsets] = np.repeat(d, sizes)
+    return trans.reshape(n, width)
 
 
 def product(a: ByteDFA, b: ByteDFA, mode: str, budget: CompileBudget) -> ByteDFA:
@@ -202,62 +263,91 @@ def _byte_runs(row: np.ndarray) -> list[tuple[int, int, int]]:
     return [(int(lo), int(hi), int(row[lo])) for lo, hi in zip(starts, ends) if row[lo] >= 0]
 
 
-def _co_reachable(dfa: ByteDFA) -> np.ndarray:
-    """States from which some accepting state can be reached (reverse BFS over unique edges)."""
-    n = dfa.num_states
-    src, byte = np.nonzero(dfa.trans >= 0)
-    pairs = np.unique(dfa.trans[src, byte].astype(np.int64) * n + src)
-    dst_of, src_of = pairs // n, pairs % n
-    starts = np.searchsorted(dst_of, np.arange(n + 1))
-    alive = dfa.accept.copy()
-    stack = np.nonzero(alive)[0].tolist()
-    while stack:
-        d = stack.pop()
-        for p in src_of[starts[d]:starts[d + 1]].tolist():
-            if not alive[p]:
-                alive[p] = True
-                stack.append(p)
-    return alive
-
-
 def trim_and_minimize(dfa: ByteDFA, minimize: bool = True) -> ByteDFA:
     """Drop states that cannot reach acceptance (a token must never lead into a dead end),
     then merge equivalent states (Moore refinement) so fewer states need token masks.
-    ``minimize=False`` only trims: refinement takes one round per counted character, which
-    for a long length bound costs more than the extra states do."""
-    alive = _co_reachable(dfa)
-    if not alive[0]:
+    ``minimize=False`` only trims. Works on the table's distinct columns (_distinct_columns)
+    and spreads the result back over all of them."""
+    cols, index = _distinct_columns(dfa.trans)
+    dist, keep = _trim(cols, dfa.accept)
+    if keep is None:
         return ByteDFA(np.full((1, dfa.trans.shape[1]), DEAD, dtype=np.int32),
                        np.zeros(1, dtype=bool))
-    trans = np.where((dfa.trans >= 0) & alive[np.maximum(dfa.trans, 0)], dfa.trans, DEAD)
-    keep = np.nonzero(alive & _reachable(ByteDFA(trans, dfa.accept)))[0]
-    remap = np.full(dfa.num_states + 1, DEAD, dtype=np.int64)
-    remap[keep] = np.arange(len(keep))
-    sub = remap[trans[keep]]  # DEAD (-1) indexes the trailing DEAD entry
-    if not minimize:
-        return ByteDFA(sub.astype(np.int32), dfa.accept[keep].copy())
-    # Bytes with identical columns behave the same everywhere: refine on one of each.
-    # Columns dead in every state (most call symbols of a rule) are one class: skip them.
-    live_cols = np.nonzero((sub >= 0).any(axis=0))[0]
-    _, first_col = np.unique(sub[:, live_cols].T, axis=0, return_index=True)
-    cols = sub[:, live_cols[np.sort(first_col)]]
-    # Classes numbered 0..count-1 (one class when every state accepts).
-    start = np.unique(dfa.accept[keep], return_inverse=True)[1].astype(np.int64).reshape(-1)
-    cls = _refine(cols, start, _hashed_keys)
-    if not _stable(cols, start, cls):  # a hash collision merged two states: refine exactly
-        cls = _refine(cols, start, _exact_keys)
-    return _renumber(sub, dfa.accept[keep], cls)
+    if len(keep) < len(cols) or not (dist >= 0).all():  # some state goes: renumber the rest
+        cols = np.where((cols >= 0) & (dist >= 0)[np.maximum(cols, 0)], cols, DEAD)
+        remap = np.full(dfa.num_states + 1, DEAD, dtype=np.int64)
+        remap[keep] = np.arange(len(keep))
+        sub, accept, dist = remap[cols[keep]], dfa.accept[keep], dist[keep]
+    else:
+        sub, accept = cols.astype(np.int64), dfa.accept
+    if minimize:
+        sub, accept = _minimized(sub, accept, dist)
+    else:
+        accept = accept.copy()
+    padded = np.concatenate([sub, np.full((len(sub), 1), DEAD, dtype=sub.dtype)], axis=1)
+    # Row-major like every table: the mask walks read a state's row.
+    return ByteDFA(padded[:, index].astype(np.int32, order="C"), accept)
+
+
+def _trim(cols: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, list[int] | None]:
+    """Each state's fewest steps to acceptance (-1 where none: breadth-first backwards), and
+    the states both reachable from 0 and alive, ascending (None when 0 is not alive)."""
+    n = cols.shape[0]
+    src, c = np.nonzero(cols >= 0)
+    pairs = np.unique(src.astype(np.int64) * n + cols[src, c])
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
+    for q, d in zip((pairs // n).tolist(), (pairs % n).tolist()):
+        succ[q].append(d)
+        pred[d].append(q)
+    dist = [-1] * n
+    frontier = np.nonzero(accept)[0].tolist()
+    for q in frontier:
+        dist[q] = 0
+    level = 0
+    while frontier:
+        level += 1
+        nxt = []
+        for d in frontier:
+            for p in pred[d]:
+                if dist[p] < 0:
+                    dist[p] = level
+                    nxt.append(p)
+        frontier = nxt
+    if dist[0] < 0:
+        return np.array(dist, dtype=np.int64), None
+    seen = [False] * n
+    seen[0] = True
+    stack = [0]
+    while stack:
+        for d in succ[stack.pop()]:
+            if not seen[d] and dist[d] >= 0:
+                seen[d] = True
+                stack.append(d)
+    return np.array(dist, dtype=np.int64), [q for q in range(n) if seen[q]]
+
+
+def _minimized(sub: np.ndarray, accept: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Moore refinement starting from the distance to acceptance (equal in equivalent states,
+    and 0 exactly where a state accepts): a chain of states is told apart at once instead
+    of one state per round, and the result is the same coarsest partition."""
+    start = np.unique(dist, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    cls = _refine(sub, start, _hashed_keys)
+    if not _stable(sub, start, cls):  # a hash collision merged two states: refine exactly
+        cls = _refine(sub, start, _exact_keys)
+    return _renumber(sub, accept, cls)
 
 
 def _refine(cols: np.ndarray, cls: np.ndarray, keys_of) -> np.ndarray:
     """Moore refinement: a state's class and its successors' classes, until no class splits."""
     count = int(cls.max()) + 1
+    ext = np.full(len(cls) + 1, DEAD, dtype=np.int64)  # ext[DEAD] stays DEAD
     while True:
-        succ = np.append(cls, DEAD)[cols]
-        uniq, new_cls = np.unique(keys_of(cls, succ), return_inverse=True)
+        ext[:-1] = cls
+        uniq, new_cls = np.unique(keys_of(cls, ext[cols]), return_inverse=True)
         if len(uniq) == count:
             return cls
-        cls, count = new_cls.reshape(-1).astype(np.int64), len(uniq)
+        cls, count = new_cls.reshape(-1), len(uniq)
 
 
 _MULTIPLIERS = np.random.default_rng(0x5EED).integers(1, 2**63, size=4096, dtype=np.int64) | 1
@@ -287,7 +377,7 @@ def _stable(cols: np.ndarray, start: np.ndarray, cls: np.ndarray) -> bool:
     return bool((start == start[rep]).all() and (succ == succ[rep]).all())
 
 
-def _renumber(sub: np.ndarray, accept: np.ndarray, cls: np.ndarray) -> ByteDFA:
+def _renumber(sub: np.ndarray, accept: np.ndarray, cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # Classes renumbered in first-appearance order so the start state stays 0.
     _, first = np.unique(cls, return_index=True)
     order = np.argsort(first)
@@ -295,5 +385,4 @@ def _renumber(sub: np.ndarray, accept: np.ndarray, cls: np.ndarray) -> ByteDFA:
     new_id[order] = np.arange(len(order))
     cls = new_id[cls]
     reps = first[order]
-    trans = np.append(cls, DEAD)[sub[reps]].astype(np.int32)
-    return ByteDFA(trans, accept[reps].copy())
+    return np.append(cls, DEAD)[sub[reps]], accept[reps].copy()

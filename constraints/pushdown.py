@@ -16,6 +16,9 @@ vocabulary is walked as a trie. Rows are cached per state and the stack suffix t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
+
 import numpy as np
 import torch
 
@@ -52,22 +55,24 @@ class PushdownAutomaton(TokenAutomaton):
         self.rules = tuple(dfas)
         sizes = [d.num_states for d in dfas]
         offsets = np.concatenate(([0], np.cumsum(sizes)))
-        self._trans = np.concatenate([np.where(d.trans[:, :256] >= 0, d.trans[:, :256] + off, DEAD)
-                                      for d, off in zip(dfas, offsets)]).astype(np.int64)
+        local = np.concatenate([d.trans[:, :256] for d in dfas]).astype(np.int64)
+        self._trans = np.where(local >= 0, local + np.repeat(offsets[:-1], sizes)[:, None], DEAD)
         accept = np.concatenate([d.accept for d in dfas])
         self._final = accept & (np.arange(len(accept)) < sizes[0])  # main accepts, stack empty
         self._returns = accept & ~self._final
-        self._calls: list[tuple[tuple[int, int], ...]] = []
-        for d, off in zip(dfas, offsets):
+        self._calls: list[tuple[tuple[int, int], ...]] = [()] * len(accept)
+        calling = np.zeros(len(accept), dtype=bool)
+        for d, off in zip(dfas, offsets.tolist()):
             if not _has_calls(d):
-                self._calls.extend([()] * d.num_states)
                 continue
-            calls: list[list] = [[] for _ in range(d.num_states)]
-            for q, k in zip(*np.nonzero(d.trans[:, CALL_BASE:] >= 0)):
-                calls[q].append((int(offsets[1 + k]), int(off + d.trans[q, CALL_BASE + k]),
-                                 counted[1 + k] is not None))
-            self._calls.extend(tuple(c) for c in calls)
-        self._branch = self._returns | np.array([bool(c) for c in self._calls])
+            src, k = np.nonzero(d.trans[:, CALL_BASE:] >= 0)
+            calls: dict[int, list] = {}
+            for q, c, ret in zip(src.tolist(), k.tolist(), d.trans[src, CALL_BASE + k].tolist()):
+                calls.setdefault(q, []).append((int(offsets[1 + c]), off + ret, counted[1 + c] is not None))
+            for q, c in calls.items():
+                self._calls[off + q] = tuple(c)
+            calling[off + src] = True
+        self._branch = self._returns | calling
         # Each position's one live byte, -1 where none or several (the trie walk's runs).
         live = self._trans >= 0
         self._one_byte = np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1).tolist()
@@ -523,24 +528,70 @@ def _drop_empty_calls(dfas: list[ByteDFA]) -> list[ByteDFA]:
     Leaves (no calls) are kept as they are: they are shared between automata. Rules are
     visited callees first (they are found after their callers), so a fixpoint without
     recursion takes one sweep and a confirming one."""
-    live = {k for k, d in enumerate(dfas[1:]) if not _has_calls(d) and not d.is_empty()}
+    live = {k for k, d in enumerate(dfas[1:]) if not _has_calls(d) and not _leaf_is_empty(d)}
     pending = [k for k, d in enumerate(dfas[1:]) if _has_calls(d)]
+    graphs = {k: _CallGraph.of(dfas[1 + k]) for k in pending}
     changed = True
     while changed:
         changed = False
         for k in reversed(pending):
-            if k not in live and not _mask_calls(dfas[1 + k], live).is_empty():
+            if k not in live and graphs[k].matches_some(live):
                 live.add(k)
                 changed = True
     return [trim_and_minimize(_mask_calls(d, live), minimize=d.num_states <= MINIMIZE_MAX_STATES)
             if _has_calls(d) else d for d in dfas]
 
 
+@lru_cache(maxsize=4096)
+def _leaf_is_empty(leaf: ByteDFA) -> bool:
+    # Leaves are shared by every grammar of a tokenizer (by identity): checked once each.
+    return leaf.is_empty()
+
+
+@dataclass(frozen=True, slots=True)
+class _CallGraph:
+    """A rule's distinct edges, for 'matches some string if the rules in ``live`` do':
+    ``succ[q]`` the states one byte from q, ``calls[q]`` (callee, state after) pairs."""
+
+    succ: list[list[int]]
+    calls: list[list[tuple[int, int]]]
+    accept: list[bool]
+
+    @classmethod
+    def of(cls, dfa: ByteDFA) -> _CallGraph:
+        n = dfa.num_states
+        succ: list[list[int]] = [[] for _ in range(n)]
+        src, b = np.nonzero(dfa.trans[:, :CALL_BASE] >= 0)
+        pairs = np.unique(src.astype(np.int64) * n + dfa.trans[src, b])
+        for q, d in zip((pairs // n).tolist(), (pairs % n).tolist()):
+            succ[q].append(d)
+        calls: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        src, k = np.nonzero(dfa.trans[:, CALL_BASE:] >= 0)
+        for q, c, d in zip(src.tolist(), k.tolist(), dfa.trans[src, CALL_BASE + k].tolist()):
+            calls[q].append((c, d))
+        return cls(succ, calls, dfa.accept.tolist())
+
+    def matches_some(self, live: set[int]) -> bool:
+        seen = {0}
+        todo = [0]
+        while todo:
+            q = todo.pop()
+            if self.accept[q]:
+                return True
+            nxt = self.succ[q] + [d for c, d in self.calls[q] if c in live]
+            for d in nxt:
+                if d not in seen:
+                    seen.add(d)
+                    todo.append(d)
+        return False
+
+
 def _mask_calls(dfa: ByteDFA, live: set[int]) -> ByteDFA:
+    dead = [CALL_BASE + k for k in range(dfa.trans.shape[1] - CALL_BASE) if k not in live]
+    if not dead or not (dfa.trans[:, dead] >= 0).any():
+        return dfa
     trans = dfa.trans.copy()
-    for k in range(trans.shape[1] - CALL_BASE):
-        if k not in live:
-            trans[:, CALL_BASE + k] = DEAD
+    trans[:, dead] = DEAD
     return ByteDFA(trans, dfa.accept)
 
 

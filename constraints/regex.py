@@ -7,7 +7,7 @@ interrupted on a pathological pattern).
 
 from __future__ import annotations
 
-from functools import partial
+from functools import lru_cache, partial
 
 import interegular.patterns as ip
 
@@ -66,12 +66,18 @@ def emit_regex(nfa: NFA, start: int, node, flags: ip.REFlags = ip.REFlags(0)) ->
 
 
 def _char_group_ranges(node, flags: ip.REFlags) -> list[tuple[int, int]]:
-    chars = set(node.chars)
-    if flags & _I:
+    return list(_group_ranges(frozenset(node.chars), bool(node.negated), bool(flags & _I)))
+
+
+@lru_cache(maxsize=256)
+def _group_ranges(chars: frozenset[str], negated: bool, ignore_case: bool) -> tuple[tuple[int, int], ...]:
+    # Format regexes repeat their large Unicode classes (an IRI's ucschar, tens of thousands
+    # of characters each): their ranges are worked out once.
+    if ignore_case:
         chars |= {c.lower() for c in chars} | {c.upper() for c in chars}
         chars = {c for c in chars if len(c) == 1}
     ranges = ranges_of_chars(chars)
-    return complement_ranges(ranges) if node.negated else ranges
+    return tuple(complement_ranges(ranges) if negated else ranges)
 
 
 def regex_to_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 MAX_CODE_POINT = 0x10FFFF
 _SURROGATES = (0xD800, 0xDFFF)
 _LENGTH_LIMITS = (0x7F, 0x7FF, 0xFFFF)
@@ -51,14 +53,13 @@ def _split(lo: int, hi: int, out: list[ByteSeq]) -> None:
 
 def ranges_of_chars(chars: frozenset[str] | set[str]) -> list[tuple[int, int]]:
     """Sorted, merged inclusive code-point ranges covering the given characters."""
-    points = sorted(ord(c) for c in chars)
-    ranges: list[tuple[int, int]] = []
-    for p in points:
-        if ranges and ranges[-1][1] + 1 == p:
-            ranges[-1] = (ranges[-1][0], p)
-        else:
-            ranges.append((p, p))
-    return ranges
+    points = np.unique(np.fromiter(map(ord, chars), dtype=np.int64, count=len(chars)))
+    if not len(points):
+        return []
+    breaks = np.nonzero(np.diff(points) != 1)[0]
+    los = np.concatenate(([points[0]], points[breaks + 1])).tolist()
+    his = np.concatenate((points[breaks], [points[-1]])).tolist()
+    return list(zip(los, his))
 
 
 def complement_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
