@@ -49,7 +49,7 @@ def phase_hf(args) -> dict:
     budget = args.hf_budget
     for key, fn in (("batch1", lambda: _hf_batch1(model, cfg.vocab_size, 4 if args.dry_run else 16 if args.quick else 48)),
                     ("static", lambda: _hf_static(model, work, 64, budget)),
-                    ("continuous", lambda: _hf_continuous(model, work, budget))):
+                    ("continuous", lambda: _hf_continuous(model, work, budget, small_cache=args.dry_run))):
         try:
             res[key] = fn()
             log(f"hf {args.model} {key}: {_brief(res[key])}")
@@ -112,14 +112,16 @@ def _hf_static(model, work, batch_size: int, budget_s: float) -> dict:
             "tok_per_s": useful / seconds}
 
 
-def _hf_continuous(model, work, budget_s: float) -> dict:
+def _hf_continuous(model, work, budget_s: float, small_cache: bool = False) -> dict:
     """transformers' continuous batching manager, one add_request per request with its own
-    max_new_tokens; stops at ``budget_s`` (then reported as partial)."""
+    max_new_tokens; stops at ``budget_s`` (then reported as partial). ``small_cache`` (the CPU
+    dry run): a 256-token batch budget, since the manager's warm-up runs a batch of that size
+    (the default, 8192 tokens, takes about a minute on a CPU)."""
     from transformers import GenerationConfig
 
     gen = GenerationConfig(max_new_tokens=max(m for _, m in work), do_sample=False, eos_token_id=-1,
                            pad_token_id=0)
-    manager = model.init_continuous_batching(generation_config=gen)
+    manager = model.init_continuous_batching(generation_config=gen, **_cb_options(small_cache))
     if hasattr(manager, "warmup"):
         t = time.perf_counter()
         manager.warmup()
@@ -152,3 +154,13 @@ def _hf_continuous(model, work, budget_s: float) -> dict:
             manager.stop(block=True, timeout=10)
     return {"requests": len(work), "requests_done": done, "partial": partial, "seconds": seconds,
             "output_tokens": tokens, "tok_per_s": tokens / seconds}
+
+
+def _cb_options(small_cache: bool) -> dict:
+    if not small_cache:
+        return {}
+    try:
+        from transformers import ContinuousBatchingConfig
+    except ImportError:  # an older transformers: its defaults
+        return {}
+    return {"continuous_batching_config": ContinuousBatchingConfig(num_blocks=32, max_batch_tokens=256)}

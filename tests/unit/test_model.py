@@ -43,14 +43,27 @@ def test_resolve_model_errors_name_the_option():
 
 
 def test_gguf_file_converts_once_into_xdg_cache(tmp_path, monkeypatch):
-    from sglang_lite.model.loader import convert_gguf, embedded_gguf_path
+    """A .gguf path converts (dequantized, with its tokenizer) into the XDG cache once. On a tiny
+    GGUF file: the embedded model's own conversion runs in the session's ``model_dir``."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    src = resolve_model(str(embedded_gguf_path()))
-    assert src.path.is_relative_to(tmp_path / "sglang-lite" / "models")
+    from sglang_lite.model.loader import convert_gguf
+    from tests.tiny_gguf import tiny_vocab, write_tiny_gguf
+
+    gguf_path = tmp_path / "tiny.gguf"
+    values = write_tiny_gguf(gguf_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    src = resolve_model(str(gguf_path))
+    assert src.path.is_relative_to(tmp_path / "xdg" / "sglang-lite" / "models") and src.gguf_path == gguf_path
     assert (src.path / "model.safetensors").exists() and (src.path / "tokenizer.json").exists()
+    state = load_file(str(src.path / "model.safetensors"))
+    assert torch.equal(state["model.embed_tokens.weight"], torch.from_numpy(values["token_embd.weight"]))
+    assert torch.equal(state["model.layers.1.mlp.down_proj.weight"], torch.from_numpy(values["blk.1.ffn_down.weight"]))
+    tok = AutoTokenizer.from_pretrained(src.path)
+    assert len(tok) == len(tiny_vocab()) and tok.convert_ids_to_tokens(tok.encode(" the", add_special_tokens=False)) == ["Ġt", "he"]
     mtime = (src.path / "model.safetensors").stat().st_mtime_ns
-    assert convert_gguf(embedded_gguf_path()) == src.path  # cached: not converted again
+    assert convert_gguf(gguf_path) == src.path  # cached: not converted again
     assert (src.path / "model.safetensors").stat().st_mtime_ns == mtime
 
 
