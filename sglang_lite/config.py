@@ -15,10 +15,11 @@ from sglang_lite.mem.kv_format import KVFormat, kv_format, resolve_kv_cache_dtyp
 
 MAX_CONTINUOUS_DECODE_STEPS = 64  # longest run of decode steps between two host syncs
 QUANTIZATIONS = ("none", "int8", "int4", "fp8", "gguf")
-# quantization "auto" for GGUF files on CPU (README: why it stays none for now); where it packs,
-# a dense copy of each weight serves steps of more than DEFAULT_DENSE_WEIGHTS_ABOVE rows
-# (quant/by_rows.py), the setting measured fastest for the embedded model
-DEFAULT_GGUF_QUANTIZATION = "none"
+# quantization "auto" for llama-architecture GGUF files on CPU (the embedded model too): the
+# file's own blocks, and a dense copy of each weight for steps of more than
+# DEFAULT_DENSE_WEIGHTS_ABOVE rows (quant/by_rows.py), the setting measured fastest for the
+# embedded model (README: Quantized weights)
+DEFAULT_GGUF_QUANTIZATION = "gguf"
 DEFAULT_DENSE_WEIGHTS_ABOVE = 8
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,

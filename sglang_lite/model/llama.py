@@ -145,7 +145,10 @@ class LlamaForCausalLM(nn.Module):
         if cfg.local_rope_theta is not None and cfg.has_sliding_window:
             self.local_rope = RotaryEmbedding(rotary_dim, cfg.max_position_embeddings, cfg.local_rope_theta,
                                               cfg.local_rope_scaling)
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # Left uninitialized, as a loader fills every weight: nn.Embedding's normal_ init on the
+        # meta device (where loader.py builds the model) imports seconds of torch modules.
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size,
+                                         _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, *self._layer_rope(i)) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)

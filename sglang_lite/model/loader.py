@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,16 +178,30 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: torch.device, se
     """Build our model for ``source`` on ``device`` and fill its weights; ``quantization``
     (``sglang_lite.quant.QUANTIZATIONS``) packs them at load or keeps a GGUF file's blocks;
     ``dense_weights_above`` > 0 keeps a dense copy of each packed weight for steps of more rows."""
-    model = _load_weights(source, dtype, device, seed, quantization)
-    if dense_weights_above and quantization != "none":
-        # A GGUF file's blocks hold the values of its dequantized checkpoint: read that (seconds)
-        # rather than dequantize every block again (the int4 layout is slow to unpack).
-        dense = _load_weights(source, dtype, device, seed, "none") if quantization == "gguf" else None
-        keep_dense_copies(model, dense_weights_above, dense)
+    with _one_torch_thread():
+        model = _load_weights(source, dtype, device, seed, quantization, dense_weights_above)
+        if dense_weights_above and quantization not in ("none", "gguf"):  # gguf: made from the codes
+            keep_dense_copies(model, dense_weights_above)
     return model
 
 
-def _load_weights(source: ModelSource, dtype: torch.dtype, device: torch.device, seed: int, quantization: str):
+@contextmanager
+def _one_torch_thread():
+    """Loading is hundreds of short memory-bound ops (copies, dtype conversions, unpacking
+    blocks), where a second intra-op thread adds little and, on cores shared with other work,
+    makes every op wait for its slowest thread: the embedded model's gguf + dense load took
+    2.3-4 s on one thread against 8.5-26 s on two (2 busy cores), its fp32 checkpoint 0.5-2 s
+    against 1-7 s. The caller's thread count is restored for serving."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _load_weights(source: ModelSource, dtype: torch.dtype, device: torch.device, seed: int, quantization: str,
+                  dense_weights_above: int = 0):
     cfg = load_model_config(source)
     # Built on the meta device: no time spent on default initialization, since every
     # parameter is filled below (load_weights raises on a missing one).
@@ -198,7 +213,7 @@ def _load_weights(source: ModelSource, dtype: torch.dtype, device: torch.device,
     if quantization == "gguf":
         if source.gguf_path is None:
             raise ValueError("quantization: 'gguf' keeps a GGUF file's own blocks; the model is not a .gguf file")
-        return load_gguf_blocks(model, source.gguf_path).eval()
+        return load_gguf_blocks(model, source.gguf_path, dense_weights_above).eval()
     if source.dummy_preset is not None:
         _init_random(model, seed)
     else:

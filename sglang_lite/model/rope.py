@@ -140,7 +140,8 @@ class RotaryEmbedding(torch.nn.Module):
         self.fused: bool | None = None  # the Triton kernel: None = on CUDA
         self.register_buffer("cos_cache", torch.empty(0), persistent=False)
         self.register_buffer("sin_cache", torch.empty(0), persistent=False)
-        self.build_tables(self.cos_cache.device)
+        if self.cos_cache.device.type != "meta":  # a model built on meta builds them once it has a device
+            self.build_tables(self.cos_cache.device)  # (on meta, cos/sin import seconds of torch modules)
 
     def build_tables(self, device: torch.device | str) -> None:
         """(Re)compute the fp32 cos/sin tables on ``device``, whatever the weights' dtype."""

@@ -57,9 +57,13 @@ def quantize_model(model: nn.Module, method: str) -> nn.Module:
     return model
 
 
-def load_gguf_blocks(model: nn.Module, path: Path) -> nn.Module:
+def load_gguf_blocks(model: nn.Module, path: Path, dense_weights_above: int = 0) -> nn.Module:
     """Fill ``model`` (built on the meta device) from GGUF file ``path``, keeping its Q4_0 /
-    Q4_1 / Q8_0 blocks packed; plain tensors fill the remaining parameters."""
+    Q4_1 / Q8_0 blocks packed; plain tensors fill the remaining parameters.
+    ``dense_weights_above`` > 0 gives each packed weight a dense copy for steps of more rows
+    (``ByRowsWeight``), dequantized from the same codes: ``q d (+ m)`` in fp32, the values of
+    the file's dequantized checkpoint exactly (as the gguf package computes them), at the cost
+    of one multiply-add a weight instead of reading and converting that checkpoint."""
     cfg = model.config
     dtype = model.norm.weight.dtype
     merged: dict[str, list[tuple[int, Codes]]] = {}
@@ -77,7 +81,7 @@ def load_gguf_blocks(model: nn.Module, path: Path) -> nn.Module:
         module = target.removesuffix(".weight")
         if module.split(".")[-1] in _LINEARS + ("embed_tokens",) and codes.kind != "float":
             key = id(parts[0][1])
-            packed = shared.get(key) or packed_to(_pack_codes(codes, dtype), device)
+            packed = shared.get(key) or _packed_weight(codes, dtype, device, dense_weights_above)
             shared[key] = packed
             is_embed = module == "embed_tokens"
             model.set_submodule(module, QuantEmbedding(packed, dtype) if is_embed else QuantLinear(packed))
@@ -87,24 +91,27 @@ def load_gguf_blocks(model: nn.Module, path: Path) -> nn.Module:
     return model
 
 
-def keep_dense_copies(model: nn.Module, max_rows: int, dense: nn.Module | None = None) -> nn.Module:
-    """Give every packed weight a dense copy in the model's dtype, used by steps of more than
-    ``max_rows`` rows (``ByRowsWeight``); a tied embedding and LM head still share one. The copy
-    is the packed weight dequantized, or the same module's weight in ``dense`` (a model whose
-    weights hold the packed values, e.g. a GGUF file's dequantized checkpoint)."""
+def keep_dense_copies(model: nn.Module, max_rows: int) -> nn.Module:
+    """Give every packed weight a dense copy in the model's dtype (the packed weight
+    dequantized), used by steps of more than ``max_rows`` rows (``ByRowsWeight``); a tied
+    embedding and LM head still share one."""
     dtype = model.norm.weight.dtype
     made: dict[int, ByRowsWeight] = {}
-    for name, module in model.named_modules():
+    for module in model.modules():
         if isinstance(module, (QuantLinear, QuantEmbedding)):
             packed = module.weight_q
             if id(packed) not in made:
-                if dense is None:
-                    made[id(packed)] = ByRowsWeight.of(packed, dtype, max_rows)
-                else:
-                    weight = dense.get_submodule(name).weight.detach().to(dtype).contiguous()
-                    made[id(packed)] = ByRowsWeight(packed, weight, max_rows)
+                made[id(packed)] = ByRowsWeight.of(packed, dtype, max_rows)
             module.weight_q = made[id(packed)]
     return model
+
+
+def _packed_weight(codes: Codes, dtype: torch.dtype, device: torch.device, dense_weights_above: int):
+    packed = packed_to(_pack_codes(codes, dtype), device)
+    if not dense_weights_above:
+        return packed
+    dense = codes.dequantize().to(device=device, dtype=dtype).contiguous()  # [N, K]
+    return ByRowsWeight(packed, dense, dense_weights_above)
 
 
 def _pack_codes(codes: Codes, dtype: torch.dtype):

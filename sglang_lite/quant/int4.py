@@ -39,12 +39,11 @@ class Int4Weight:
         if group * d.shape[1] != k or d.shape != m.shape or d.shape[0] != n:
             raise ValueError(f"int4: codes {tuple(q.shape)} do not match scales {tuple(d.shape)}")
         pad = -n % _BLOCK
-        q, d, m = q.to(torch.int32), d.float(), m.float()
+        q, d, m = q.to(torch.uint8), d.float(), m.float()
         if pad:  # a copy of every code: only where out_features is not a multiple of the block
             q, d, m = (F.pad(t, (0, 0, 0, pad)) for t in (q, d, m))
         scale_zero = torch.stack([d.t(), (m + 8 * d).t()], dim=-1).to(dtype).contiguous()
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.contiguous(), 1)
-        return cls(packed, scale_zero, group, n)
+        return cls(pack_cpu_layout(q), scale_zero, group, n)
 
     @classmethod
     def quantize(cls, w: torch.Tensor, group: int, dtype: torch.dtype) -> Int4Weight:
@@ -97,3 +96,14 @@ class Int4Weight:
         sz = self.scale_zero[:, ids].to(dtype).transpose(0, 1)  # [T, K / group, 2]
         w = torch.addcmul(sz[..., 1:] - 8 * sz[..., :1], q.view(len(ids), -1, self.group).to(dtype), sz[..., :1])
         return w.reshape(len(ids), k)
+
+
+def pack_cpu_layout(q: torch.Tensor) -> torch.Tensor:
+    """Codes ``q`` [N, K] in 0..15 (N a multiple of 64) -> uint8 [N, K / 2] in the layout of
+    ``torch.ops.aten._convert_weight_to_int4pack_for_cpu`` (module docstring), with byte ops
+    only: that op takes int32 codes, 4 bytes a weight, which cost the engine's start-up
+    seconds (tests/unit/test_quant_formats.py checks both give the same bytes)."""
+    n, k = q.shape
+    rows = q.to(torch.uint8).view(n // _BLOCK, 2, _BLOCK // 2, k)  # [blocks, low/high, 32, K]
+    packed = rows[:, 0] | (rows[:, 1] << 4)  # [blocks, 32, K]
+    return packed.transpose(1, 2).contiguous().view(n, k // 2)

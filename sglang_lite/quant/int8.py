@@ -68,7 +68,7 @@ class GroupInt8Weight:
     @classmethod
     def from_codes(cls, q: torch.Tensor, d: torch.Tensor, dtype: torch.dtype) -> GroupInt8Weight:
         """``q`` int8 [N, K], ``d`` [N, K / group]."""
-        q = q.to(torch.int32)
+        q = q.to(torch.int8)  # hi and lo stay in 0..15, so no wider type is needed
         d = d.float()
         hi = Int4Weight.from_codes((q >> 4) + 8, 16 * d, -128 * d, dtype)  # (hi + 8) * 16d - 128d
         lo = Int4Weight.from_codes(q & 15, d, torch.zeros_like(d), dtype)

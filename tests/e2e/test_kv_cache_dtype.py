@@ -68,8 +68,19 @@ def test_eight_bit_kv_agrees_with_the_model_dtype_cache(fp32_reference, int8_eng
     try:
         assert eng.config.kv_cache_dtype == kv and eng.kv_pool.k_scales is not None
         assert _teacher_forced_agreement(eng, seqs, starts) >= MIN_AGREEMENT[kv]
+        # Free-running decode through the 8-bit pages (written a token at a time, read back at
+        # every step): each token it picks must be the one the reference ranks first on that
+        # output's own prefix. Not "whole outputs equal to the reference's" (>= 6 of 8 before):
+        # one near-tie flipped early changes every later token, and which ties flip moves with
+        # the weights' kernel: 6 of 8 equal with the dequantized checkpoint, 5 of 8 with the
+        # GGUF blocks (the default since), the same weights with the model-dtype KV as reference.
+        # Measured with the GGUF blocks: int8 0.992 (6 of 8 equal), fp8_e4m3 0.965 (5 of 8).
         greedy = eng.generate(AGREEMENT_PROMPTS, params)
-        assert sum(o["output_ids"] == r["output_ids"] for o, r in zip(greedy, ref)) >= 6
+        free = [engine.tokenize(p) + o["output_ids"] for p, o in zip(AGREEMENT_PROMPTS, greedy)]
+        equal = sum(o["output_ids"] == r["output_ids"] for o, r in zip(greedy, ref))
+        agreement = _teacher_forced_agreement(engine, free, starts)
+        print(f"{kv}: {equal} of 8 outputs equal, free-running tokens ranked first by the reference {agreement:.3f}")
+        assert agreement >= MIN_AGREEMENT[kv]
     finally:
         if eng is not int8_engine:
             eng.shutdown()

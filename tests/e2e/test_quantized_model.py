@@ -3,7 +3,8 @@
 The reference ("none") is the embedded GGUF dequantized to fp32. "gguf" keeps the file's own
 Q4_1 / Q8_0 blocks packed, so it holds the same weight values: its logits must match the
 reference's up to summation order; so must "gguf+dense" (the blocks for steps of up to 8 rows,
-their dequantized copy for bigger ones: the fastest setting measured for this model). int8 / int4 / fp8 quantize those
+their dequantized copy for bigger ones: the fastest setting measured for this model, what
+Engine() picks for it on a CPU). int8 / int4 / fp8 quantize those
 fp32 weights again at load, so they lose some quality, bounded here by the perplexity of a fixed
 paragraph (int8 within 1%, int4 within 5%: the seed document's figures) and by how often their
 next-token argmax agrees with the reference's along it.
@@ -19,11 +20,14 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from sglang_lite import Engine
 from sglang_lite.config import DEFAULT_DENSE_WEIGHTS_ABOVE, EngineConfig
 from sglang_lite.model.loader import embedded_gguf_path
 from sglang_lite.quant.apply import resident_weight_bytes
+from sglang_lite.quant.by_rows import ByRowsWeight
+from sglang_lite.quant.modules import QuantLinear
 
 PARAGRAPH = (
     "The old lighthouse stood at the end of a narrow spit of land, where the river met the sea. "
@@ -46,18 +50,18 @@ BOUNDS = {"int8": (1.01, 0.95), "int4": (1.05, 0.93), "fp8": (1.05, 0.88)}
 
 @pytest.fixture(scope="module")
 def engines(engine):
-    made = {"none": engine}  # what Engine() picks (auto is none for now)
+    made = {"gguf+dense": engine}  # what Engine() picks for the embedded model on a CPU
 
     def get(quantization: str) -> Engine:
         if quantization not in made:
             q, _, dense = quantization.partition("+")
             made[quantization] = Engine(quantization=q, kv_cache_memory="64MiB",
-                                        dense_weights_above=DEFAULT_DENSE_WEIGHTS_ABOVE if dense else None)
+                                        dense_weights_above=DEFAULT_DENSE_WEIGHTS_ABOVE if dense else 0)
         return made[quantization]
 
     yield get
-    for q, eng in made.items():
-        if q != "none":
+    for eng in made.values():
+        if eng is not engine:
             eng.shutdown()
 
 
@@ -80,6 +84,11 @@ def test_gguf_blocks_give_the_dequantized_models_logits(engines, variant):
     else:  # with a dense copy: prefill and batches of more than 8 rows run the dense GEMM
         assert gguf.config.dense_weights_above == DEFAULT_DENSE_WEIGHTS_ABOVE
         assert resident_weight_bytes(gguf.model) > resident_weight_bytes(ref.model)
+        # the copy is made from the blocks: exactly the dequantized checkpoint's weights
+        copies = {n: m.weight_q for n, m in gguf.model.named_modules() if isinstance(m, QuantLinear)}
+        assert len(copies) == 4 * len(gguf.model.layers) + 1
+        for name, weight in copies.items():
+            assert isinstance(weight, ByRowsWeight) and torch.equal(weight.dense, ref.model.get_submodule(name).weight)
     ref_ppl, ref_argmax, ref_lps = _score(ref)
     ppl, argmax, lps = _score(gguf)  # prefill: many rows, so dequantize (or the dense copy) + GEMM
     assert max(abs(a - b) for a, b in zip(lps, ref_lps)) < 1e-3
@@ -122,8 +131,14 @@ def test_quantization_option_is_validated():
 
 
 def test_auto_quantization_and_the_dense_copy_default():
-    cpu = EngineConfig.create(device="cpu")
-    assert (cpu.quantization, cpu.dense_weights_above) == ("none", 0)
+    cpu = EngineConfig.create(device="cpu")  # the embedded GGUF model
+    assert (cpu.quantization, cpu.dense_weights_above) == ("gguf", DEFAULT_DENSE_WEIGHTS_ABOVE)
+    gguf = EngineConfig.create(device="cpu", model=str(embedded_gguf_path()))  # a llama GGUF file
+    assert (gguf.quantization, gguf.dense_weights_above) == ("gguf", DEFAULT_DENSE_WEIGHTS_ABOVE)
+    for exact in ({"deterministic": True}, {"tp": 2}):  # the packed kernels are not batch-invariant, nor sharded
+        assert EngineConfig.create(device="cpu", **exact).quantization == "none"
+    packed_only = EngineConfig.create(device="cpu", quantization="gguf")
+    assert packed_only.dense_weights_above == 0
     dense = EngineConfig.create(device="cpu", quantization="gguf", dense_weights_above=8)
     assert (dense.quantization, dense.dense_weights_above) == ("gguf", 8)
     asked = EngineConfig.create(device="cpu", quantization="int4")  # asked for: packed only, memory first

@@ -4,7 +4,8 @@ and a rank that dies ends the engine with a clear error, promptly.
 
 fp32 is pinned: the row-parallel all-reduce adds the ranks' partial sums in another order than
 one matmul does, so logits differ in the last bits; greedy tokens agree unless two logits tie
-that closely (logprobs are compared to 1e-4)."""
+that closely (logprobs are compared to 1e-4). So is quantization "none": tp > 1 runs the
+dequantized checkpoint, and tp=1 must run the same weights (its default keeps the GGUF blocks)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from sglang_lite.errors import RankFailed
 from tests.conftest import assert_no_leak
 
 OPTIONS = {"dtype": "float32", "num_threads": 1, "kv_cache_memory": "48MiB", "chunked_prefill_size": 16,
-           "max_prefill_tokens": 64, "num_continuous_decode_steps": 4}
+           "max_prefill_tokens": 64, "num_continuous_decode_steps": 4, "quantization": "none"}
 SYSTEM = "You are a helpful assistant who answers in one short sentence. " * 3
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
                                            "population": {"type": "integer"}},

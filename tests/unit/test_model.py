@@ -76,3 +76,26 @@ def test_loaded_model_ties_embeddings_and_keeps_fp32_rope(model_dir):
     assert model.rope.cos_cache.dtype == torch.float32  # never rounded through bf16
     expected = torch.cos(torch.tensor(100.0) * rope_inv_freq(16, 10000.0, None)[1])
     assert torch.isclose(model.rope.cos_cache[100, 1], expected, atol=1e-6)
+
+
+def test_loading_runs_on_one_torch_thread_and_gives_the_callers_back():
+    from sglang_lite.model import loader
+
+    seen = []
+    real = loader._load_weights
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(loader, "_load_weights", spy)
+            model = loader.load_model(loader.ModelSource("tiny", None, dummy_preset="tiny"), torch.float32,
+                                      torch.device("cpu"))
+        assert seen == [1] and torch.get_num_threads() == 2
+        assert model.rope.cos_cache.numel() > 0  # built on the real device, after the meta build
+    finally:
+        torch.set_num_threads(before)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from sglang_lite.quant.by_rows import ByRowsWeight
 from sglang_lite.quant.fp8 import Fp8Weight
 from sglang_lite.quant.gguf_blocks import _decode_blocks, concat_rows, decode
-from sglang_lite.quant.int4 import Int4Weight
+from sglang_lite.quant.int4 import Int4Weight, pack_cpu_layout
 from sglang_lite.quant.int8 import GroupInt8Weight, Int8Weight
 
 SHAPES = [(64, 32), (100, 96), (130, 64), (960, 576)]  # (out_features, in_features)
@@ -58,6 +58,14 @@ def test_int4_matches_dequantized_reference(shape, dtype):
     assert ((deq - w).abs().view(shape[0], -1, 32) <= step[..., None] * 0.5 + slack).all()
     _check_mm(packed, dtype)
     _check_rows(packed, dtype)
+
+
+@pytest.mark.parametrize("shape", [(64, 32), (128, 96), (192, 576)])
+def test_our_int4_packing_gives_torchs_layout(shape):
+    """The bytes torch's int4 kernel reads, made with byte ops: equal to torch's own packing."""
+    q = torch.randint(0, 16, shape, generator=torch.Generator().manual_seed(shape[1]), dtype=torch.int32)
+    theirs = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+    assert torch.equal(pack_cpu_layout(q.to(torch.uint8)), theirs)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
