@@ -61,7 +61,7 @@ def fp32_reference(engine):
 
 
 @pytest.mark.parametrize("kv", ["int8", "fp8_e4m3"])
-def test_eight_bit_kv_agrees_with_the_model_dtype_cache(fp32_reference, int8_engine, kv):
+def test_eight_bit_kv_agrees_with_the_model_dtype_cache(engine, fp32_reference, int8_engine, kv):
     params = {"temperature": 0, "max_new_tokens": 32, "ignore_eos": True}
     ref, seqs, starts = fp32_reference
     eng = int8_engine if kv == "int8" else Engine(kv_cache_dtype=kv, kv_cache_memory="64MiB")
