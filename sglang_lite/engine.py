@@ -64,6 +64,10 @@ class Engine:
                                     cfg.dense_weights_above)
         log.info("weights: %.1f MB resident (%s, quantization %s, dense_weights_above %d)",
                  resident_weight_bytes(self.model) / 1e6, cfg.dtype, cfg.quantization, cfg.dense_weights_above)
+        if cfg.device == "cpu" and cfg.quantization in ("int8", "int4", "gguf") and cfg.torch_dtype == torch.float32:
+            log.warning("quantization %s in float32 on CPU: torch's packed kernels are 10-100x slower in "
+                        "fp32 than in bf16 (config.py); --dtype bfloat16 or --quantization none is faster",
+                        cfg.quantization)
         self.model_config = self.model.config
         self.config = cfg = fit_attention_backend(cfg, self.model_config, options.get("attention_backend", "auto"))
         self.tokenizer = load_tokenizer(self.source)

@@ -4,7 +4,8 @@ The reference ("none") is the embedded GGUF dequantized to fp32. "gguf" keeps th
 Q4_1 / Q8_0 blocks packed, so it holds the same weight values: its logits must match the
 reference's up to summation order; so must "gguf+dense" (the blocks for steps of up to 8 rows,
 their dequantized copy for bigger ones: the fastest setting measured for this model, what
-Engine() picks for it on a CPU). int8 / int4 / fp8 quantize those
+Engine() picks for it on a CPU with native bf16; in fp32, these tests' dtype, it picks "none",
+as torch's packed kernels are slow there). int8 / int4 / fp8 quantize those
 fp32 weights again at load, so they lose some quality, bounded here by the perplexity of a fixed
 paragraph (int8 within 1%, int4 within 5%: the seed document's figures) and by how often their
 next-token argmax agrees with the reference's along it.
@@ -50,7 +51,7 @@ BOUNDS = {"int8": (1.01, 0.95), "int4": (1.05, 0.93), "fp8": (1.05, 0.88)}
 
 @pytest.fixture(scope="module")
 def engines(engine):
-    made = {"gguf+dense": engine}  # what Engine() picks for the embedded model on a CPU
+    made = {"none": engine}  # what Engine() picks for the embedded model in fp32
 
     def get(quantization: str) -> Engine:
         if quantization not in made:
@@ -130,13 +131,17 @@ def test_quantization_option_is_validated():
         EngineConfig.create(dense_weights_above=-1)
 
 
-def test_auto_quantization_and_the_dense_copy_default():
-    cpu = EngineConfig.create(device="cpu")  # the embedded GGUF model
+def test_auto_quantization_and_the_dense_copy_default(engine):
+    cpu = EngineConfig.create(device="cpu", dtype="bfloat16")  # the embedded GGUF model
     assert (cpu.quantization, cpu.dense_weights_above) == ("gguf", DEFAULT_DENSE_WEIGHTS_ABOVE)
-    gguf = EngineConfig.create(device="cpu", model=str(embedded_gguf_path()))  # a llama GGUF file
+    gguf = EngineConfig.create(device="cpu", dtype="bfloat16", model=str(embedded_gguf_path()))  # a llama GGUF file
     assert (gguf.quantization, gguf.dense_weights_above) == ("gguf", DEFAULT_DENSE_WEIGHTS_ABOVE)
+    # fp32 (a CPU without native bf16, and these tests): torch's packed kernels are slower than
+    # the fp32 GEMM there, so the weights stay dense
+    for fp32 in (EngineConfig.create(device="cpu", dtype="float32"), EngineConfig.create(device="cpu"), engine.config):
+        assert (fp32.dtype, fp32.quantization, fp32.dense_weights_above) == ("float32", "none", 0)
     for exact in ({"deterministic": True}, {"tp": 2}):  # the packed kernels are not batch-invariant, nor sharded
-        assert EngineConfig.create(device="cpu", **exact).quantization == "none"
+        assert EngineConfig.create(device="cpu", dtype="bfloat16", **exact).quantization == "none"
     packed_only = EngineConfig.create(device="cpu", quantization="gguf")
     assert packed_only.dense_weights_above == 0
     dense = EngineConfig.create(device="cpu", quantization="gguf", dense_weights_above=8)

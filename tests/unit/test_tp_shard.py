@@ -127,7 +127,7 @@ def test_bad_tp_options_are_config_errors(options, field):
 
 
 def test_tp_resolves_quantization_auto_to_none():
-    assert EngineConfig.create(device="cpu", tp=2).quantization == "none"
+    assert EngineConfig.create(device="cpu", dtype="bfloat16", tp=2).quantization == "none"
 
 
 def test_tp_size_is_sglangs_name_for_tp():
