@@ -107,6 +107,19 @@ class ClosingDistance:
             self._levels_of(sid, state)
             return self._bound(sid)
 
+    def finishes_within(self, state: State, tokens: int) -> bool:
+        """Whether ``tokens`` suffice to terminate from ``state`` (``bound(state) <= tokens``),
+        or no bound is known (inf). Searched only where the search-free bound, the fewest bytes
+        that are tokens by themselves plus EOS (at least ``bound``), is above ``tokens``: a
+        request's budget is checked at admission without walking the vocabulary, and the
+        search runs, if ever, on the fill that comes near the budget."""
+        if len(self._eos):
+            fewest = self.automaton.min_bytes_to_accept(state, self._single_bytes)
+            if fewest is not None and tokens >= fewest + 1:
+                return True
+        bound = self.bound(state)
+        return math.isinf(bound) or tokens >= bound
+
     def budget_row(self, state: State, remaining: int) -> torch.Tensor | None:
         """The packed row [ceil(V/32)] of tokens after which the output can still terminate
         within ``remaining`` tokens counting them; None when every allowed token fits. If

@@ -125,6 +125,11 @@ class GrammarMatcher:
             return 0
         return closing_for(self._automaton).bound(self._state)
 
+    def finishes_within(self, tokens: int) -> bool:
+        """Whether ``tokens`` suffice to finish from here, as ``min_tokens_to_finish() <=
+        tokens`` (or that is inf), but searching only where a search-free bound says no."""
+        return self.is_terminated() or closing_for(self._automaton).finishes_within(self._state, tokens)
+
     def is_terminated(self) -> bool:
         """EOS accepted, or the text is complete and nothing more can follow."""
         if self._terminated:

@@ -85,7 +85,10 @@ class GrammarBackend:
         """Compile ``params``' constraint (never on the scheduler thread) and check that
         max_new_tokens leaves room for a complete output; InvalidRequest naming the field."""
         grammar = self.compile(params, cancel)
-        need = grammar.matcher().min_tokens_to_finish()
+        matcher = grammar.matcher()
+        if matcher.finishes_within(params.max_new_tokens):
+            return grammar
+        need = matcher.min_tokens_to_finish()
         if math.isfinite(need) and params.max_new_tokens < need:
             raise InvalidRequest(
                 "max_new_tokens", f"{params.max_new_tokens} is too few for this constraint: its "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 
 from constraints import GrammarCompiler, TokenizerInfo, allocate_token_bitmask
+from sglang_lite.bench.schema_walk import MAX_TOKENS
 
 PEERS = ("xgrammar", "llguidance")
 
@@ -56,10 +57,10 @@ class OursEngine:
         self.compiler = GrammarCompiler(info, compile_timeout_s=compile_timeout_s)
 
     def compile(self, schema_text: str):
-        """As the engine admits a request: compile, then the fewest tokens to finish (its
-        max_tokens check, and the start of budget-aware closing)."""
+        """As the engine admits a request: compile, then its max_tokens check (the walk's
+        MAX_TOKENS: ``GrammarBackend.admit``)."""
         compiled = self.compiler.compile_json_schema(schema_text)
-        compiled.matcher().min_tokens_to_finish()
+        compiled.matcher().finishes_within(MAX_TOKENS)
         return compiled
 
     def matcher(self, compiled) -> _TorchRowMatcher:

@@ -131,6 +131,24 @@ def test_min_tokens_to_finish_follows_the_matcher(compiler):
     assert m.is_terminated() and m.min_tokens_to_finish() == 0
 
 
+@pytest.mark.parametrize("pattern", EXACT + LONGER_IS_FEWER)
+def test_finishes_within_answers_as_the_bound_and_searches_only_near_it(compiler, pattern):
+    """The admission check: ``finishes_within(n)`` is ``bound <= n`` in every state, for every
+    n around the bound; a budget at or above the fewest bytes plus EOS is answered without a
+    search (no bound cached, no budget rows built)."""
+    auto = compiler.compile_regex(pattern).automaton
+    exact = _exact_distances(auto)
+    fresh = closing_for(compiler.compile_regex(pattern + "|").automaton)  # a new automaton: nothing cached
+    generous = fresh.automaton.min_bytes_to_accept(fresh.automaton.initial, fresh._single_bytes) + 1
+    assert fresh.finishes_within(fresh.automaton.initial, generous)
+    assert not fresh._bounds and not fresh._levels
+    closing = closing_for(auto)
+    for s in exact:
+        bound = closing.bound(s)
+        for n in range(max(int(bound) - 2, 0), int(bound) + 3):
+            assert closing.finishes_within(s, n) == (n >= bound), (s, n, bound)
+
+
 def test_a_budget_below_the_bound_keeps_the_closest_tokens(compiler):
     """Past the guarantee (budget already short), rows still head for the nearest finish."""
     grammar = compiler.compile_regex(r"a{3,6}|x")
