@@ -36,7 +36,9 @@ def _bound(body: dict) -> None:
     for key in ("max_tokens", "max_completion_tokens", "max_new_tokens"):
         if isinstance(body.get(key), int) and not isinstance(body.get(key), bool):
             body[key] = min(body[key], 2)
-    if "max_tokens" not in body and "messages" in body:
+    # a chat request without a limit (absent or null) runs to the context length: thousands of
+    # tokens with ignore_eos, past the call's timeout
+    if "messages" in body and body.get("max_tokens") is None and not isinstance(body.get("max_completion_tokens"), int):
         body["max_tokens"] = 2
     for key in ("n", "best_of"):
         if isinstance(body.get(key), int) and not isinstance(body.get(key), bool):
