@@ -113,10 +113,9 @@ class ClosingDistance:
         that are tokens by themselves plus EOS (at least ``bound``), is above ``tokens``: a
         request's budget is checked at admission without walking the vocabulary, and the
         search runs, if ever, on the fill that comes near the budget."""
-        if len(self._eos):
-            fewest = self.automaton.min_bytes_to_accept(state, self._single_bytes)
-            if fewest is not None and tokens >= fewest + 1:
-                return True
+        most = self._first_fits(state)  # also what the first fill from state reads
+        if most is not None and tokens >= most[0]:
+            return True
         bound = self.bound(state)
         return math.isinf(bound) or tokens >= bound
 
