@@ -141,33 +141,41 @@ def _plain_alive(pda: PushdownAutomaton, stack: tuple[int, ...], g: int, rest: b
 def _key_run(pda: PushdownAutomaton, stack: tuple[int, ...], g: int, prefix: bytes, lo: int,
              hi: int, tokens: list[bytes], ids: np.ndarray, found: list, todo: list) -> None:
     """From one configuration at a position with one live byte and no calls or returns (a
-    key's letters): the run of such positions read off the rule's table, one bisection per
-    byte and no automaton states built. Tokens (of the sorted run [lo, hi) starting with
-    ``prefix``) that end inside the run go to ``found``; those going past it to ``todo``, as
-    the trie walk would have reached them one byte at a time. The stack is not read."""
-    one, branch, trans = pda._one_byte, pda._branches, pda._trans
-    limit = pda._max_token_len - len(prefix)
-    run = bytearray()
+    key's letters): the run of such positions read off the rule's one-byte successors, one
+    dict lookup of the vocabulary's prefixes per byte (no bisection, no automaton states).
+    Tokens (of the sorted run [lo, hi) starting with ``prefix``) that end inside the run go
+    to ``found``; those going past it to ``todo``, as the trie walk would have reached them
+    one byte at a time. The stack is not read."""
+    one, after, branch = pda._one_byte, pda._one_next, pda._branches
+    starts = pda.info.layout.prefix_starts()
+    limit = pda._max_token_len
     key = prefix
-    while one[g] >= 0 and len(run) < limit:
-        b = one[g]
-        g = int(trans[g, b])
-        run.append(b)
-        key = prefix + bytes(run)
-        lo = bisect_left(tokens, key, lo, hi)
-        if lo >= hi or not tokens[lo].startswith(key):
-            return  # no token goes this far
+    ending: list[int] = []  # sorted-list indices of tokens ending inside the run
+    while one[g] >= 0 and len(key) < limit:
+        key += _BYTE[one[g]]
+        g = after[g]
+        at = starts.get(key)
+        if at is None:
+            break  # no token goes this far: nothing reaches past the run
+        lo = at
         if branch[g]:
             break
-        if tokens[lo] == key and one[g] >= 0:
-            found.append(ids[lo:lo + 1])  # a token ending inside the run
-            lo += 1
-    if not run:
+        if one[g] >= 0 and tokens[at] == key:
+            ending.append(at)
+            lo = at + 1
+    else:
+        at = -1
+    if ending:
+        found.append(ids[ending])
+    if at is None or len(key) == len(prefix):
         return
     above = successor(key)
     end = hi if above is None else bisect_left(tokens, above, lo, hi)
     if lo < end:
         todo.append((None, (stack, g), key, lo, end))
+
+
+_BYTE = [bytes([b]) for b in range(256)]
 
 
 def successor(prefix: bytes) -> bytes | None:

@@ -74,7 +74,9 @@ class PushdownAutomaton(TokenAutomaton):
         self._branch = self._returns | calling
         # Each position's one live byte, -1 where none or several (the trie walk's runs).
         live = self._trans >= 0
-        self._one_byte = np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1).tolist()
+        one = np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1)
+        self._one_byte = one.tolist()
+        self._one_next = self._trans[np.arange(len(one)), np.maximum(one, 0)].tolist()  # where one >= 0
         self._branches = self._branch.tolist()
         self._closures: dict[State, frozenset[Config]] = {}
         self._steps: dict[tuple[State, int], State | None] = {}

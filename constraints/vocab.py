@@ -43,6 +43,7 @@ class VocabLayout:
     by_first_byte: np.ndarray  # [N] positions grouped by first byte (ascending within a group)
     first_byte_starts: np.ndarray  # [257] group b is by_first_byte[starts[b]:starts[b + 1]]
     _lex: tuple | None = None
+    _starts: dict[bytes, int] | None = None
 
     def lexicographic(self) -> tuple[list[bytes], np.ndarray, np.ndarray]:
         """(token bytes sorted, their token ids, their layout positions): the tokens with a
@@ -53,6 +54,20 @@ class VocabLayout:
             pos = np.array(order, dtype=np.int64)
             self._lex = ([texts[i] for i in order], self.token_ids[pos], pos)
         return self._lex
+
+    def prefix_starts(self) -> dict[bytes, int]:
+        """Every prefix of a token -> the index in ``lexicographic()``'s sorted list of the
+        first token that starts with it (a prefix no token has is absent): one dict lookup
+        per byte where a bisection of the vocabulary would find the same run."""
+        if self._starts is None:
+            starts: dict[bytes, int] = {}
+            for i, t in enumerate(self.lexicographic()[0]):
+                for n in range(len(t), 0, -1):  # sorted: a known prefix's own prefixes are known
+                    if t[:n] in starts:
+                        break
+                    starts[t[:n]] = i
+            self._starts = starts
+        return self._starts
 
     def starting_with(self, first_bytes: np.ndarray) -> np.ndarray:
         """Positions (ascending) of the tokens whose first byte is one of ``first_bytes``."""
