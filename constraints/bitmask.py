@@ -15,16 +15,16 @@ def allocate_token_bitmask(batch_size: int, vocab_size: int) -> torch.Tensor:
     return torch.full((batch_size, bitmask_words(vocab_size)), -1, dtype=torch.int32)
 
 
-_FEW_IDS = 16  # below this many ids, bits are set one by one (numpy's packing costs more)
+_FEW_IDS = 24  # below this many ids, bits are set one by one (numpy's packing costs more)
 
 
 def pack_token_ids(token_ids: np.ndarray, vocab_size: int) -> np.ndarray:
     """Allowed token ids -> one packed int32 row."""
-    if len(token_ids) < _FEW_IDS:
-        words = np.zeros(bitmask_words(vocab_size), dtype=np.uint32)
+    if len(token_ids) < _FEW_IDS:  # bytes set in a bytearray: no numpy scalar per id
+        packed = bytearray(bitmask_words(vocab_size) * 4)
         for t in np.asarray(token_ids).tolist():
-            words[t >> 5] |= np.uint32(1 << (t & 31))
-        return words.view(np.int32)
+            packed[t >> 3] |= 1 << (t & 7)
+        return np.frombuffer(packed, dtype="<i4").astype(np.int32, copy=False)
     bits = np.zeros(bitmask_words(vocab_size) * 32, dtype=bool)
     bits[token_ids] = True
     # Little-endian bit order within bytes and bytes within the int32 words.
