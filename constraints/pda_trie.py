@@ -39,7 +39,7 @@ def trie_walk(pda: PushdownAutomaton, config: Config,
     own bytes (no calls or returns from them before the first byte): the rest of the
     closure (the leaves it calls) is the caller's to add."""
     tokens, ids, positions = pda.info.layout.lexicographic()
-    plain, trans = pda._plain, pda._trans
+    plain, trans, one = pda._plain, pda._trans, pda._one_byte
     found: list[np.ndarray] = []
     lowest = len(config[0])
     if rule_configs is None:
@@ -73,10 +73,10 @@ def trie_walk(pda: PushdownAutomaton, config: Config,
             found.append(ids[keep])
             continue
         if state is None:
-            allowed = pda._live_bytes(g)
-            if len(allowed) == 1:  # a key's letters: followed in one go
+            if one[g] >= 0:  # a key's letters: followed in one go
                 _key_run(pda, stack, g, prefix, lo, hi, tokens, ids, found, todo)
                 continue
+            allowed = pda._live_bytes(g)
         else:
             allowed = pda._next_bytes(state, closure)
         if len(allowed) > _TRIE_BRANCHING:

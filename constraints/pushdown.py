@@ -122,6 +122,7 @@ class PushdownAutomaton(TokenAutomaton):
         self._in_counted_of = in_counted.tolist()
         self._returns_of, self._final_of = self._returns.tolist(), self._final.tolist()
         self._count_lo_of = self._count_lo.tolist()
+        self._leaf_of_g = self._leaf_of.tolist()
         self._unique = dict(unique or {})
         self.unique_items = UniqueItems(self) if self._unique else None
         self._distances: dict[bytes, GrammarDistances] = {}  # alphabet -> completion distances
@@ -332,7 +333,8 @@ class PushdownAutomaton(TokenAutomaton):
         return None
 
     def is_accepting(self, state: State) -> bool:
-        return any(self._final[g] for _, g in self._closure(state))
+        final = self._final_of
+        return any(final[g] for _, g in self._closure(state))
 
     def allowed_token_ids(self, state: State) -> np.ndarray:
         bits = unpack_bitmask(self._token_row(state), self.info.vocab_size)
@@ -379,7 +381,7 @@ class PushdownAutomaton(TokenAutomaton):
         for suffix, row in known:
             if len(below) >= len(suffix) and below[len(below) - len(suffix):] == suffix:
                 return row, len(below) - len(suffix)
-        k = int(self._leaf_of[g])
+        k = self._leaf_of_g[g]
         if k >= 0:
             row, lowest = self._leaf_config_row(config, k)
         else:
@@ -392,11 +394,12 @@ class PushdownAutomaton(TokenAutomaton):
         begin inside a leaf are that leaf configuration's row (its shared walk, and only the
         tokens leaving it walked on here); the rule's own bytes are walked as a trie."""
         closure = self._config_closure(config) if self._branches[config[1]] else ()
-        leaves = [c for c in closure if self._leaf_of[c[1]] >= 0]
+        leaf_of = self._leaf_of_g
+        leaves = [c for c in closure if leaf_of[c[1]] >= 0]
         if not leaves:
             ids, lowest = trie_walk(self, config)
             return pack_token_ids(ids, self.info.vocab_size), lowest
-        ids, lowest = trie_walk(self, config, [c for c in closure if self._leaf_of[c[1]] < 0])
+        ids, lowest = trie_walk(self, config, [c for c in closure if leaf_of[c[1]] < 0])
         row = pack_token_ids(ids, self.info.vocab_size)
         for c in leaves:
             more, low = self._config_row(c)
