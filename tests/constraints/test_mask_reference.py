@@ -149,3 +149,34 @@ def test_successor_is_above_every_extension_and_below_the_rest():
         start = bisect_left(words, prefix)
         end = bisect_left(words, successor(prefix))
         assert words[start:end] == [w for w in words if w.startswith(prefix)]
+
+
+def test_prefix_index_is_the_sorted_vocabulary_bisected(tokenizer_info):
+    # The key runs read prefix_starts where they used to bisect: every token prefix maps to
+    # the first sorted token with it, and a prefix no token has is absent.
+    from bisect import bisect_left
+
+    tokens = tokenizer_info.layout.lexicographic()[0]
+    starts = tokenizer_info.layout.prefix_starts()
+    prefixes = {t[:n] for t in tokens for n in range(1, len(t) + 1)}
+    assert set(starts) == prefixes
+    rng = np.random.default_rng(0)
+    sample = [tokens[i][:n] for i in rng.choice(len(tokens), 3000).tolist()
+              for n in {1, max(1, len(tokens[i]) // 2), len(tokens[i])}]
+    for p in sample:
+        assert starts[p] == bisect_left(tokens, p)
+    for p in (b"\x00\x00\x00zz", b'":{"zzqx', bytes([0xff]) * 3):
+        assert p not in starts
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 23, 24, 25, 400])
+def test_packed_rows_set_exactly_the_given_ids(count):
+    # Under 24 ids bits are set one at a time in a bytearray, above by numpy packing.
+    from constraints.bitmask import pack_token_ids
+
+    vocab = 49152
+    ids = np.sort(np.random.default_rng(count).choice(vocab, count, replace=False))
+    row = pack_token_ids(ids, vocab)
+    assert row.dtype == np.int32 and row.shape == ((vocab + 31) // 32,)
+    assert np.nonzero(unpack_bitmask(row, vocab))[0].tolist() == ids.tolist()
+    row |= 1  # writable (rows are OR-ed into new arrays, and copied into torch)
