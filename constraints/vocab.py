@@ -97,7 +97,6 @@ class TokenizerInfo:
     unique_item_features: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _ids_by_bytes: dict[bytes, int] | None = field(default=None, init=False, repr=False, compare=False)
     _single_bytes: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
-    _prefixes: frozenset[bytes] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
@@ -112,13 +111,6 @@ class TokenizerInfo:
             out.flags.writeable = False
             self._single_bytes = out
         return self._single_bytes
-
-    @property
-    def token_prefixes(self) -> frozenset[bytes]:
-        """Every non-empty prefix of a token's spelling (tokens included); built once."""
-        if self._prefixes is None:
-            self._prefixes = frozenset(b[:k] for b in self.ids_by_bytes for k in range(1, len(b) + 1))
-        return self._prefixes
 
     @property
     def ids_by_bytes(self) -> dict[bytes, int]:
