@@ -64,3 +64,15 @@ def assert_no_leak(eng: Engine) -> None:
     stats = eng.get_stats()
     assert stats["num_running_reqs"] == 0 and stats["num_queue_reqs"] == 0
     assert stats["num_free_pages"] == stats["num_usable_pages"], stats
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor_id from /proc/cpuinfo ("GenuineIntel", "AuthenticAMD"; "" elsewhere)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            key, _, value = line.partition(":")
+            if key.strip() == "vendor_id":
+                return value.strip()
+    except OSError:
+        pass
+    return ""
