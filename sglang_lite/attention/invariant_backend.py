@@ -104,8 +104,11 @@ def _attend(q, k, v, g: _Group, sm_scale: float, window: int | None, softcap: fl
     u, hq, d = q.shape
     hkv = k.shape[1]
     group, nb = hq // hkv, g.num_blocks
-    keys = k.view(u, nb, BLOCK, hkv, d).permute(0, 3, 1, 4, 2).reshape(-1, d, BLOCK).float()
-    vals = v.view(u, nb, BLOCK, hkv, d).permute(0, 3, 1, 2, 4).reshape(-1, BLOCK, d).float()
+    # Contiguous whatever the batch: for one unit and one block the permuted reshape stays a
+    # strided view (for more it is a copy), and a GEMM fed other strides may take another
+    # kernel: on an AVX512 EPYC a decode step alone and in a batch then differed in last bits.
+    keys = k.view(u, nb, BLOCK, hkv, d).permute(0, 3, 1, 4, 2).reshape(-1, d, BLOCK).float().contiguous()
+    vals = v.view(u, nb, BLOCK, hkv, d).permute(0, 3, 1, 2, 4).reshape(-1, BLOCK, d).float().contiguous()
     qs = q.view(u, hkv, 1, group, d).expand(u, hkv, nb, group, d).reshape(-1, group, d).float()
     scores = torch.bmm(qs, keys).view(u, hkv, nb, group, BLOCK) * sm_scale
     if softcap is not None:

@@ -119,3 +119,16 @@ def test_invariant_attention_rows_equal_alone_in_a_batch_and_chunked():
     assert torch.equal(torch.cat([first, rest[1:]]), alone)
     decode_alone = _forward(backend, pool, reqs, [1, 2, 0], [(2, 700, 1)])
     assert torch.equal(rest[:1], decode_alone) and torch.equal(batched[38:], decode_alone)
+
+
+def test_short_decode_alone_equals_it_in_a_batch():
+    # Under 64 keys a decode step alone is one unit of one block: there the keys' permuted
+    # reshape stayed a strided view (a copy for more units), and on an AVX512 EPYC the
+    # scores GEMM fed those strides gave other last bits than in a batch of two.
+    prefix, extend = [40, 21], [1, 1]
+    pool, reqs = _requests(prefix, extend, seed=7)
+    backend = BatchInvariantAttentionBackend(pool)
+    batched = _forward(backend, pool, reqs, [1, 2], [(0, 40, 1), (1, 21, 1)])
+    for i, p in enumerate(prefix):
+        alone = _forward(backend, pool, reqs, [1, 2], [(i, p, 1)])
+        assert torch.equal(batched[i : i + 1], alone), i
