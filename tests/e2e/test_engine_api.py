@@ -127,7 +127,9 @@ def test_bf16_on_a_cpu_with_native_bf16(engine, model_dir):
 @pytest.mark.skipif(not native_cpu_bf16(), reason="this CPU has no native bf16 (emulated bf16 is very slow)")
 @pytest.mark.xfail(cpu_vendor() == "AuthenticAMD", strict=False,
                    reason="on an AVX512-BF16 EPYC (no AMX) the bf16 int4 path answered "
-                          "\"L'Etoile, la Marseillaise,\" (2026-12-02); fp32, fp32 gguf and dense bf16 answer Paris")
+                          "\"L'Etoile, la Marseillaise,\" (2026-12-02) where fp32, fp32 gguf and dense bf16 "
+                          "answer Paris; its GEMM error there is dense bf16's (0.24% against 0.30% on random "
+                          "data), so greedy flips on this prompt rather than a kernel being wrong")
 def test_auto_on_a_cpu_with_native_bf16_answers_like_fp32(engine):
     """What "auto" picks on such a CPU (bf16, the GGUF's int4 weights kept packed)."""
     auto = Engine()
