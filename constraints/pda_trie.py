@@ -151,6 +151,7 @@ def _key_run(pda: PushdownAutomaton, stack: tuple[int, ...], g: int, prefix: byt
     limit = pda._max_token_len
     key = prefix
     ending: list[int] = []  # sorted-list indices of tokens ending inside the run
+    at: int | None = -1  # None once no token goes as far as the run
     while one[g] >= 0 and len(key) < limit:
         key += _BYTE[one[g]]
         g = after[g]
@@ -163,8 +164,6 @@ def _key_run(pda: PushdownAutomaton, stack: tuple[int, ...], g: int, prefix: byt
         if one[g] >= 0 and tokens[at] == key:
             ending.append(at)
             lo = at + 1
-    else:
-        at = -1
     if ending:
         found.append(ids[ending])
     if at is None or len(key) == len(prefix):

@@ -30,21 +30,27 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
 
+def cpuinfo_values(*keys: str) -> list[str]:
+    """The values of /proc/cpuinfo's lines named ``keys`` (one per CPU); [] where there is none."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux
+        return []
+    out = []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in keys:
+            out.append(value.strip())
+    return out
+
+
 @lru_cache(maxsize=1)
 def native_cpu_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (x86 AVX512-BF16 or AMX, Arm BF16). There a
     bf16 matmul runs about 4x faster than fp32 (593 against 145 GFLOP/s measured on an AVX512-BF16
     EPYC); without it, bf16 is emulated and far slower (DESIGN.md: 0.3 against 144 GFLOP/s on
-    an AVX2-only CPU), so "auto" means fp32."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:  # not Linux: keep fp32
-        return False
-    flags = set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            flags.update(value.split())
+    an AVX2-only CPU), so "auto" means fp32 (and fp32 where /proc/cpuinfo is not there)."""
+    flags = {f for value in cpuinfo_values("flags", "Features") for f in value.split()}
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 

@@ -10,6 +10,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from sglang_lite import Engine  # noqa: E402
+from sglang_lite.config import cpuinfo_values  # noqa: E402
 from sglang_lite.model.loader import embedded_model_dir  # noqa: E402
 
 
@@ -67,12 +68,5 @@ def assert_no_leak(eng: Engine) -> None:
 
 
 def cpu_vendor() -> str:
-    """The CPU's vendor_id from /proc/cpuinfo ("GenuineIntel", "AuthenticAMD"; "" elsewhere)."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            key, _, value = line.partition(":")
-            if key.strip() == "vendor_id":
-                return value.strip()
-    except OSError:
-        pass
-    return ""
+    """The CPU's vendor_id ("GenuineIntel", "AuthenticAMD"; "" where /proc/cpuinfo has none)."""
+    return next(iter(cpuinfo_values("vendor_id")), "")
