@@ -24,6 +24,15 @@ Budget rows. With ``r`` tokens left in state ``s``, the budget row keeps the all
 ``t`` with ``bound(advance(s, t)) <= r - 1``, and EOS where ``s`` accepts (EOS costs the one
 token it is). When every allowed token fits, there is no budget row: the plain mask applies.
 
+No slack. With ``r == bound(s)`` only tokens on a fewest-token completion fit. The search
+that gave the bound kept its way (bytes to an accepting end, and the fewest tokens that spell
+each suffix of it), and every state along it knows where it stands on it; the row is then the
+tokens that begin a fewest-token spelling of the rest of the way (EOS too where ``s``
+accepts), each entered on the way with its bound, without walking the vocabulary. It is a
+subset of the budget row (one fewest completion rather than all of them: a request at its
+last tokens closes along the one the search found); where the way gives no token the budget
+rows are built. A request that reaches its max_tokens spends its last tokens here.
+
 Guarantee. Let a request start in the initial state with a budget ``B >= bound(initial)``
 and sample from the budget row at every step. Then ``bound(s) <= r`` holds before every step:
 it holds at the start, and the sampled token leads to a state whose bound is at most
@@ -95,6 +104,7 @@ class ClosingDistance:
         self._eos = np.array(automaton.info.eos_token_ids, dtype=np.int64)
         self._bounds: dict[int, float] = {}  # interned state -> bound
         self._levels: dict[int, _Levels] = {}
+        self._ways: dict[int, tuple[_Way, int]] = {}  # interned state -> the way it is on, where
         self._lock = threading.RLock()
         self._margin = MARGIN  # grows to twice the largest one-token rise seen (see Margin)
         self._exhausted = False  # a search met MAX_SEARCH_STATES: no more searches (bound inf)
@@ -141,6 +151,10 @@ class ClosingDistance:
                 if remaining - 1 >= bound + self._margin:
                     self._fits[state] = (bound, True)
                     return None  # far from the budget (or no bound found): every token fits
+                if remaining == bound:  # no slack: only tokens on a fewest-token completion
+                    row = self._tight_row(sid, state, remaining)
+                    if row is not None:
+                        return row
             levels = self._levels_of(sid, state)
             top = levels.thresholds[-1] if len(levels.thresholds) else -math.inf
             self._fits[state] = (top, False)
@@ -200,18 +214,25 @@ class ClosingDistance:
             path = self._shortest_bytes(start, self._single_bytes)
         if path is None and not self._exhausted:
             path = self._shortest_bytes(start, np.ones(256, dtype=bool))
-        cuts = None if path is None else self._fewest_tokens(path[0])
-        if cuts is None:
+        way = None if path is None else self._spelled(*path)
+        if way is None or math.isinf(way.cost[0]):
             self._bounds[start] = math.inf
             return math.inf
-        data, end = path
-        total = len(cuts) - 1 + self._termination_cost(end)
-        sid, walked = start, 0
-        for k, pos in enumerate(cuts[:-1]):  # one walk along the way, cut by cut
-            sid, walked = self._graph.advance(sid, data[walked:pos]), pos
-            self._lower(sid, total - k)
-        self._lower(end, self._termination_cost(end))
+        self._enter(way, 0, start)
         return self._bounds[start]
+
+    def _enter(self, way: _Way, pos: int, sid: int) -> None:
+        """``sid`` is the state at ``pos`` of ``way``: it and the states at the cuts of the
+        fewest-token spelling from there get their bound (each one's witness is the next
+        token of the spelling), and remember the way for their tight rows."""
+        while pos not in way.states:
+            way.states[pos] = sid
+            self._lower(sid, way.cost[pos] + way.end_cost)
+            self._ways.setdefault(sid, (way, pos))
+            if pos == len(way.data):
+                return
+            nxt = way.step[pos]
+            sid, pos = self._graph.advance(sid, way.data[pos:nxt]), nxt
 
     def _shortest_bytes(self, start: int, alphabet: np.ndarray) -> tuple[bytes, int] | None:
         """Breadth-first by levels, each level one array step: every frontier state's row of
@@ -318,27 +339,49 @@ class ClosingDistance:
                 best, best_cost = s, cost
         return best
 
-    def _fewest_tokens(self, data: bytes) -> list[int] | None:
-        """Cut positions [0, ..., len(data)] of a fewest-token spelling of ``data``."""
+    def _spelled(self, data: bytes, end: int) -> _Way:
+        """The fewest tokens that spell each suffix of ``data`` (a backward dynamic program:
+        the tokens starting at i, longer while still a prefix of some token)."""
         n = len(data)
-        best = [0] + [math.inf] * n
-        back = [0] * (n + 1)
-        prefixes = self._prefixes
-        for j in range(n):  # forward: the tokens starting at j, longer while still a prefix
-            if best[j] == math.inf:
-                continue
-            for i in range(j + 1, min(n, j + self._max_token_len) + 1):
-                piece = data[j:i]
+        cost = [math.inf] * n + [0]
+        step = [n] * (n + 1)
+        prefixes, vocab = self._prefixes, self._vocab
+        for i in range(n - 1, -1, -1):
+            for j in range(i + 1, min(n, i + self._max_token_len) + 1):
+                piece = data[i:j]
                 if piece not in prefixes:
                     break
-                if best[j] + 1 < best[i] and piece in self._vocab:
-                    best[i], back[i] = best[j] + 1, j
-        if best[n] == math.inf:
+                if cost[j] + 1 < cost[i] and piece in vocab:
+                    cost[i], step[i] = cost[j] + 1, j
+        return _Way(data, cost, step, self._termination_cost(end), {})
+
+    def _tight_row(self, sid: int, state: State, remaining: int) -> torch.Tensor | None:
+        """With no slack (``remaining == bound``): the tokens that start a fewest-token
+        spelling of the way the state's bound came from, each leading to a state whose
+        bound is ``remaining - 1`` (EOS too where the state accepts). A subset of the tokens
+        the budget rows would keep, found without walking the vocabulary; None where the way
+        gives none (the budget rows are built instead)."""
+        found = self._ways.get(sid)
+        if found is None:
             return None
-        cuts = [n]
-        while cuts[-1]:
-            cuts.append(back[cuts[-1]])
-        return cuts[::-1]
+        way, pos = found
+        data, ids = way.data, []
+        for j in range(pos + 1, min(len(data), pos + self._max_token_len) + 1):
+            piece = data[pos:j]
+            if piece not in self._prefixes:
+                break
+            token = self._vocab.get(piece)
+            if token is not None and way.cost[j] + way.end_cost <= remaining - 1:
+                known = way.states.get(j)
+                self._enter(way, j, self._graph.advance(sid, piece) if known is None else known)
+                ids.append(token)
+        if self._graph.accepting[sid]:
+            ids += self._eos.tolist()  # EOS is the one token it costs
+        if not ids:
+            return None
+        vocab_size = self.automaton.info.vocab_size
+        return torch.from_numpy(pack_token_ids(np.array(ids, dtype=np.int64), vocab_size)) & \
+            self.automaton.mask_row(state)
 
     # -- budget rows ----------------------------------------------------------------------
     def _levels_of(self, sid: int, state: State) -> _Levels:
@@ -369,6 +412,20 @@ class ClosingDistance:
         rows = [torch.from_numpy(pack_token_ids(np.concatenate([token_ids[after <= k], eos]), vocab_size)) & mask
                 for k in thresholds[: max(len(thresholds) - 1, 1)].tolist()]
         return _Levels(thresholds, rows)
+
+
+@dataclass(slots=True)
+class _Way:
+    """A way from some state to an accepting end in bytes that are tokens by themselves:
+    ``cost[i]`` the fewest tokens that spell ``data[i:]`` (inf where none do), ``step[i]`` the
+    end of the first token of one such spelling, ``end_cost`` the end's termination cost,
+    ``states`` the interned states at the positions entered so far."""
+
+    data: bytes
+    cost: list[float]
+    step: list[int]
+    end_cost: float
+    states: dict[int, int]
 
 
 @dataclass(slots=True)

@@ -12,7 +12,7 @@ import pytest
 
 from constraints import GrammarCompiler, TokenizerInfo, allocate_token_bitmask
 from constraints.bitmask import unpack_bitmask
-from constraints.closing import closing_for
+from constraints.closing import ClosingDistance, closing_for
 
 EOS = 0
 VOCAB = [b"", b"a", b"b", b"ab", b"abab", b"x", b"y", b"1", b"2", b"12", b"{", b"}", b'"', b'{"',
@@ -95,6 +95,25 @@ def test_budget_rows_keep_exactly_the_tokens_that_fit(compiler, pattern):
             got = plain if row is None else set(np.nonzero(unpack_bitmask(row, grammar.vocab_size))[0].tolist())
             assert got == _fitting(auto, exact, s, budget), (s, budget)
             assert (row is None) == (got == plain)
+
+
+@pytest.mark.parametrize("pattern", EXACT)
+def test_a_budget_with_no_slack_keeps_tokens_of_a_fewest_completion_without_a_vocabulary_walk(
+        compiler, pattern):
+    """Budget == bound: the row is found along the way the bound came from (no budget rows
+    built), holds at least one token, and only tokens that fit (the brute-force set)."""
+    auto = compiler.compile_regex(pattern).automaton
+    exact = _exact_distances(auto)
+    fresh = ClosingDistance(auto)  # nothing cached yet
+    checked = 0
+    for s, d in exact.items():
+        if d == 0 or fresh.budget_row(s, int(d)) is None:
+            continue
+        row = fresh.budget_row(s, int(d))
+        got = set(np.nonzero(unpack_bitmask(row, auto.info.vocab_size))[0].tolist())
+        assert got and got <= _fitting(auto, exact, s, int(d)), (s, d)
+        checked += 1
+    assert checked and not fresh._levels
 
 
 @pytest.mark.parametrize("pattern", EXACT + LONGER_IS_FEWER)
