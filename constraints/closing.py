@@ -155,6 +155,10 @@ class ClosingDistance:
                     row = self._tight_row(sid, state, remaining)
                     if row is not None:
                         return row
+                most = self._most_after(sid)
+                if most is not None and remaining - 1 >= most:
+                    self._fits[state] = (most, False)
+                    return None  # every token fits: proved without searching
             levels = self._levels_of(sid, state)
             top = levels.thresholds[-1] if len(levels.thresholds) else -math.inf
             self._fits[state] = (top, False)
@@ -384,6 +388,21 @@ class ClosingDistance:
             self.automaton.mask_row(state)
 
     # -- budget rows ----------------------------------------------------------------------
+    def _most_after(self, sid: int) -> float | None:
+        """At least the largest bound after any allowed token, without searching: each end
+        state's cached bound, else its fewest bytes plus EOS (``_most_tokens``); None where
+        an end has neither."""
+        _, ends = self._graph.walk_vocab(sid)
+        most = 0.0
+        for end in np.unique(ends).tolist():
+            value = self._bounds.get(end)
+            if value is None:
+                value = self._most_tokens(end)
+                if value is None:
+                    return None
+            most = max(most, value)
+        return most
+
     def _levels_of(self, sid: int, state: State) -> _Levels:
         levels = self._levels.get(sid)
         if levels is None:
