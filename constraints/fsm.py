@@ -338,6 +338,28 @@ def _minimized(sub: np.ndarray, accept: np.ndarray, dist: np.ndarray) -> tuple[n
     return _renumber(sub, accept, cls)
 
 
+@lru_cache(maxsize=256)
+def equivalent_within(dfa: ByteDFA, depth: int) -> np.ndarray:
+    """Each state's representative (the smallest state of its class): states agree when
+    every string of at most ``depth`` bytes is alive after them alike and accepted alike
+    (``depth`` rounds of exact Moore refinement from acceptance). A leaf's token walk reads
+    no further than its longest token, so states alike to that depth walk alike: a string
+    of the pattern under a maxLength repeats one walk for every length far from the bound."""
+    cols, _ = _distinct_columns(dfa.trans[:, :256])
+    cls = dfa.accept.astype(np.int64)
+    count = len(np.unique(cls))
+    ext = np.full(len(cls) + 1, DEAD, dtype=np.int64)
+    for _ in range(depth):
+        ext[:-1] = cls
+        uniq, new_cls = np.unique(_exact_keys(cls, ext[cols]), return_inverse=True)
+        cls = new_cls.reshape(-1)
+        if len(uniq) == count:
+            break
+        count = len(uniq)
+    _, first = np.unique(cls, return_index=True)
+    return first[cls]
+
+
 def _refine(cols: np.ndarray, cls: np.ndarray, keys_of) -> np.ndarray:
     """Moore refinement: a state's class and its successors' classes, until no class splits."""
     count = int(cls.max()) + 1

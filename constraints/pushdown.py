@@ -27,7 +27,7 @@ from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
 from .completion import UNREACHABLE, GrammarDistances
 from .errors import UnsupportedSchemaError
-from .fsm import DEAD, ByteDFA, determinize, trim_and_minimize
+from .fsm import DEAD, ByteDFA, determinize, equivalent_within, trim_and_minimize
 from .leaves import CountedLeaf, leaf_walk
 from .nfa import CALL_BASE
 from .pda_trie import trie_walk
@@ -41,6 +41,7 @@ State = frozenset  # of Config
 # pass over every state per round, hundreds of rounds), and the language is the same.
 MINIMIZE_MAX_STATES = 4096
 MAX_CONFIGS = 64  # parses of one prefix kept alive (see _step)
+SHARED_WALK_STATES = 256  # leaves of this many states have their positions' walks shared
 
 
 class PushdownAutomaton(TokenAutomaton):
@@ -123,6 +124,14 @@ class PushdownAutomaton(TokenAutomaton):
         self._returns_of, self._final_of = self._returns.tolist(), self._final.tolist()
         self._count_lo_of = self._count_lo.tolist()
         self._leaf_of_g = self._leaf_of.tolist()
+        # Leaf positions that walk the vocabulary alike share one row (the key of their
+        # config rows): a long leaf (a pattern under a maxLength) has few walks of its own.
+        self._row_key = list(range(len(accept)))
+        reach = int(info.layout.lengths.max(initial=0))
+        for k, d in enumerate(dfas):
+            if k and counted[k] is None and not _has_calls(d) and d.num_states >= SHARED_WALK_STATES:
+                reps = (offsets[k] + equivalent_within(d, reach)).tolist()
+                self._row_key[offsets[k]:offsets[k + 1]] = reps
         self._unique = dict(unique or {})
         self.unique_items = UniqueItems(self) if self._unique else None
         self._distances: dict[bytes, GrammarDistances] = {}  # alphabet -> completion distances
@@ -374,9 +383,12 @@ class PushdownAutomaton(TokenAutomaton):
         """Packed row of the tokens allowed from one configuration, and the stack depth its
         computation read down to; cached per state by the stack suffix it read."""
         stack, g = config
-        key, below = g, stack
+        key, below = self._row_key[g], stack
         if self._in_counted(g):  # the count matters only as far as one token can reach
             key, below = (g, *self._count_buckets(stack, g)), stack[:-1]
+        elif key != g:  # a leaf position that walks as the one it is keyed by
+            config = (stack, key)
+            g = key
         known = self._config_rows.setdefault(key, [])
         for suffix, row in known:
             if len(below) >= len(suffix) and below[len(below) - len(suffix):] == suffix:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from constraints.budget import CompileBudget
-from constraints.fsm import DEAD, ByteDFA, determinize, trim_and_minimize
+from constraints.fsm import DEAD, ByteDFA, determinize, equivalent_within, trim_and_minimize
 from constraints.nfa import CALL_BASE, NFA
 
 SYMBOLS = (ord("a"), ord("b"), ord("c"), CALL_BASE + 1)  # three bytes and one call column
@@ -76,6 +76,30 @@ def test_minimized_tables_keep_the_language_and_merge_every_equivalent_state(see
     trimmed = trim_and_minimize(dfa, minimize=False)
     assert trimmed.trans.flags["C_CONTIGUOUS"]
     assert all(_accepts(trimmed, w) == _accepts(dfa, w) for w in _words(4))
+
+
+def _trace(dfa: ByteDFA, state: int, word: tuple[int, ...]) -> tuple:
+    """Alive and accepting after each prefix of ``word`` (what a token walk reads)."""
+    out = []
+    for s in word:
+        state = int(dfa.trans[state, s]) if state >= 0 else DEAD
+        out.append(state >= 0 and bool(dfa.accept[state]) if state >= 0 else None)
+    return tuple(out)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("depth", [1, 2, 4])
+def test_states_alike_to_a_depth_share_a_representative_and_no_others_do(seed, depth):
+    dfa = _random_dfa(seed, n=10 + seed * 4)
+    reps = equivalent_within(dfa, depth)
+    byte_words = [w for w in _words(depth) if all(s < 256 for s in w)]
+
+    def signature(q: int) -> tuple:
+        return (bool(dfa.accept[q]), *(_trace(dfa, q, w) for w in byte_words))
+
+    sigs = [signature(q) for q in range(dfa.num_states)]
+    for q in range(dfa.num_states):
+        assert reps[q] == min(p for p in range(dfa.num_states) if sigs[p] == sigs[q]), q
 
 
 def test_a_long_chain_minimizes_to_its_distinct_states():

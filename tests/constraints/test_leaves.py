@@ -63,6 +63,27 @@ def test_a_new_schema_reuses_leaf_walks(tokenizer_info):
             assert len(tokenizer_info.leaf_walks) == before  # nothing new inside the string
 
 
+def test_a_pattern_under_a_long_max_length_walks_once_per_distinct_position(tokenizer_info):
+    """Far from the maximum every length walks the vocabulary alike: a long string of the
+    pattern computes a handful of leaf walks, not one per token, and the masks still end
+    the string at exactly maxLength characters."""
+    compiler = GrammarCompiler(tokenizer_info, cache_size=0)
+    grammar = compiler.compile_json_schema(
+        {"type": "string", "pattern": r"^[a-z ]+\.[a-z]+$", "maxLength": 400})
+    m = grammar.matcher()
+    before = len(tokenizer_info.leaf_walks)
+    assert m.accept_string('"' + "an " * 60)  # 180 characters, about 60 tokens
+    walks_in_string = 0
+    for _ in range(40):
+        grammar.automaton.mask_row(m._state)
+        walks_in_string = len(tokenizer_info.leaf_walks) - before
+        assert m.accept_string("an ")
+    assert walks_in_string <= 8
+    ok = grammar.matcher()
+    assert ok.accept_string('"' + "a" * 397 + '.ab"') and ok.is_terminated()
+    assert not grammar.matcher().accept_string('"' + "a" * 398 + '.ab"')
+
+
 @pytest.mark.parametrize("lo,hi", [(3, None), (2, 6), (1, 1024)])
 def test_patterned_strings_keep_their_length_bounds(byte_compiler, lo, hi):
     """A pattern with length bounds; a maxLength too long for one automaton is cut to one

@@ -25,6 +25,8 @@ BENCH_SCHEMAS = ["Github-Medium/o65427.json", "Snowplow/sp_353_Normalized.json",
                  "WashingtonPost/wp_101_Normalized.json", "Github-Easy/o10337.json"]
 SUITE_SCHEMAS = [
     {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 2, "maxLength": 40},
+    # A pattern under a long maxLength: its leaf positions share walks (equivalent_within).
+    {"type": "string", "pattern": "^[\\w /-]+\\.[0-9a-zA-Z]+$", "minLength": 1, "maxLength": 300},
     {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"},
                                       "mail": {"type": "string", "format": "email"},
                                       "n": {"type": "integer", "minimum": -5, "maximum": 900}},
