@@ -84,6 +84,7 @@ _DEAD = -1
 # bounds are infinite: no budget rows, the plain mask applies), so a grammar too wide to
 # search costs one search, not one per step.
 MAX_SEARCH_STATES = 20_000
+_SEGMENTS_MAX = 4096
 MARGIN = 64  # tokens of slack above a state's bound below which its budget rows are built
 
 
@@ -105,6 +106,8 @@ class ClosingDistance:
         self._bounds: dict[int, float] = {}  # interned state -> bound
         self._levels: dict[int, _Levels] = {}
         self._ways: dict[int, tuple[_Way, int]] = {}  # interned state -> the way it is on, where
+        self._segment_tokens: dict[bytes, float] = {}  # completion segment -> fewest tokens
+        self._last_spelled: tuple[bytes, list[float], list[int]] = (b"", [0], [0])
         self._lock = threading.RLock()
         self._margin = MARGIN  # grows to twice the largest one-token rise seen (see Margin)
         self._exhausted = False  # a search met MAX_SEARCH_STATES: no more searches (bound inf)
@@ -143,6 +146,8 @@ class ClosingDistance:
             if sid not in self._levels:
                 if sid not in self._bounds:
                     most = self._most_tokens(sid)  # an upper bound on the search's bound
+                    if most is not None and remaining - 1 < most + self._margin:
+                        most = min(most, self._segmented_tokens(state))
                     if most is not None:
                         self._fits[state] = (most, True)
                         if remaining - 1 >= most + self._margin:
@@ -206,6 +211,26 @@ class ClosingDistance:
             return None
         fewest = self._fewest_bytes(sid)
         return None if fewest is None else fewest + 1
+
+    def _segmented_tokens(self, state: State) -> float:
+        """At least the bound a search would find, cheaper than one: the automaton's shortest
+        completion cut at its frames' returns (``completion_segments``), each segment spelled
+        in its fewest tokens on its own (cached by its bytes: the callers' segments recur from
+        state to state), plus EOS. The search spells the same bytes whole, in no more
+        tokens. inf where the automaton cannot cut its completion."""
+        segments = getattr(self.automaton, "completion_segments", None)
+        segments = None if segments is None else segments(state, self._single_bytes)
+        if segments is None or not len(self._eos):
+            return math.inf
+        total = 1.0
+        for data in segments:
+            tokens = self._segment_tokens.get(data)
+            if tokens is None:
+                if len(self._segment_tokens) >= _SEGMENTS_MAX:
+                    self._segment_tokens.clear()
+                tokens = self._segment_tokens[data] = self._suffix_spellings(data)[0][0]
+            total += tokens
+        return total
 
     def _search(self, start: int) -> float:
         """Breadth-first over bytes to the nearest state that terminates, then the fewest
@@ -344,20 +369,34 @@ class ClosingDistance:
         return best
 
     def _spelled(self, data: bytes, end: int) -> _Way:
-        """The fewest tokens that spell each suffix of ``data`` (a backward dynamic program:
-        the tokens starting at i, longer while still a prefix of some token)."""
+        cost, step = self._suffix_spellings(data)
+        return _Way(data, cost, step, self._termination_cost(end), {})
+
+    def _suffix_spellings(self, data: bytes) -> tuple[list[float], list[int]]:
+        """The fewest tokens that spell each suffix of ``data`` and where the first token of
+        such a spelling ends (a backward dynamic program: the tokens starting at i, longer
+        while still a prefix of some token)."""
         n = len(data)
         cost = [math.inf] * n + [0]
         step = [n] * (n + 1)
         prefixes, vocab = self._prefixes, self._vocab
-        for i in range(n - 1, -1, -1):
+        # A suffix shared with the last way spelled (the closing of the same structure, from
+        # a state a token later) has the same spellings: only the rest is computed.
+        last, last_cost, last_step = self._last_spelled
+        shared = _common_suffix(data, last)
+        if shared:
+            shift = len(last) - n
+            cost[n - shared:] = last_cost[len(last) - shared:]
+            step[n - shared:] = [j - shift for j in last_step[len(last) - shared:]]
+        for i in range(n - shared - 1, -1, -1):
             for j in range(i + 1, min(n, i + self._max_token_len) + 1):
                 piece = data[i:j]
                 if piece not in prefixes:
                     break
                 if cost[j] + 1 < cost[i] and piece in vocab:
                     cost[i], step[i] = cost[j] + 1, j
-        return _Way(data, cost, step, self._termination_cost(end), {})
+        self._last_spelled = (data, cost, step)
+        return cost, step
 
     def _tight_row(self, sid: int, state: State, remaining: int) -> torch.Tensor | None:
         """With no slack (``remaining == bound``): the tokens that start a fewest-token
@@ -431,6 +470,19 @@ class ClosingDistance:
         rows = [torch.from_numpy(pack_token_ids(np.concatenate([token_ids[after <= k], eos]), vocab_size)) & mask
                 for k in thresholds[: max(len(thresholds) - 1, 1)].tolist()]
         return _Levels(thresholds, rows)
+
+
+def _common_suffix(a: bytes, b: bytes) -> int:
+    """Length of the longest common suffix of ``a`` and ``b`` (a binary search of slice
+    comparisons, each one a memcmp)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[len(a) - mid:] == b[len(b) - mid:]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 @dataclass(slots=True)

@@ -170,6 +170,7 @@ class GrammarDistances:
         self.dist_of = self.dist.tolist()  # the same, read one position at a time
         self._stack_cost: dict[tuple[int, ...], int] = {(): 0}
         self.moves: dict = {}  # (position, counting) -> the next step toward the end (pushdown.py)
+        self.segments: dict = {}  # return position -> its frame's way to the end (pushdown.py)
 
     def stack_cost(self, stack: tuple[int, ...]) -> int:
         """Bytes to finish every caller on ``stack`` (count frames, negative, cost nothing)."""

@@ -247,6 +247,13 @@ class PushdownAutomaton(TokenAutomaton):
         """Bytes of ``alphabet`` of min_bytes_to_accept's length after which ``state``
         accepts, found by following the grammar's distances rule by rule (no automaton
         steps); None where that is not possible. Callers check the way with ``advance``."""
+        segments = self.completion_segments(state, alphabet)
+        return None if segments is None else b"".join(segments)
+
+    def completion_segments(self, state: State, alphabet: np.ndarray) -> list[bytes] | None:
+        """shortest_completion cut where each frame of the stack returns: the top frame's
+        bytes, then each caller's from its return position (cached per position, so
+        the states of one deep structure share all but the top segment)."""
         fewest = self.min_bytes_to_accept(state, alphabet)
         if fewest is None:
             return None
@@ -255,16 +262,39 @@ class PushdownAutomaton(TokenAutomaton):
         if config is None:
             return None
         stack, g = config
+        top = self._segment(stack, g, dist, alphabet, 4 * fewest + 64)
+        if top is None:
+            return None
+        out, stack, g = [top[0]], top[1], top[2]
+        while stack or not self._final_of[g]:
+            seg = dist.segments.get(g, False)
+            if seg is False:
+                found = self._segment(stack, g, dist, alphabet, 4 * fewest + 64)
+                seg = dist.segments[g] = None if found is None else found[0]
+            if seg is None:
+                return None
+            out.append(seg)
+            if not stack:  # the main rule's way ends where it accepts
+                break
+            stack, g = stack[:-1], stack[-1]
+        return out if sum(map(len, out)) == fewest else None
+
+    def _segment(self, stack: tuple[int, ...], g: int, dist: GrammarDistances,
+                 alphabet: np.ndarray, limit: int) -> tuple[bytes, tuple[int, ...], int] | None:
+        """Descend from (stack, g) along the distances until its frame returns (or the main
+        rule ends): the bytes, and the configuration returned to. Reads no frame below."""
+        floor = len(stack) - (1 if self._in_counted_of[g] else 0)
         out = bytearray()
-        for _ in range(4 * fewest + 64):  # bytes, and calls and returns (which read none)
+        for _ in range(limit):  # bytes, and calls and returns (which read none)
             need = self._chars_needed(stack, g)
             final = self._final_of[g]
-            if final or self._returns_of[g]:
-                if need == 0 and not final:
-                    stack, g = (stack[:-2], stack[-2]) if self._in_counted_of[g] else (stack[:-1], stack[-1])
-                    continue
-                if final and not stack:
-                    return bytes(out) if len(out) == fewest else None
+            if final and not stack:
+                return bytes(out), stack, g
+            if self._returns_of[g] and need == 0:
+                stack, g = (stack[:-2], stack[-2]) if self._in_counted_of[g] else (stack[:-1], stack[-1])
+                if len(stack) < floor:
+                    return bytes(out), stack, g
+                continue
             move = self._descent_move(g, need > 0, dist, alphabet)
             if move is None:
                 return None

@@ -176,3 +176,19 @@ def test_a_budget_below_the_bound_keeps_the_closest_tokens(compiler):
     assert closing.bound(a) == 3  # a, a, EOS
     row = closing.budget_row(a, 1)
     assert np.nonzero(unpack_bitmask(row, grammar.vocab_size))[0].tolist() == [VOCAB.index(b"a")]
+
+
+def test_spellings_of_a_shared_suffix_are_reused_exactly(compiler):
+    """Each suffix's fewest tokens are the same whether computed whole or continued from
+    the last way spelled (the closing of one structure, met again from the next state)."""
+    auto = compiler.compile_regex(r'\{"(a|b)+":[0-9]+\}').automaton
+    rng = np.random.default_rng(0)
+    pieces = [b"a", b"b", b"ab", b'"', b'":', b"1", b"2", b"}", b"{", b"x"]
+    tail = b"".join(pieces[i] for i in rng.integers(0, len(pieces), 30))
+    reused = ClosingDistance(auto)
+    for _ in range(20):
+        head = b"".join(pieces[i] for i in rng.integers(0, len(pieces), int(rng.integers(0, 6))))
+        data = head + tail[int(rng.integers(0, 10)):]
+        fresh = ClosingDistance(auto)._suffix_spellings(data)
+        assert reused._suffix_spellings(data) == fresh
+        tail = data
