@@ -52,7 +52,18 @@ request short. The tokens of JSON schemas rise the bound by a few tokens.
 Far from the budget no search runs at all: the fewest bytes to finish plus EOS is at least
 the bound a search would find (every byte of the way is a token), so a state with
 ``r - 1 >= that + margin`` keeps every token, as it would with the searched bound; the
-answer is kept per state and read without the lock on later fills.
+answer is kept per state and read without the lock on later fills. Where bytes say too
+little (a schema whose shortest instance is hundreds of bytes), a pushdown's shortest
+completion cut where its frames return (``completion_segments``) gives a tighter value
+without a search: each segment spelled in its fewest tokens on its own (cached by its
+bytes: a deep structure's callers recur from state to state) plus EOS, at least what the
+search finds spelling the same bytes whole.
+
+Near the budget, before any budget row is built, one vocabulary walk with no search proves
+the common case: if every end state's cached bound, or its fewest bytes plus EOS, is at most
+``r - 1``, every token fits (exact, no margin), and that is kept for the state. A way's
+spellings are continued from the last way spelled where the two share a suffix (the closing
+of one structure seen from the next state), so consecutive searches cost their new bytes.
 
 Cost. States are interned into a byte-transition table filled on demand (one ``advance``
 per group of bytes that lead alike (``byte_classes``) the first time a state is met, the automaton's own
@@ -62,7 +73,7 @@ threshold) and reused by every request.
 
 Everything goes through the ``TokenAutomaton`` interface: ``initial``, ``advance``,
 ``is_accepting``, ``can_continue``, ``mask_row`` and ``min_bytes_to_accept`` (and a pushdown's
-``shortest_completion`` where it has one).
+``shortest_completion`` and ``completion_segments`` where it has them).
 """
 
 from __future__ import annotations
