@@ -130,8 +130,10 @@ def test_bf16_on_a_cpu_with_native_bf16(engine, model_dir):
                           "\"L'Etoile, la Marseillaise,\" (2026-12-02) where fp32, fp32 gguf and dense bf16 "
                           "answer Paris; its GEMM error there is dense bf16's (0.24% against 0.30% on random "
                           "data), so greedy flips on this prompt rather than a kernel being wrong")
-def test_auto_on_a_cpu_with_native_bf16_answers_like_fp32(engine):
+def test_auto_on_a_cpu_with_native_bf16_answers_like_fp32(engine, monkeypatch):
     """What "auto" picks on such a CPU (bf16, the GGUF's int4 weights kept packed)."""
+    # The real probe, past the session's fp32 pin (tests/conftest.py) that "auto" reads.
+    monkeypatch.setattr("sglang_lite.config.native_cpu_bf16", native_cpu_bf16)
     auto = Engine()
     try:
         assert auto.config.dtype == "bfloat16" and auto.config.quantization == "gguf"
