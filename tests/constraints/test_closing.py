@@ -107,9 +107,9 @@ def test_a_budget_with_no_slack_keeps_tokens_of_a_fewest_completion_without_a_vo
     fresh = ClosingDistance(auto)  # nothing cached yet
     checked = 0
     for s, d in exact.items():
-        if d == 0 or fresh.budget_row(s, int(d)) is None:
+        row = None if d == 0 else fresh.budget_row(s, int(d))
+        if row is None:
             continue
-        row = fresh.budget_row(s, int(d))
         got = set(np.nonzero(unpack_bitmask(row, auto.info.vocab_size))[0].tolist())
         assert got and got <= _fitting(auto, exact, s, int(d)), (s, d)
         checked += 1
