@@ -14,6 +14,7 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -46,14 +47,27 @@ class Engine:
         self.config = cfg = EngineConfig.create(model=model, **options)
         if cfg.num_threads and cfg.device == "cpu":
             torch.set_num_threads(cfg.num_threads)
-        self.source = resolve_model(cfg.model, cfg.tokenizer, cfg.revision)
-        self.tp = self._launch_tp(options.get("attention_backend", "auto"))
+        # The scheduler's thread builds the engine, then runs it, so torch's parallel CPU work
+        # stays on one thread: GNU OpenMP keeps a worker team per thread that ran a parallel
+        # region, and past one per core they sleep between ops (2x the batch-1 TPOT here).
+        started: Future = Future()
+        self._thread = threading.Thread(target=self._run, args=(options, started),
+                                        name="sglang-lite-scheduler", daemon=True)
+        self._thread.start()
+        started.result()
+
+    def _run(self, options: dict[str, Any], started: Future) -> None:
+        self.tp = None
         try:
+            self.source = resolve_model(self.config.model, self.config.tokenizer, self.config.revision)
+            self.tp = self._launch_tp(options.get("attention_backend", "auto"))
             self._build(options)
-        except BaseException:
+        except BaseException as e:
             if self.tp is not None:
                 self.tp.close()
-            raise
+            return started.set_exception(e)
+        started.set_result(None)
+        self._mailbox.serve(self.scheduler)
 
     def _build(self, options: dict[str, Any]) -> None:
         cfg = self.config
@@ -111,9 +125,6 @@ class Engine:
         self._failure_listeners: list = []
         if self.tp is not None:
             self.tp.on_failure(self._on_rank_failure)
-        self._thread = threading.Thread(target=self._mailbox.serve, args=(self.scheduler,),
-                                        name="sglang-lite-scheduler", daemon=True)
-        self._thread.start()
 
     # ---- construction helpers ---------------------------------------------------------------
     def _launch_tp(self, requested_backend: str):

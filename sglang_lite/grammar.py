@@ -112,7 +112,10 @@ class GrammarBackend:
         if not any(r.grammar is not None for r in reqs):
             return None
         mask = self._buffer(len(reqs))
-        mask.fill_(-1)
+        # numpy's fill, not torch's: from 22 rows up torch's fill_ is an OpenMP parallel
+        # region, and its team would stay with the mask thread and slow every step
+        # (engine.py: torch's parallel work stays on the scheduler's thread).
+        mask.numpy().fill(-1)
         for i, (req, budget) in enumerate(zip(reqs, budgets)):
             if req.grammar is None:
                 continue

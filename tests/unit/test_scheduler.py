@@ -197,3 +197,42 @@ def test_schedule_policy_orders_admission(model_dir, policy, first):
         assert_no_leak(eng)
     finally:
         eng.shutdown()
+
+
+def test_the_scheduler_thread_loads_the_model_and_runs_every_step(model_dir, monkeypatch):
+    """torch's parallel CPU work stays on one thread (engine.py: GNU OpenMP keeps a team for
+    every thread that ran a parallel region, and a second team makes every step pay wake-ups):
+    the model is loaded where the steps run, never on the caller's thread."""
+    import sglang_lite.engine as engine_module
+
+    threads = {"load": set(), "step": set()}
+    load_model = engine_module.load_model
+
+    def recording_load(*args, **kwargs):
+        threads["load"].add(threading.current_thread())
+        return load_model(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "load_model", recording_load)
+    eng = _engine(model_dir)
+    try:
+        run_model = eng.scheduler.runner.run_model
+
+        def recording_run(fb):
+            threads["step"].add(threading.current_thread())
+            return run_model(fb)
+
+        eng.scheduler.runner.run_model = recording_run
+        eng.generate("Hello", {"max_new_tokens": 4, "ignore_eos": True})
+        assert threads["load"] == threads["step"] == {eng._thread}
+        assert eng._thread is not threading.current_thread()
+    finally:
+        eng.shutdown()
+
+
+def test_a_failure_while_building_raises_on_the_callers_thread_and_leaves_no_thread():
+    before = set(threading.enumerate())
+    with pytest.raises(ValueError, match="unknown dummy preset"):
+        Engine("dummy:nope")  # resolving the model
+    with pytest.raises(ValueError, match="kv_cache_memory: too small"):
+        Engine("dummy:tiny", kv_cache_memory="1KiB")  # building the KV pool
+    assert not any(t.name == "sglang-lite-scheduler" for t in set(threading.enumerate()) - before)
