@@ -99,6 +99,10 @@ class EngineConfig:
     enable_jump_forward: bool = True
     # Fill a step's grammar bitmasks in a worker thread while the model runs.
     overlap_grammar_masks: bool = True
+    # Decode steps of up to torch_compile_max_bs rows through torch.compile (compiled_decode.py):
+    # CPU only (CUDA decode runs CUDA graphs); start-up compiles its graphs first (20-60 s each).
+    enable_torch_compile: bool = False
+    torch_compile_max_bs: int = 8
     disable_cuda_graph: bool = False  # CUDA graphs for decode are on by default on cuda (triton)
     cuda_graph_max_bs: int = 256
     # Decode steps run back to back on the device between two host syncs, when every running
@@ -199,6 +203,19 @@ class EngineConfig:
             raise ValueError("schedule_policy: must be 'lpm' or 'fcfs'")
         parse_size(self.kv_cache_memory)
         self._validate_tp()
+        self._validate_torch_compile()
+
+    def _validate_torch_compile(self) -> None:
+        if not self.enable_torch_compile:
+            return
+        if isinstance(self.torch_compile_max_bs, bool) or not isinstance(self.torch_compile_max_bs, int) \
+                or self.torch_compile_max_bs < 1:
+            raise ValueError(f"torch_compile_max_bs: must be an integer >= 1, got {self.torch_compile_max_bs!r}")
+        if self.device != "cpu":
+            raise ValueError(f"enable_torch_compile: the CPU decode path only (device {self.device!r} runs "
+                             "CUDA graphs)")
+        if self.tp != 1:
+            raise ValueError(f"enable_torch_compile: not with tensor parallelism (tp={self.tp})")
 
     def _validate_dense_weights(self) -> None:
         above = self.dense_weights_above

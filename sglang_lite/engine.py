@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from sglang_lite.attention import create_backend, fit_attention_backend
+from sglang_lite.compiled_decode import warm_up as warm_up_compiled_decode
 from sglang_lite.config import EngineConfig, parse_size
 from sglang_lite.errors import EngineShutDown, InvalidRequest, QueueFullError
 from sglang_lite.intake import RequestIntake
@@ -47,9 +48,8 @@ class Engine:
         self.config = cfg = EngineConfig.create(model=model, **options)
         if cfg.num_threads and cfg.device == "cpu":
             torch.set_num_threads(cfg.num_threads)
-        # The scheduler's thread builds the engine, then runs it, so torch's parallel CPU work
-        # stays on one thread: GNU OpenMP keeps a worker team per thread that ran a parallel
-        # region, and past one per core they sleep between ops (2x the batch-1 TPOT here).
+        # The scheduler's thread builds the engine, then runs it: torch's parallel CPU work stays
+        # on one thread (GNU OpenMP keeps a team per thread; more than the cores: 2x batch-1 TPOT).
         started: Future = Future()
         self._thread = threading.Thread(target=self._run, args=(options, started),
                                         name="sglang-lite-scheduler", daemon=True)
@@ -57,11 +57,12 @@ class Engine:
         started.result()
 
     def _run(self, options: dict[str, Any], started: Future) -> None:
-        self.tp = None
+        cfg, self.tp = self.config, None
         try:
-            self.source = resolve_model(self.config.model, self.config.tokenizer, self.config.revision)
+            self.source = resolve_model(cfg.model, cfg.tokenizer, cfg.revision)
             self.tp = self._launch_tp(options.get("attention_backend", "auto"))
             self._build(options)
+            warm_up_compiled_decode(self.scheduler, self.intake, cfg)
         except BaseException as e:
             if self.tp is not None:
                 self.tp.close()
@@ -95,7 +96,8 @@ class Engine:
         if cfg.deterministic:
             self._check_batch_invariance()
         runner_args = (self.model, backend, self.req_pool, cfg.torch_device)
-        runner_options = {"cuda_graph_max_bs": cfg.cuda_graph_batch_limit, "deterministic": cfg.deterministic}
+        runner_options = {"cuda_graph_max_bs": cfg.cuda_graph_batch_limit, "deterministic": cfg.deterministic,
+                          "compile_decode_max_bs": cfg.torch_compile_max_bs if cfg.enable_torch_compile else 0}
         if self.tp is not None:
             from sglang_lite.parallel.runner import TPModelRunner
 
@@ -164,10 +166,8 @@ class Engine:
                                mc.num_heads // mc.num_kv_heads, BLOCK)
 
     def _eos_ids(self) -> tuple[int, ...]:
-        ids = set(self.model_config.eos_token_ids)
-        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        return tuple(sorted(ids))
+        tokenizer_eos = None if self.tokenizer is None else self.tokenizer.eos_token_id
+        return tuple(sorted(set(self.model_config.eos_token_ids) | ({tokenizer_eos} - {None})))
 
     def _build_kv_pool(self) -> KVPool:
         cfg, mc = self.config, self.model_config

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import torch
 
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch, ForwardMode
+from sglang_lite.compiled_decode import CompiledDecode
 from sglang_lite.cuda_graph import CudaGraphRunner, capture_batch_sizes
 from sglang_lite.mem.req_to_token import ReqToTokenPool
 from sglang_lite.model.batch_invariant import BatchInvariantMode
@@ -19,7 +20,8 @@ from sglang_lite.scheduled_batch import ScheduledBatch
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, backend: AttentionBackend, req_pool: ReqToTokenPool,
-                 device: torch.device, cuda_graph_max_bs: int = 0, deterministic: bool = False):
+                 device: torch.device, cuda_graph_max_bs: int = 0, deterministic: bool = False,
+                 compile_decode_max_bs: int = 0):
         self.model = model
         self.backend = backend
         # deterministic: every forward inside BatchInvariantMode (fixed-shape matmuls)
@@ -27,6 +29,8 @@ class ModelRunner:
         self.req_pool = req_pool
         self.device = device
         self.graph_runner = None  # decode batches up to cuda_graph_max_bs replay captured graphs
+        # CPU decode batches up to compile_decode_max_bs rows run through torch.compile
+        self.compiled = CompiledDecode(model, backend, compile_decode_max_bs) if compile_decode_max_bs else None
         if cuda_graph_max_bs > 0:
             self.graph_runner = CudaGraphRunner(model, backend, req_pool, device,
                                                 capture_batch_sizes(cuda_graph_max_bs))
@@ -116,6 +120,8 @@ class ModelRunner:
         runner (parallel/runner.py) hooks here to send the plan to its workers first."""
         self.backend.init_forward_metadata(fb)
         with self._numerics():
+            if self.compiled is not None and self.compiled.can_run(fb):
+                return self.compiled(fb)
             return self.model(fb, self.backend)
 
 

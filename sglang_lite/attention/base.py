@@ -80,6 +80,11 @@ class AttentionBackend(ABC):
     def init_forward_metadata(self, batch: ForwardBatch) -> None:  # noqa: B027
         """Optional per-step precomputation."""
 
+    def step_tensors(self) -> list[torch.Tensor]:
+        """The tensors ``init_forward_metadata`` built for this step, whose every size may
+        change from step to step (compiled_decode.py compiles them as symbolic sizes)."""
+        return []
+
     @abstractmethod
     def forward(
         self,

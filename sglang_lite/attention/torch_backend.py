@@ -76,6 +76,10 @@ class TorchAttentionBackend(AttentionBackend):
                 self._extend.append(_build_extend_row(batch, i, start, device))
             start += n
 
+    def step_tensors(self) -> list[torch.Tensor]:
+        d = self._decode
+        return [] if d is None else [d.token_rows, d.pages, d.mask, d.seq_lens]
+
     def forward(self, q, k, v, layer_id: int, batch: ForwardBatch, sm_scale: float, *,
                 sliding_window: int | None = None, logit_softcap: float | None = None) -> torch.Tensor:
         pool = self.kv_pool
@@ -107,7 +111,9 @@ def _build_decode_rows(batch: ForwardBatch, idx: list[int], page_size: int, devi
     # larger copies. A request's page j holds its positions j*page_size ...
     idx_t = torch.tensor(idx, dtype=torch.long, device=device)
     seq_lens = batch.seq_lens[idx_t]
-    max_pages = -(-max(batch.seq_lens_cpu[i] for i in idx) // page_size)
+    # At least two pages (the padding is masked): a compiled step (compiled_decode.py) keeps
+    # the page count symbolic, which torch.compile assumes is never 1.
+    max_pages = max(2, -(-max(batch.seq_lens_cpu[i] for i in idx) // page_size))
     padded = max_pages * page_size
     rows = batch.req_pool_indices[idx_t]
     first_slots = batch.req_to_token[rows, :padded:page_size].long()  # [Bd, max_pages]
@@ -132,7 +138,7 @@ def _decode_attention(q, pool: KVPool, layer_id: int, rows: _DecodeRows, how: _H
     bd, hq, d = q.shape
     hkv = pool.num_kv_heads
     k, v = pool.gather_pages(layer_id, rows.pages)  # [Bd * max_pages, page_size, Hkv, D]
-    k, v = k.view(bd, rows.padded_len, hkv, d), v.view(bd, rows.padded_len, hkv, d)
+    k, v = k.view(bd, -1, hkv, d), v.view(bd, -1, hkv, d)  # -1: a size compiled_decode.py keeps symbolic
     qg = q.view(bd, hkv, hq // hkv, d)
     o = _attend(qg, k.transpose(1, 2), v.transpose(1, 2), rows.mask_for(how.window), how)  # [Bd, Hkv, group, D]
     return o.reshape(bd, hq, d)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,7 @@ def _commands(args, gguf: Path, port: int) -> dict[str, list[str]]:
         ours += ["--model", str(gguf)]
     if args.quantization:
         ours += ["--quantization", args.quantization]
+    ours += shlex.split(args.server_args)
     return {"llama-server": peer, "sglang-lite": ours}
 
 
@@ -64,6 +66,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"), help="path to llama-server")
     ap.add_argument("--model", default=None, help="a GGUF file (default: the embedded SmolLM2 Q4_1)")
     ap.add_argument("--quantization", default=None, help="ours (default: the engine's auto)")
+    ap.add_argument("--server-args", default="", help="more options for ours, e.g. '--enable-torch-compile'")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--prompts-per-slot", type=int, default=2)
     ap.add_argument("--min-prompts", type=int, default=8)
