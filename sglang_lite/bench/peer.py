@@ -66,7 +66,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"), help="path to llama-server")
     ap.add_argument("--model", default=None, help="a GGUF file (default: the embedded SmolLM2 Q4_1)")
     ap.add_argument("--quantization", default=None, help="ours (default: the engine's auto)")
-    ap.add_argument("--server-args", default="", help="more options for ours, e.g. '--enable-torch-compile'")
+    ap.add_argument("--server-args", default="", help="more options for ours, e.g. --server-args=--enable-torch-compile")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--prompts-per-slot", type=int, default=2)
     ap.add_argument("--min-prompts", type=int, default=8)
