@@ -44,6 +44,8 @@ class CompiledDecode:
         cxx = os.environ.get("CXX") or "g++"  # the compiler inductor builds its C++ with
         if shutil.which(cxx) is None:
             self._fail(f"no C++ compiler: {cxx!r} not found (set CXX)")
+        elif type(backend).step_tensors is AttentionBackend.step_tensors:  # every new length: a compile
+            self._fail(f"attention backend {type(backend).__name__} has no symbolic step sizes")
 
     def can_run(self, fb: ForwardBatch) -> bool:
         return self.failed is None and fb.mode == ForwardMode.DECODE and fb.input_ids.shape[0] <= self.max_bs

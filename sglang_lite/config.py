@@ -217,6 +217,8 @@ class EngineConfig:
                              "CUDA graphs)")
         if self.tp != 1:
             raise ValueError(f"enable_torch_compile: not with tensor parallelism (tp={self.tp})")
+        if self.attention_backend != "torch":  # the backend whose step sizes stay symbolic
+            raise ValueError(f"enable_torch_compile: needs attention_backend 'torch', not {self.attention_backend!r}")
 
     def _validate_dense_weights(self) -> None:
         above = self.dense_weights_above

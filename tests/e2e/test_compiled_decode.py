@@ -87,6 +87,7 @@ def test_without_a_cxx_compiler_it_runs_eagerly_with_a_log_line(model_dir, monke
 @pytest.mark.parametrize("options, field", [
     ({"torch_compile_max_bs": 0}, "torch_compile_max_bs"),
     ({"tp": 2}, "enable_torch_compile"),
+    ({"deterministic": True}, "enable_torch_compile: needs attention_backend 'torch'"),
 ])
 def test_bad_compile_options_name_the_field(options, field):
     with pytest.raises(ValueError, match=field):

@@ -107,7 +107,13 @@ def test_session_pinned_and_metrics_add_up(dp):
             t.join(120)
         sent += len(threads)
         assert len(results) == len(threads)
+        # A streamed request is counted once the router has relayed its last byte, which can
+        # land just after the client has read it: wait (briefly) for the counters to settle.
+        deadline = time.monotonic() + 10
         samples = router_metrics(r.base_url)
+        while metric_sum(samples, "sglang_lite_router:requests_total") < sent and time.monotonic() < deadline:
+            time.sleep(0.05)
+            samples = router_metrics(r.base_url)
     requests = metric_sum(samples, "sglang_lite_router:requests_total")
     per_replica = [metric_sum(samples, "sglang_lite_router:requests_total", replica=u.removeprefix("http://"))
                    for u in urls]

@@ -31,8 +31,9 @@ def _serve(*flags: str) -> tuple[subprocess.Popen, str]:
 
 
 def _tp_workers(pid: int) -> list[int]:
-    """Child processes of ``pid`` that are tensor-parallel worker ranks."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    """Child processes of ``pid`` that are tensor-parallel worker ranks (started by whichever of
+    its threads: the engine launches them from its scheduler thread)."""
+    children = [c for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
     return [int(c) for c in children
             if WORKER_MODULE in Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ").decode()]
 
