@@ -5,11 +5,15 @@ log line where inductor cannot build."""
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 
 import pytest
 
 from sglang_lite import Engine
 
+needs_cxx = pytest.mark.skipif(shutil.which(os.environ.get("CXX") or "g++") is None,
+                               reason="inductor needs a C++ compiler")
 PROMPTS = ["The capital of France is", "List three colors:", "def fibonacci(n):"]
 GREEDY = {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True}
 
@@ -27,6 +31,7 @@ def _count_compiled_steps(eng: Engine) -> list[int]:
     return calls
 
 
+@needs_cxx
 def test_compiled_decode_gives_the_eager_greedy_tokens(engine):
     """The embedded model, one compiled graph (a row at a time); a batch of two runs eagerly."""
     eng = Engine(enable_torch_compile=True, torch_compile_max_bs=1)
@@ -45,6 +50,7 @@ def test_compiled_decode_gives_the_eager_greedy_tokens(engine):
     assert pair == eager[:2]
 
 
+@needs_cxx
 def test_the_batch_graph_serves_every_batch_size_and_kv_length_without_compiling_again(model_dir):
     """Batch sizes 2-4 share one graph with symbolic sizes, compiled at start-up; sequences
     crossing many KV pages and batches of every size then compile nothing more."""
