@@ -1,5 +1,5 @@
 """From logits to next tokens: grammar bitmask -> penalties -> min-tokens -> logprobs ->
-temperature / top-k / top-p / min-p sampling (``kernels.sampling``: Triton on CUDA,
+temperature / top-k / top-p / min-p sampling (``sglang_lite_kernels.sampling``: Triton on CUDA,
 torch on CPU), seeded per request by (seed, step)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.sampling import sample
 from sglang_lite.request import Req
+from sglang_lite_kernels.sampling import sample
 
 
 @dataclass(slots=True)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import kernels
+import sglang_lite_kernels
 
-kernels.select_interpreter()  # before anything imports triton: kernels run interpreted on CPU
+sglang_lite_kernels.select_interpreter()  # before anything imports triton: kernels run interpreted on CPU
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

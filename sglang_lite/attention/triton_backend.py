@@ -1,4 +1,4 @@
-"""Paged attention through the Triton kernels in ``kernels/`` (the default on CUDA).
+"""Paged attention through the Triton kernels in ``sglang_lite_kernels/`` (the default on CUDA).
 
 Decode steps (one new token per request) run flash-decoding with a split count chosen from
 the batch size alone (the kernel's default rounded down to a power of two, so a handful of
@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import torch
 
-from kernels.decode_attention import decode_attention, default_num_kv_splits
-from kernels.extend_attention import extend_attention
-from kernels.store_kv import store_kv
 from sglang_lite.attention.base import (
     AttentionBackend,
     ForwardBatch,
@@ -22,6 +19,9 @@ from sglang_lite.attention.base import (
     UnsupportedAttention,
 )
 from sglang_lite.mem.kv_pool import KVPool
+from sglang_lite_kernels.decode_attention import decode_attention, default_num_kv_splits
+from sglang_lite_kernels.extend_attention import extend_attention
+from sglang_lite_kernels.store_kv import store_kv
 
 
 class TritonAttentionBackend(AttentionBackend):

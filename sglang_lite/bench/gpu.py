@@ -125,7 +125,7 @@ def _engine_batch1(eng, vocab: int, new_tokens: int) -> dict:
 
 # ---- phase: decode-attention kernel bandwidth ----------------------------------------------
 def phase_kernel(args) -> dict:
-    from kernels.bench_decode import copy_bandwidth_gbps, decode_bandwidth
+    from sglang_lite_kernels.bench_decode import copy_bandwidth_gbps, decode_bandwidth
 
     c = preset(TARGET_MODEL)
     copy = max(copy_bandwidth_gbps() for _ in range(3))

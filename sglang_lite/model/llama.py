@@ -6,7 +6,7 @@ by switches in ``ModelConfig``: Qwen2's qkv bias, Qwen3's per-head qk-norm, Gemm
 embeddings, (1 + w) norms around attention and MLP, GELU, soft-capped attention scores and
 logits, sliding-window layers with their own RoPE; Phi-4-mini's partial rotary.
 
-On CUDA the elementwise work runs in fused Triton kernels (``kernels/``): residual add +
+On CUDA the elementwise work runs in fused Triton kernels (``sglang_lite_kernels/``): residual add +
 RMSNorm, RoPE on q and k in place, SiLU-and-mul. A decode step of a small batch is a chain of
 launches, so each op fused away is latency saved; the math and its rounding points are the
 plain-torch path's, which CPUs run (``use_fused_ops`` chooses).
@@ -21,12 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels._triton import runs_fused
-from kernels.activation import silu_and_mul, silu_and_mul_ref
-from kernels.rmsnorm import rmsnorm
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch
 from sglang_lite.model.config import ModelConfig
 from sglang_lite.model.rope import RotaryEmbedding
+from sglang_lite_kernels._triton import runs_fused
+from sglang_lite_kernels.activation import silu_and_mul, silu_and_mul_ref
+from sglang_lite_kernels.rmsnorm import rmsnorm
 
 if TYPE_CHECKING:
     from sglang_lite.parallel.shard import ModelShard

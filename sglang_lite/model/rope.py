@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from kernels._triton import runs_fused
-from kernels.rope import apply_rope_, rotate_ref
+from sglang_lite_kernels._triton import runs_fused
+from sglang_lite_kernels.rope import apply_rope_, rotate_ref
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> torch.Tensor:

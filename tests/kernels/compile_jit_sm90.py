@@ -62,9 +62,9 @@ def _install() -> None:
 
 
 def _attention(num_heads: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> None:
-    from kernels.decode_attention import decode_attention
-    from kernels.extend_attention import extend_attention
-    from kernels.store_kv import store_kv
+    from sglang_lite_kernels.decode_attention import decode_attention
+    from sglang_lite_kernels.extend_attention import extend_attention
+    from sglang_lite_kernels.store_kv import store_kv
 
     k_buf = torch.zeros(1024, num_kv_heads, head_dim, dtype=dtype)
     req_to_token = torch.zeros(8, 512, dtype=torch.int32)  # the engine's ReqToTokenPool dtype
@@ -83,7 +83,7 @@ def _attention(num_heads: int, num_kv_heads: int, head_dim: int, dtype: torch.dt
 
 
 def _sampling(vocab: int) -> None:
-    from kernels.sampling import apply_token_bitmask_inplace_triton, sample_triton
+    from sglang_lite_kernels.sampling import apply_token_bitmask_inplace_triton, sample_triton
 
     for batch in (1, 8):
         logits = torch.zeros(batch, vocab)
@@ -105,9 +105,9 @@ def main() -> None:
         _attention(32, 8, 128, dtype)
     for vocab in (49152, 128256):
         _sampling(vocab)
-    from kernels.activation import silu_and_mul
-    from kernels.rmsnorm import rmsnorm
-    from kernels.rope import apply_rope_
+    from sglang_lite_kernels.activation import silu_and_mul
+    from sglang_lite_kernels.rmsnorm import rmsnorm
+    from sglang_lite_kernels.rope import apply_rope_
 
     for hidden, inter, hq, hkv, head_dim in ((576, 1536, 9, 3, 64), (2048, 8192, 32, 8, 64), (4096, 14336, 32, 8, 128)):
         x = torch.zeros(3, hidden, dtype=torch.bfloat16)

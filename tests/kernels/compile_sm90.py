@@ -15,7 +15,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from kernels import decode_attention, extend_attention, rmsnorm, sampling, store_kv  # noqa: E402
+from sglang_lite_kernels import decode_attention, extend_attention, rmsnorm, sampling, store_kv  # noqa: E402
 
 I32 = "i32"
 

@@ -1,14 +1,14 @@
 """Kernel tests: Triton's interpreter on CPU when there is no CUDA device.
 
 triton reads TRITON_INTERPRET once, when ``triton.language`` is first imported; the root
-conftest calls ``kernels.select_interpreter()`` before anything imports triton.
+conftest calls ``sglang_lite_kernels.select_interpreter()`` before anything imports triton.
 """
 
 import pytest
 
-import kernels
+import sglang_lite_kernels
 
-INTERPRET = kernels.select_interpreter()
+INTERPRET = sglang_lite_kernels.select_interpreter()
 
 
 @pytest.fixture

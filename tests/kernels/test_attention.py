@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels._triton import tl, triton
-from kernels.decode_attention import decode_attention, decode_attention_ref
-from kernels.extend_attention import extend_attention, extend_attention_ref
-from kernels.store_kv import store_kv, store_kv_ref
+from sglang_lite_kernels._triton import tl, triton
+from sglang_lite_kernels.decode_attention import decode_attention, decode_attention_ref
+from sglang_lite_kernels.extend_attention import extend_attention, extend_attention_ref
+from sglang_lite_kernels.store_kv import store_kv, store_kv_ref
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 # triton 3.9's interpreter returns garbage from tl.dot on bf16 operands (a 16x16 bf16 dot is
@@ -229,7 +229,7 @@ def test_gpu_extend_realistic():
 @pytest.mark.gpu
 @requires_cuda
 def test_gpu_decode_bandwidth_script_runs():
-    from kernels.bench_decode import decode_bandwidth
+    from sglang_lite_kernels.bench_decode import decode_bandwidth
 
     result = decode_bandwidth(batch=2, context=1024)
     assert result["gbps"] > 0 and result["ms"] > 0

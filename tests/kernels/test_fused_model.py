@@ -6,8 +6,8 @@ import random
 import pytest
 import torch
 
-from kernels._triton import HAS_TRITON
 from sglang_lite import Engine
+from sglang_lite_kernels._triton import HAS_TRITON
 
 pytestmark = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
 

@@ -4,8 +4,8 @@ references, and the references against transformers."""
 import pytest
 import torch
 
-from kernels.activation import silu_and_mul, silu_and_mul_ref
-from kernels.rope import apply_rope_, apply_rope_ref
+from sglang_lite_kernels.activation import silu_and_mul, silu_and_mul_ref
+from sglang_lite_kernels.rope import apply_rope_, apply_rope_ref
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 2e-3)])

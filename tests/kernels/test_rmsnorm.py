@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kernels.rmsnorm import rmsnorm, rmsnorm_ref
+from sglang_lite_kernels.rmsnorm import rmsnorm, rmsnorm_ref
 
 
 def test_ref_matches_llama_rmsnorm():

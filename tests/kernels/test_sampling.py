@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kernels.sampling import (
+from sglang_lite_kernels.sampling import (
     _inverse_cdf,
     apply_token_bitmask_inplace_ref,
     apply_token_bitmask_inplace_triton,

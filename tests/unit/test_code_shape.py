@@ -11,12 +11,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+TOP_LEVEL_PACKAGES = ("sglang_lite", "constraints", "sglang_lite_kernels", "frontend_dsl")
+
+
+def test_no_installed_distribution_ships_a_top_level_name_of_ours():
+    """A top-level package of ours shadows any installed package of the same name (the repo root
+    is first on sys.path): transformers 5.25 requires Hugging Face's ``kernels`` and imported our
+    old ``kernels/`` in its place. Every dependency is installed here, so a collision shows."""
+    import importlib.metadata
+
+    shipped_by = importlib.metadata.packages_distributions()
+    others = {name: sorted(set(shipped_by.get(name, [])) - {"sglang-lite"}) for name in TOP_LEVEL_PACKAGES}
+    assert {name: dists for name, dists in others.items() if dists} == {}
 
 
 def test_importing_the_packages_changes_no_environment_variable():
     code = (
         "import json, os; before = dict(os.environ); "
-        "import kernels, kernels.sampling, kernels.decode_attention, sglang_lite, "
+        "import sglang_lite_kernels, sglang_lite_kernels.sampling, sglang_lite_kernels.decode_attention, sglang_lite, "
         "sglang_lite.engine, sglang_lite.server.app, constraints, frontend_dsl; "
         "after = dict(os.environ); "
         "print(json.dumps({k: v for k, v in after.items() if before.get(k) != v}))"
@@ -34,7 +46,7 @@ _KNOWN_TYPE_ONLY_CYCLES = {
 }
 
 
-@pytest.mark.parametrize("package", ["sglang_lite", "constraints", "kernels"])
+@pytest.mark.parametrize("package", ["sglang_lite", "constraints", "sglang_lite_kernels"])
 def test_no_import_cycles(package):
     from tools.code_shape import import_cycles
 
@@ -43,12 +55,13 @@ def test_no_import_cycles(package):
 
 
 def test_imports_point_one_way():
-    """frontend_dsl -> sglang_lite -> constraints, kernels (DESIGN.md): never back."""
+    """frontend_dsl -> sglang_lite -> constraints, sglang_lite_kernels (DESIGN.md): never back."""
     from tools.code_shape import imports, module_files
 
-    known = {m for p in ("sglang_lite", "constraints", "kernels", "frontend_dsl") for m in module_files(p)}
-    lower = {"sglang_lite": ("frontend_dsl",), "constraints": ("sglang_lite", "frontend_dsl", "kernels"),
-             "kernels": ("sglang_lite", "frontend_dsl", "constraints")}
+    known = {m for p in TOP_LEVEL_PACKAGES for m in module_files(p)}
+    lower = {"sglang_lite": ("frontend_dsl",),
+             "constraints": ("sglang_lite", "frontend_dsl", "sglang_lite_kernels"),
+             "sglang_lite_kernels": ("sglang_lite", "frontend_dsl", "constraints")}
     wrong = []
     for package, forbidden in lower.items():
         for module, path in module_files(package).items():

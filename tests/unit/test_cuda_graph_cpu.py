@@ -152,7 +152,7 @@ def test_padded_decode_logits_match_unpadded_rows(backend):
     """A decode batch of 3 again through the padded path (k/v rewritten with equal values):
     real rows equal the ordinary path's logits; padding rows (seq_len 1, slot 0) are harmless.
     With the Triton backend (what graphs capture; interpreted on CPU) against the torch one."""
-    from kernels._triton import HAS_TRITON
+    from sglang_lite_kernels._triton import HAS_TRITON
 
     if backend == "triton" and not HAS_TRITON:
         pytest.skip("triton is not installed")
@@ -196,7 +196,7 @@ def _generate_sampled(eng):
 def test_continuous_decode_through_padded_static_buffers_matches_one_step_at_a_time(backend):
     """Runs of 4 decode steps replay the padded path with inputs advanced on the device:
     the same tokens as one step at a time, greedy and seeded, as the batch shrinks 5 -> 1."""
-    from kernels._triton import HAS_TRITON
+    from sglang_lite_kernels._triton import HAS_TRITON
 
     if backend == "triton" and not HAS_TRITON:
         pytest.skip("triton is not installed")

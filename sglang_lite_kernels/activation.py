@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels._triton import HAS_TRITON, tl, triton
+from sglang_lite_kernels._triton import HAS_TRITON, tl, triton
 
 
 def _check_args(x: torch.Tensor) -> None:

@@ -1,4 +1,4 @@
-"""Achieved memory bandwidth of paged decode attention (GPU): ``python -m kernels.bench_decode``.
+"""Achieved memory bandwidth of paged decode attention (GPU): ``python -m sglang_lite_kernels.bench_decode``.
 
 Bytes counted are the K and V rows each step must read (``batch * context * kv_heads *
 head_dim * 2 * itemsize``); the page table and q/o are small beside them. Pages are placed in
@@ -13,7 +13,7 @@ import json
 
 import torch
 
-from kernels.decode_attention import decode_attention
+from sglang_lite_kernels.decode_attention import decode_attention
 
 
 def _graphed(fn):

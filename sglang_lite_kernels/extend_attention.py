@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton import HAS_TRITON, tl, triton
-from kernels.decode_attention import (
+from sglang_lite_kernels._triton import HAS_TRITON, tl, triton
+from sglang_lite_kernels.decode_attention import (
     _check_batch_vector,
     _check_block,
     _check_contiguous_vectors,

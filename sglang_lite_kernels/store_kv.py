@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton import HAS_TRITON, tl, triton
+from sglang_lite_kernels._triton import HAS_TRITON, tl, triton
 
 
 def _check_store_args(k, v, k_buffer, v_buffer, slots) -> None:

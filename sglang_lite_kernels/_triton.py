@@ -5,7 +5,7 @@ so the engine's CPU path keeps working; calling a Triton launcher there raises R
 
 On a machine without CUDA, Triton kernels can only run in Triton's interpreter, and triton
 decides that once, when ``triton.language`` is first imported: call
-``kernels.select_interpreter()`` before the first kernel import to get it (tests do); importing
+``sglang_lite_kernels.select_interpreter()`` before the first kernel import to get it (tests do); importing
 this module never changes the environment.
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton import HAS_TRITON, tl, triton
+from sglang_lite_kernels._triton import HAS_TRITON, tl, triton
 
 
 def _check_args(q, k, cos_cache, sin_cache, positions):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton import HAS_TRITON, tl, triton
+from sglang_lite_kernels._triton import HAS_TRITON, tl, triton
 
 _M32 = 0xFFFFFFFF
 _FMIX_C1 = 0x85EBCA6B

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton import HAS_TRITON, tl, triton
+from sglang_lite_kernels._triton import HAS_TRITON, tl, triton
 
 
 def _check_rmsnorm_args(x, weight, residual):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton import HAS_TRITON, tl, triton
+from sglang_lite_kernels._triton import HAS_TRITON, tl, triton
 
 
 def _check_paged_common(q, k_buffer, v_buffer, req_to_token, req_pool_indices):
