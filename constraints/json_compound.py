@@ -8,10 +8,11 @@ import numpy as np
 
 from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
 from .fsm import determinize, product, trim_and_minimize
+from .json_contains import emit_contains
 from .json_context import Ctx, emit_leaf, finite_texts, flatten, merge_or_fail, punct
 from .json_keywords import ANNOTATIONS
 from .json_leaves import json_string, key_dfa, leaf_budget, pattern_matches, string_dfa
-from .json_merge import infer_types
+from .json_merge import CONTAINS, OTHER_TYPES_ONLY, TYPE_ONLY, type_list
 from .nfa import NFA, emit_bytes, emit_call, emit_nothing, emit_repeat
 
 
@@ -19,6 +20,9 @@ def emit_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tup
                item_rule: bool = False) -> int:
     """``item_rule``: each item a call of a rule of its own (ItemRule), so no byte of an
     item lies in the array's own rule (an open-value unique array: unique_items.py)."""
+    if CONTAINS in schema:
+        return emit_contains(ctx, nfa, start, schema, ptr, refs, lambda plain: emit_array(
+            ctx, nfa, start, plain, ptr, refs, item_rule))
     prefix = schema.get("prefixItems", [])
     items = schema.get("items", True)
     lo = int(schema.get("minItems", 0))
@@ -153,8 +157,8 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
             rest = {k: v for k, v in flat.items() if k != branches[0]}
             todo += [(open_items(merge_or_fail(ctx, rest, b, ptr)), srefs) for b in flat[branches[0]]]
             continue
-        for t in infer_types(flat):
-            if t == "integer" and "number" in infer_types(flat):
+        for t in type_list(flat):
+            if t == "integer" and "number" in type_list(flat):
                 continue
             if not _open_alternative(ctx, flat, t, ptr):
                 return None
@@ -163,22 +167,12 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
     return "value" + (":number" if "number" in numbers else ":integer" if numbers else "")
 
 
-# Keywords that constrain one type only (the others ignore them).
-_TYPE_ONLY = {"string": {"minLength", "maxLength", "pattern", "format"},
-              "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
-              "array": {"items", "prefixItems", "minItems", "maxItems", "uniqueItems"},
-              "object": {"properties", "required", "additionalProperties", "patternProperties",
-                         "propertyNames", "minProperties", "maxProperties", "dependentRequired"}}
-_TYPE_ONLY["integer"] = _TYPE_ONLY["number"]
-
-
 def _open_alternative(ctx, flat: dict, t: str, ptr: str) -> bool:
-    others = set().union(*(kws for k, kws in _TYPE_ONLY.items() if kws is not _TYPE_ONLY[t]))
-    keys = set(flat) - ANNOTATIONS - {"type", "nullable"} - others
+    keys = set(flat) - ANNOTATIONS - {"type", "nullable"} - OTHER_TYPES_ONLY[t]
     if t in ("integer", "number"):
         return keys <= _UNIQUE_ITEM_KEYWORDS[t]
     if t == "string":
-        return keys <= {"minLength"} or keys <= _TYPE_ONLY["string"] and _endless_string(flat)
+        return keys <= {"minLength"} or keys <= TYPE_ONLY["string"] and _endless_string(flat)
     if t == "array":
         return ("maxItems" not in flat and not flat.get("prefixItems") and flat.get("uniqueItems") is not True
                 and flat.get("items", True) is not False)

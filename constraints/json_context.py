@@ -20,7 +20,7 @@ from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, embed_dfa
 from .json_keywords import ANNOTATIONS
 from .json_leaves import pattern_matches
-from .json_merge import EXCLUDED, NOT_PATTERNS, declared_types, infer_types, merge_schemas
+from .json_merge import CONTAINS, EXCLUDED, NOT_PATTERNS, declared_types, merge_schemas, type_list
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_repeat
 
 _FLEX_WS = b" \t\n"
@@ -248,10 +248,17 @@ def literal_texts(ctx: Ctx, schema: dict, ptr: str) -> list[bytes]:
             ok = False
         if ok and isinstance(v, str) and any(pattern_matches(p, v) for p in schema.get(NOT_PATTERNS, ())):
             ok = False
+        if ok and isinstance(v, list):  # contains, held apart from the keywords the validator reads
+            ok = all(validator.evolve(schema=_contains_schema(c)).is_valid(v) for c in schema.get(CONTAINS, ()))
         if ok and not any(json_equal(v, w) for w in seen):
             seen.append(v)
             texts.append(json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode())
     return texts
+
+
+def _contains_schema(constraint: tuple) -> dict:
+    sub, lo, hi = constraint
+    return {"contains": sub, "minContains": lo, **({} if hi is None else {"maxContains": hi})}
 
 
 def finite_texts(ctx: Ctx, schema, ptr: str) -> list[bytes] | None:
@@ -266,7 +273,7 @@ def finite_texts(ctx: Ctx, schema, ptr: str) -> list[bytes] | None:
         return None if schema is not False else []
     if "enum" in schema or "const" in schema:
         return literal_texts(ctx, schema, ptr)
-    types = infer_types(schema)
+    types = type_list(schema)
     if set(types) <= {"boolean", "null"} and set(schema) - ANNOTATIONS <= {"type", "nullable"}:
         return [t for name, ts in (("boolean", [b"false", b"true"]), ("null", [b"null"]))
                 if name in types for t in ts]

@@ -1,9 +1,11 @@
 """Keywords the compiler has no emitter for, rewritten into ones it has, each exactly or into a
 subset of its language (never a superset); what cannot be is an UnsupportedSchemaError.
 
-- `contains` / `minContains` / `maxContains`: the first k = minContains (default 1) items
-  also satisfy the contains schema (so at least k do); at most maxContains match where the
-  later positions provably cannot, else the array holds at most maxContains items.
+- `contains` / `minContains` / `maxContains`: one CONTAINS constraint, emitted exactly by
+  json_compound where it can (items matching anywhere, counted); else, and beside
+  unevaluatedItems, the first minContains items also satisfy the contains schema (so at
+  least that many do), and at most maxContains match where the later positions provably
+  cannot, else the array holds at most maxContains items.
 - `unevaluatedProperties` / `unevaluatedItems`: the names (positions) that the schema and its
   in-place applicators (allOf, $ref, anyOf/oneOf, if/then/else) surely evaluate, computed on
   the document: what no applicator can evaluate is then governed by the keyword. Branches
@@ -19,7 +21,7 @@ from __future__ import annotations
 from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .json_drafts import subschemas
 from .json_keywords import ANNOTATIONS
-from .json_merge import provably_disjoint
+from .json_merge import CONTAINS, provably_disjoint
 
 _MAX_CASES = 64
 _IN_PLACE = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas")
@@ -174,6 +176,9 @@ def _fewest(counts):
 # ---- contains ------------------------------------------------------------------------------
 
 def _lower_contains(node: dict, ptr: str) -> None:
+    """contains / minContains / maxContains as one CONTAINS constraint (emitted exactly where
+    json_compound can: matching items anywhere), or, beside unevaluatedItems (which counts
+    the items contains evaluates as its first ones), the prefix form of contains_as_prefix."""
     if "contains" not in node:
         node.pop("minContains", None)  # no effect without contains
         node.pop("maxContains", None)
@@ -182,6 +187,21 @@ def _lower_contains(node: dict, ptr: str) -> None:
     lo = _count(node.pop("minContains", 1), f"{ptr}/minContains")
     hi = node.pop("maxContains", None)
     hi = None if hi is None else _count(hi, f"{ptr}/maxContains")
+    if lo == 0 and hi is None:
+        return
+    if "unevaluatedItems" in node:
+        part = contains_as_prefix(node, (sub, lo, hi))
+        if part:
+            node.setdefault("allOf", []).append(part)
+        return
+    node[CONTAINS] = (*node.get(CONTAINS, ()), (sub, lo, hi))
+
+
+def contains_as_prefix(node: dict, constraint: tuple) -> dict:
+    """A subset of one contains constraint (sub, lo, hi) of ``node`` as an allOf part: the
+    first lo items also satisfy sub (so at least lo do); at most hi match where the later
+    positions provably cannot, else the array holds at most hi items."""
+    sub, lo, hi = constraint
     part = {}
     if lo:
         part = {"prefixItems": [sub] * lo, "minItems": lo}
@@ -190,8 +210,7 @@ def _lower_contains(node: dict, ptr: str) -> None:
             part["maxItems"] = lo - 1  # no array can: minItems > maxItems
         elif not _later_items_disjoint(node, sub, lo):
             part["maxItems"] = hi  # at most hi items, so at most hi matches
-    if part:
-        node.setdefault("allOf", []).append(part)
+    return part
 
 
 def _later_items_disjoint(node: dict, sub, start: int) -> bool:

@@ -7,21 +7,28 @@ import math
 from functools import lru_cache
 
 from .errors import UnsupportedSchemaError
+from .json_keywords import ANNOTATIONS
 
 # Internal keywords `not` leaves behind: JSON texts of removed values; numbers only with a
 # fraction; patterns no string may match.
 EXCLUDED = "x-sglang-lite-excluded"
 FRACTIONAL = "x-sglang-lite-fractional"
 NOT_PATTERNS = "x-sglang-lite-not-patterns"
+# contains / minContains / maxContains of a schema and its allOf parts: (schema, lo, hi) each.
+CONTAINS = "x-sglang-lite-contains"
 
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
-_TYPE_KEYWORDS = {
-    "object": ("properties", "required", "additionalProperties", "patternProperties", "propertyNames",
-               "minProperties", "maxProperties", "dependentRequired"),
-    "array": ("items", "prefixItems", "minItems", "maxItems"),
-    "string": ("minLength", "maxLength", "pattern", "format"),
-    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+# Keywords that constrain values of one type only; every other type passes them.
+TYPE_ONLY = {
+    "object": frozenset({"properties", "required", "additionalProperties", "patternProperties",
+                         "propertyNames", "minProperties", "maxProperties", "dependentRequired"}),
+    "array": frozenset({"items", "prefixItems", "minItems", "maxItems", "uniqueItems", CONTAINS}),
+    "string": frozenset({"minLength", "maxLength", "pattern", "format"}),
+    "number": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}),
 }
+TYPE_ONLY["integer"] = TYPE_ONLY["number"]
+OTHER_TYPES_ONLY = {t: frozenset().union(*(kws for u, kws in TYPE_ONLY.items() if kws is not TYPE_ONLY.get(t)))
+                     for t in ("null", "boolean", "object", "array", "string", "number", "integer")}
 _MAX_OF = {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"}
 _MIN_OF = {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"}
 _IGNORED = {"title", "description", "default", "examples", "$comment", "$schema", "$defs",
@@ -34,7 +41,8 @@ _ASSERTIONS = {"type", "enum", "const", "properties", "required", "additionalPro
                "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties", "propertyNames",
                "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "not", "if",
                "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
-               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL, NOT_PATTERNS}
+               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL, NOT_PATTERNS,
+               CONTAINS}
 
 
 def declared_types(schema: dict) -> set[str]:
@@ -47,20 +55,32 @@ def declared_types(schema: dict) -> set[str]:
     return types
 
 
-def infer_types(schema: dict) -> list[str]:
-    """Types to generate: the declared ones; without `type`, those its keywords constrain.
-
-    Generating only the constrained types when `type` is absent is a subset of the schema's
-    language (over-constrained, never under-constrained) and what users mean by it.
-    """
+def type_list(schema: dict) -> list[str]:
+    """The schema's types in TYPES order: the declared ones, every type where `type` is absent
+    (a keyword of one type, `maxLength` say, leaves values of the others alone)."""
     types = declared_types(schema)
-    if "type" not in schema:
-        implied = {t for t, kws in _TYPE_KEYWORDS.items() if any(k in schema for k in kws)}
-        if implied:
-            types = implied | ({"integer"} if "number" in implied else set())
-            if schema.get("nullable") is True:
-                types.add("null")
     return [t for t in TYPES if t in types]
+
+
+def free_types(schema) -> set[str]:
+    """The types whose every value ``schema`` accepts: declared, and no keyword of it reads
+    them (only annotations and keywords of other types). Empty where anything else may
+    reject a value (enum, not, anyOf, $ref, ...)."""
+    if schema is True:
+        return set(TYPES)
+    if not isinstance(schema, dict):
+        return set()
+    keys = set(schema) - ANNOTATIONS - {"type", "nullable"}
+    return {t for t in declared_types(schema) if keys <= OTHER_TYPES_ONLY[t]}
+
+
+def without_types(schema: dict, removed: set[str]) -> dict | bool:
+    """``schema`` less the values of the ``removed`` types (False where none is left)."""
+    types = [t for t in type_list(schema) if t not in removed]
+    out = {**schema, "type": types}
+    if "integer" in removed and "number" in types:
+        out[FRACTIONAL] = True  # numbers, but not integers: a nonzero digit after the point
+    return out if types else False
 
 
 def merge_schemas(a, b, ptr: str) -> dict | bool:
@@ -111,6 +131,8 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
                 for k in list(av) + [k for k in bv if k not in av]}
     if key == "multipleOf":
         return _lcm(av, bv, ptr)
+    if key == CONTAINS:
+        return (*av, *[c for c in bv if c not in av])
     if key in (EXCLUDED, NOT_PATTERNS):
         return tuple(dict.fromkeys((*av, *bv)))
     if key in ("anyOf", "oneOf"):
@@ -319,7 +341,7 @@ def _generated_types(s: dict) -> set[str]:
         return _possible_types(s)
     if {"anyOf", "oneOf", "if", "then", "else", "allOf", "$ref", "not"} & s.keys():
         return _possible_types(s)
-    types = set(infer_types(s))
+    types = set(type_list(s))
     return types | {"integer"} if "number" in types else types
 
 

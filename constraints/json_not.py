@@ -16,11 +16,11 @@ from .json_context import flatten
 from .json_keywords import ANNOTATIONS
 from .json_merge import (
     EXCLUDED,
-    FRACTIONAL,
     NOT_PATTERNS,
     declared_types,
-    infer_types,
     merge_schemas,
+    type_list,
+    without_types,
 )
 from .nfa import NFA, emit_alt, emit_bytes
 
@@ -48,7 +48,7 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
     if keys == {"not"}:  # not(not X) is X
         return merge_schemas(rest, neg["not"], where)
     if keys == {"type"}:
-        return _without_types(rest, declared_types(neg), where)
+        return without_types(rest, declared_types(neg))
     if keys and keys <= {"enum", "const"}:
         return _without_values(rest, neg, where)
     if "pattern" in keys and keys <= {"pattern", "type"} and neg.get("type", "string") in ("string", ["string"]):
@@ -59,7 +59,7 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
         # not {properties: {p: S}}: an object with p present and failing S; with required
         # [p] too: an object whose p, if present, fails S.
         ((name, sub),) = neg["properties"].items()
-        if "object" not in infer_types(rest):
+        if "object" not in type_list(rest):
             return False
         out = _with_property(rest, name, {"allOf": [rest.get("properties", {}).get(name, True), {"not": sub}]})
         out["type"] = ["object"]
@@ -70,7 +70,7 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
         # not {properties: {a: A, b: B}} is (not {properties: {a: A}}) or (not {... b: B}):
         # an object with a present and failing A, or b present and failing B.
         # Each branch is merged with ``rest`` where it is emitted.
-        if "object" not in infer_types(rest):
+        if "object" not in type_list(rest):
             return False
         if "anyOf" in rest:
             return _distribute(ctx, rest, neg, where)
@@ -82,7 +82,7 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
     if keys == {"required"} and isinstance(neg["required"], list) and neg["required"]:
         # Any non-object satisfies `required`, so fails its `not`: objects only, without
         # one of the names at least (one branch per name where there are several).
-        if "object" not in infer_types(rest):
+        if "object" not in type_list(rest):
             return False
         names = list(dict.fromkeys(neg["required"]))
         missing = [{**_with_property(rest, name, False), "type": ["object"]} for name in names]
@@ -124,7 +124,7 @@ def _without_pattern(rest: dict, neg: dict, where: str) -> dict | bool:
         raise InvalidConstraintError(f"pattern at {where}/pattern must be a string")
     out = {**rest, NOT_PATTERNS: tuple(dict.fromkeys((*rest.get(NOT_PATTERNS, ()), neg["pattern"])))}
     if "type" not in neg:
-        if "string" not in infer_types(rest):
+        if "string" not in type_list(rest):
             return False
         out["type"] = ["string"]
     return out
@@ -166,21 +166,13 @@ def _with_property(rest: dict, name: str, sub) -> dict:
     return out
 
 
-def _without_types(rest: dict, removed: set[str], where: str) -> dict | bool:
-    types = [t for t in infer_types(rest) if t not in removed]
-    out = {**rest, "type": types}
-    if "integer" in removed and "number" in types:
-        out[FRACTIONAL] = True  # numbers, but not integers: a nonzero digit after the point
-    return out if types else False
-
-
 def _without_values(rest: dict, neg: dict, where: str) -> dict:
     values = neg["enum"] if "enum" in neg else [neg["const"]]
     if not isinstance(values, list):
         raise InvalidConstraintError(f"enum at {where}/enum must be a list")
     if "enum" in neg and "const" in neg:
         values = [v for v in values if json.dumps(v) == json.dumps(neg["const"])]
-    types = infer_types(rest)
+    types = type_list(rest)
     texts = list(rest.get(EXCLUDED, ()))
     for v in values:
         if isinstance(v, (int, float)) and not isinstance(v, bool):

@@ -13,6 +13,7 @@ shared DFAs, see emit_leaf); a schema that calls nothing stays one DFA.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 
@@ -47,7 +48,9 @@ from .json_merge import (
     NOT_PATTERNS,
     TYPES,
     exclusive_branches,
-    infer_types,
+    free_types,
+    type_list,
+    without_types,
 )
 from .json_not import branch_if, excluded, narrow_not, spellings_dfa
 from .leaves import CountedLeaf
@@ -180,7 +183,7 @@ def emit_schema(ctx: Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -
     if "enum" in schema or "const" in schema:
         return _emit_literals(ctx, nfa, start, schema, ptr)
     branches = [partial(_emit_typed, ctx=ctx, schema=schema, t=t, ptr=ptr, refs=refs)
-                for t in infer_types(schema) if not (t == "integer" and "number" in infer_types(schema))]
+                for t in type_list(schema) if not (t == "integer" and "number" in type_list(schema))]
     return emit_alt(nfa, start, branches)
 
 
@@ -209,10 +212,21 @@ def _emit_branches(ctx: Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr: 
         branches.append(merge_or_fail(ctx, rest, branch, bptr))
         branch_refs.append(brefs)
     if key == "oneOf" and not ctx.lenient:
-        branches = _one_of_disjoint(ctx, branches, raw, ptr)
+        branches = _one_of_disjoint(ctx, _without_shared_free_types(branches), raw, ptr)
     emits = [partial(emit_schema, ctx, schema=b, ptr=f"{ptr}/{key}/{i}", refs=r)
              for i, (b, r) in enumerate(zip(branches, branch_refs))]
     return emit_alt(nfa, start, [lambda n, s, e=e: e(n, s) for e in emits])
+
+
+def _without_shared_free_types(branches: list) -> list:
+    """oneOf branches without the types that two of them accept whole: every value of such a
+    type matches both, so none is valid (branches of object keywords alone, say, leave
+    every non-object to both)."""
+    counts = Counter(t for b in branches for t in free_types(b))
+    shared = {t for t, n in counts.items() if n >= 2}
+    if not shared:
+        return branches
+    return [b if b is False else without_types({} if b is True else b, shared) for b in branches]
 
 
 def _one_of_disjoint(ctx: Ctx, branches: list, raw: list, ptr: str) -> list:
@@ -255,8 +269,18 @@ def _call_target(ctx: Ctx, schema):
 
 def _emit_literals(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
     """enum/const: every listed value that the whole schema accepts (jsonschema decides)."""
-    texts = literal_texts(ctx, schema, ptr)
+    texts = [spelling for t in literal_texts(ctx, schema, ptr) for spelling in _spellings(t)]
     return emit_alt(nfa, start, [lambda n, s, t=t: emit_bytes(n, s, t) for t in texts])
+
+
+def _spellings(text: bytes) -> list[bytes]:
+    """A listed value's compact JSON, and for a whole number also its other plain spelling
+    (2 and 2.0 are one value: a listed 2.0 accepts 2, a listed 2 accepts 2.0)."""
+    if not text[:1].isdigit() and text[:1] != b"-":
+        return [text]
+    if text.endswith(b".0"):
+        return [text, text[:-2]]
+    return [text, text + b".0"] if text.lstrip(b"-").isdigit() else [text]
 
 
 def _emit_typed(nfa: NFA, start: int, ctx: Ctx, schema: dict, t: str, ptr: str,

@@ -111,10 +111,14 @@ LOWERED = [
                        "x": {"not": {"required": ["x"]}}}},
      ['{"page":1}', '{"script":2,"other":3}', "{}"], ['{"page":1,"script":2}', '{"x":0}']),
     # contains / minContains / maxContains
+    # (matching items anywhere, counted exactly)
     ({"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 5}, "minContains": 2},
-     ["[5,6]", "[7,5,1]"], ["[5]", "[5,1]"]),  # [1,5,6] is valid but not generated
+     ["[5,6]", "[7,5,1]", "[1,5,2,6]", "[5,5,5]"], ["[5]", "[5,1]", "[1,2,3]"]),
     ({"type": "array", "items": {"type": "integer"}, "contains": {"const": 1}, "maxContains": 2},
-     ["[1]", "[1,1]"], ["[1,1,1]", "[]"]),
+     ["[1]", "[1,1]", "[2,1,3,1,4]"], ["[1,1,1]", "[]", "[2,3]", "[1,2,1,1]"]),
+    ({"contains": {"type": "string"}, "minItems": 3}, ['[1,"a",2]', '["a","b","c"]', "7", "{}"],
+     ['[1,"a"]', "[1,2,3]"]),
+    ({"contains": {"const": 1}, "minContains": 2, "maxContains": 1}, ["1", "{}"], ["[1,1]", "[1]", "[]"]),
     ({"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "integer"},
       "contains": {"type": "string"}, "maxContains": 1}, ['["a",1,2,3]'], ['["a","b"]', "[1]"]),
     # unevaluatedProperties / unevaluatedItems through allOf and $ref
@@ -136,6 +140,10 @@ LOWERED = [
          "properties": {"op": {"enum": ["add", "test"]}, "value": {}}},
         {"additionalProperties": False, "required": ["op"], "properties": {"op": {"enum": ["remove"]}}}]}},
      ['[{"op":"add","value":1},{"op":"remove"}]'], ['[{"op":"remove","value":1}]']),
+    # branches of object keywords alone leave every non-object to both: no non-object is valid
+    ({"oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+     ['{"a":1}', '{"b":2}'], ['{"a":1,"b":2}', "{}", '"x"', "1", "null"]),
+    ({"oneOf": [{"required": ["a"]}, {"type": "string"}]}, ['{"a":1}', "1", "[]", "null"], ['"x"', "{}"]),
     ({"type": "object", "additionalProperties": True, "oneOf": [
         {"additionalProperties": False, "required": ["pg"], "properties": {"pg": {"type": "integer"}}},
         {"required": ["my"], "properties": {"my": {"type": "string"}}}]},

@@ -61,6 +61,23 @@ def _assert_cases(grammar, schema: dict, valid: list[str], invalid: list[str]) -
         assert not validator.is_valid(json.loads(text)) and not _accepts(grammar, text), text
 
 
+# ---- keywords of one type leave the others alone -------------------------------------------------
+
+UNTYPED = [
+    ({"maxLength": 2}, ['"ab"', "100", "null", "true", "[1]", '{"a":1}'], ['"abc"']),
+    ({"minimum": 3, "format": "date"}, ["3", '"2024-01-31"', "[]"], ["2", '"yesterday"']),
+    ({"properties": {"a": {"type": "integer"}}, "required": ["a"]}, ['{"a":1}', '"x"', "[1,2]", "0.5"],
+     ['{"a":"x"}', "{}"]),
+    ({"items": {"type": "string"}, "type": ["array", "null"]}, ['["x"]', "null"], ["[1]", '"x"', "{}"]),
+]
+
+
+@pytest.mark.parametrize("schema,valid,invalid", UNTYPED, ids=lambda x: json.dumps(x)[:40])
+def test_a_schema_without_type_accepts_every_type_its_keywords_leave_alone(byte_compiler, schema, valid, invalid):
+    """JSON Schema's `maxLength` constrains strings only: a value of another type passes it."""
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
+
+
 # ---- numbers ---------------------------------------------------------------------------------
 
 def _number_ok(schema: dict, text: str) -> bool:

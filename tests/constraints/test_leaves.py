@@ -146,4 +146,22 @@ def test_a_finite_language_is_generated_exactly(byte_compiler, schema, candidate
 
     grammar = byte_compiler.compile_json_schema(schema)
     expected = {_text(c) for c in candidates if jsonschema.Draft202012Validator(schema).is_valid(c)}
-    assert _generated_language(grammar, 40) == expected
+    generated = _generated_language(grammar, 40)
+    # A listed whole number is also spelled with ".0" (the same value): compare values.
+    assert {_text(_whole(json.loads(t))) for t in generated} == expected
+    assert all(jsonschema.Draft202012Validator(schema).is_valid(json.loads(t)) for t in generated)
+
+
+def _whole(value):
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def test_a_listed_whole_number_is_spelled_both_ways(byte_compiler):
+    """2 and 2.0 are one JSON value: const 2.0 accepts 2, enum [3] accepts 3.0, and nothing else."""
+    assert _generated_language(byte_compiler.compile_json_schema({"const": -2.0}), 8) == {b"-2.0", b"-2"}
+    assert _generated_language(byte_compiler.compile_json_schema({"enum": [3, 1.5, "4"]}), 8) == {
+        b"3", b"3.0", b"1.5", b'"4"'}
