@@ -15,7 +15,8 @@ import numpy as np
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _SPIECE_SPACE = "\u2581"
-_FEW_FIRST_BYTES = 128  # above this many, starting_with scans the first byte column
+_FEW_FIRST_BYTES = 128  # above this many, starting_with scans the first byte column...
+_FEW_TOKENS = 2048  # ...and above this many tokens (sorting the groups costs more)
 
 
 @lru_cache(maxsize=1)
@@ -71,11 +72,13 @@ class VocabLayout:
 
     def starting_with(self, first_bytes: np.ndarray) -> np.ndarray:
         """Positions (ascending) of the tokens whose first byte is one of ``first_bytes``."""
-        if len(first_bytes) > _FEW_FIRST_BYTES:  # one pass over the first column, no sort
+        starts = self.first_byte_starts
+        many = len(first_bytes) > _FEW_FIRST_BYTES or (
+            len(first_bytes) > 1 and int((starts[first_bytes + 1] - starts[first_bytes]).sum()) > _FEW_TOKENS)
+        if many:  # one pass over the first column, no sort
             wanted = np.zeros(256, dtype=bool)
             wanted[first_bytes] = True
             return np.nonzero(wanted[self.columns[0]])[0] if len(self.columns) else np.zeros(0, dtype=np.int64)
-        starts = self.first_byte_starts
         parts = [self.by_first_byte[starts[b]:starts[b + 1]] for b in first_bytes.tolist()]
         return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 

@@ -171,6 +171,15 @@ def test_prefix_index_is_the_sorted_vocabulary_bisected(tokenizer_info):
         assert p not in starts
 
 
+@pytest.mark.parametrize("first", [[], [34], [34, 44, 93, 125], list(range(48, 58)), list(range(32, 127)),
+                                   list(range(256))])
+def test_starting_with_gives_the_tokens_of_those_first_bytes_ascending(tokenizer_info, first):
+    # Either way it takes (groups joined and sorted, or one scan of the first byte column).
+    layout = tokenizer_info.layout
+    got = layout.starting_with(np.array(first, dtype=np.int64))
+    assert np.array_equal(got, np.nonzero(np.isin(layout.columns[0], first))[0])
+
+
 @pytest.mark.parametrize("count", [0, 1, 7, 23, 24, 25, 400])
 def test_packed_rows_set_exactly_the_given_ids(count):
     # Under 24 ids bits are set one at a time in a bytearray, above by numpy packing.
