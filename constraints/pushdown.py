@@ -22,6 +22,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from . import native
 from .automaton import TokenAutomaton, group_bytes
 from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
@@ -73,6 +74,7 @@ class PushdownAutomaton(TokenAutomaton):
                 self._calls[off + q] = tuple(c)
             calling[off + src] = True
         self._branch = self._returns | calling
+        self._calling = np.nonzero(calling)[0].tolist()  # positions with calls
         # Each position's one live byte, -1 where none or several (the trie walk's runs).
         live = self._trans >= 0
         one = np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1)
@@ -137,6 +139,7 @@ class PushdownAutomaton(TokenAutomaton):
         self._distances: dict[bytes, GrammarDistances] = {}  # alphabet -> completion distances
         self._last_distances: tuple[np.ndarray, GrammarDistances] | None = None
         self.pruned = False  # _step has dropped configurations (MAX_CONFIGS)
+        self._walker = False  # native.PdaWalker, built on the first mask (None: not available)
 
     @property
     def initial(self) -> State:
@@ -438,15 +441,53 @@ class PushdownAutomaton(TokenAutomaton):
         closure = self._config_closure(config) if self._branches[config[1]] else ()
         leaf_of = self._leaf_of_g
         leaves = [c for c in closure if leaf_of[c[1]] >= 0]
-        if not leaves:
-            ids, lowest = trie_walk(self, config)
-            return pack_token_ids(ids, self.info.vocab_size), lowest
-        ids, lowest = trie_walk(self, config, [c for c in closure if leaf_of[c[1]] < 0])
-        row = pack_token_ids(ids, self.info.vocab_size)
+        row, lowest = self._trie_row(config, [c for c in closure if leaf_of[c[1]] < 0] if leaves else None)
         for c in leaves:
             more, low = self._config_row(c)
             row, lowest = row | more, min(lowest, low)
         return row, lowest
+
+    def _trie_row(self, config: Config, rule_configs: list[Config] | None) -> tuple[np.ndarray, int]:
+        """trie_walk's tokens as a packed row, walked in C where the library loads."""
+        walker = self._native_walker()
+        if walker is not None:
+            found = walker.trie([config] if rule_configs is None else rule_configs, rule_configs is None)
+            if found is not None:
+                return found[0], min(found[1], len(config[0]))
+        ids, lowest = trie_walk(self, config, rule_configs)
+        return pack_token_ids(ids, self.info.vocab_size), lowest
+
+    def _exit_walk(self, ret: Config, positions: np.ndarray, cols: np.ndarray):
+        """Tokens leaving a leaf at ``positions`` (layout), from byte ``cols``, walked on from
+        the return configuration ``ret``: (packed row, which survive, shallowest depth)."""
+        closure = self._config_closure(ret)
+        walker = self._native_walker()
+        if walker is not None:
+            found = walker.tokens(list(closure), positions, cols)
+            if found is not None:
+                return found
+        ids, low = walk_tokens(self, closure, positions, cols)
+        alive = np.isin(self.info.layout.token_ids[positions], ids)
+        return pack_token_ids(ids, self.info.vocab_size), alive, low
+
+    def _native_walker(self) -> native.PdaWalker | None:
+        if self._walker is False:
+            mod = native.module()
+            self._walker = None if mod is None else self._build_walker(mod)
+        return self._walker
+
+    def _build_walker(self, mod, max_configs: int = MAX_CONFIGS) -> native.PdaWalker:
+        bounded = np.array([c is not None and c.hi is not None for c in self._counted], dtype=bool)
+        in_counted = np.array(self._in_counted_of, dtype=bool)
+        flags = (self._returns * native.RETURNS + in_counted * native.IN_COUNTED
+                 + self._closes_counted * native.CLOSES_COUNTED
+                 + (in_counted & bounded[np.maximum(self._leaf_of, 0)]) * native.BOUNDED)
+        counts = np.zeros(len(self._calls), dtype=np.int64)
+        counts[self._calling] = [len(self._calls[g]) for g in self._calling]
+        calls = [c for g in self._calling for c in self._calls[g]]
+        return native.PdaWalker(mod, self._trans, counts, calls, flags, self._count_lo, self._count_cap,
+                                self._inc, self.info.layout.lexicographic_arrays(),
+                                self.info.vocab_size, max_configs)
 
     def _next_bytes(self, state: State, closure) -> list[int]:
         out = self._bytes_after.get(state)
@@ -512,11 +553,10 @@ class PushdownAutomaton(TokenAutomaton):
         ret = (back, stack[len(back)])
         if len(exit_pos):
             if counted is None:
-                ids, low = walk_tokens(self, self._config_closure(ret), exit_pos, exit_col)
+                exits, _, low = self._exit_walk(ret, exit_pos, exit_col)
             else:
-                ids, low = self._counted_exits(g, ret, walk, ok)
-            if len(ids):
-                row = row | pack_token_ids(ids, self.info.vocab_size)
+                exits, low = self._counted_exits(g, ret, walk, ok)
+            row = row | exits
             lowest = min(lowest, low)
         if may_return:
             after, low = self._config_row(ret)
@@ -524,18 +564,18 @@ class PushdownAutomaton(TokenAutomaton):
         return row, min(lowest, len(back))
 
     def _counted_exits(self, g: int, ret: Config, walk, ok: np.ndarray) -> tuple[np.ndarray, int]:
-        """The tokens leaving a counted leaf at ``g`` into ``ret`` among the exits ``ok`` (the
-        ones whose character count fits). Every exit is walked in the caller once per (g,
-        ret) and the count only filters them, so a string growing toward its maxLength walks
-        its exits once, not once per count. Exact: a token leaves a quoted string at most
-        once (at its closing quote), so surviving tokens and surviving exits are one."""
+        """The packed row of the tokens leaving a counted leaf at ``g`` into ``ret`` among the
+        exits ``ok`` (the ones whose character count fits). Every exit is walked in the
+        caller once per (g, ret) and the count only filters them, so a string growing toward
+        its maxLength walks its exits once, not once per count. Exact: a token leaves a
+        quoted string at most once (at its closing quote), so surviving tokens and surviving
+        exits are one."""
         hit = self._exits.get((g, ret))
         if hit is None:
-            ids, low = walk_tokens(self, self._config_closure(ret), walk.exit_pos, walk.exit_col)
-            alive = np.isin(self.info.layout.token_ids[walk.exit_pos], ids)
+            _, alive, low = self._exit_walk(ret, walk.exit_pos, walk.exit_col)
             hit = self._exits[(g, ret)] = (alive, low)
         alive, low = hit
-        return self.info.layout.token_ids[walk.exit_pos[ok & alive]], low
+        return pack_token_ids(self.info.layout.token_ids[walk.exit_pos[ok & alive]], self.info.vocab_size), low
 
     def forced_bytes(self, state: State) -> bytes:
         if state not in self._forced:

@@ -34,6 +34,21 @@ def gpt2_unicode_to_byte() -> dict[str, int]:
     return {chr(c): b for b, c in zip(printable, chars)}
 
 
+@dataclass(frozen=True, slots=True)
+class LexArrays:
+    """The vocabulary in lexicographic order as flat arrays: token i's bytes are
+    ``data[off[i]:off[i + 1]]``, ``lcp[i]`` bytes in common with token i - 1, the tokens
+    starting with byte b are ``first[b]:first[b + 1]``, ``ids[i]`` its id;
+    ``lex_of_pos[p]``: the index of layout position p."""
+
+    data: np.ndarray  # uint8
+    off: np.ndarray  # [N + 1] int64
+    lcp: np.ndarray  # [N] int32
+    first: np.ndarray  # [257] int64
+    ids: np.ndarray  # [N] int64
+    lex_of_pos: np.ndarray  # [N] int64
+
+
 @dataclass(slots=True)
 class VocabLayout:
     """Non-empty tokens sorted by byte length, as a column-major padded byte matrix."""
@@ -45,6 +60,7 @@ class VocabLayout:
     first_byte_starts: np.ndarray  # [257] group b is by_first_byte[starts[b]:starts[b + 1]]
     _lex: tuple | None = None
     _starts: dict[bytes, int] | None = None
+    _lex_arrays: LexArrays | None = None
 
     def lexicographic(self) -> tuple[list[bytes], np.ndarray, np.ndarray]:
         """(token bytes sorted, their token ids, their layout positions): the tokens with a
@@ -55,6 +71,28 @@ class VocabLayout:
             pos = np.array(order, dtype=np.int64)
             self._lex = ([texts[i] for i in order], self.token_ids[pos], pos)
         return self._lex
+
+    def lexicographic_arrays(self) -> LexArrays:
+        """lexicographic() as flat arrays, for walks outside Python (native.py)."""
+        if self._lex_arrays is None:
+            tokens, ids, pos = self.lexicographic()
+            lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+            off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            lcp = np.zeros(len(tokens), dtype=np.int32)
+            for i in range(1, len(tokens)):
+                a, b = tokens[i - 1], tokens[i]
+                n = min(len(a), len(b))
+                k = 0
+                while k < n and a[k] == b[k]:
+                    k += 1
+                lcp[i] = k
+            firsts = np.array([t[0] for t in tokens], dtype=np.int64)
+            first = np.searchsorted(firsts, np.arange(257)).astype(np.int64)
+            lex_of_pos = np.empty(len(pos), dtype=np.int64)
+            lex_of_pos[pos] = np.arange(len(pos))
+            self._lex_arrays = LexArrays(np.frombuffer(b"".join(tokens), dtype=np.uint8), off, lcp,
+                                         first, np.ascontiguousarray(ids, dtype=np.int64), lex_of_pos)
+        return self._lex_arrays
 
     def prefix_starts(self) -> dict[bytes, int]:
         """Every prefix of a token -> the index in ``lexicographic()``'s sorted list of the

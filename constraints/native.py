@@ -1,0 +1,159 @@
+"""The pushdown automaton's vocabulary walks in C (native_walk.c), built on first use.
+
+The C file is compiled once per source, compiler and Python into an extension module in a
+cache folder (``$SGLANG_LITE_CACHE``, else ``$XDG_CACHE_HOME/sglang-lite``, else
+``~/.cache/sglang-lite``) and imported from there. Without a compiler (``$CC``, else ``cc`` or
+``gcc``) or Python's headers, where the build fails, or with ``SGLANG_LITE_NATIVE=0``,
+``module()`` is None: callers walk in Python (the same tokens), and one log line says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+_SOURCE = Path(__file__).with_name("native_walk.c")
+_NAME = "_native_walk"
+_BUILD_TIMEOUT_S = 120.0
+_lock = threading.Lock()
+_loaded: list = []  # [module or None] once tried
+
+# native_walk.c's position flags
+RETURNS, IN_COUNTED, CLOSES_COUNTED, BOUNDED = 1, 2, 4, 8
+
+
+def module():
+    """The built extension, or None where it cannot be built (callers walk in Python)."""
+    if _loaded:
+        return _loaded[0]
+    with _lock:
+        if not _loaded:
+            _loaded.append(_load())
+        return _loaded[0]
+
+
+def _load():
+    if os.environ.get("SGLANG_LITE_NATIVE", "1") == "0":
+        log.info("constraints: native walks off (SGLANG_LITE_NATIVE=0); token walks run in Python")
+        return None
+    compiler = _compiler()
+    include = sysconfig.get_paths().get("include")
+    if compiler is None or not include or not os.path.exists(os.path.join(include, "Python.h")):
+        log.warning("constraints: no C compiler ($CC, cc, gcc) or no Python.h; token walks run in Python")
+        return None
+    source = _SOURCE.read_bytes()
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    tag = hashlib.sha256(source + compiler.encode() + include.encode() + suffix.encode()).hexdigest()[:16]
+    path = _cache_dir() / tag / f"{_NAME}{suffix}"
+    try:
+        if not path.exists():
+            _build(compiler, include, path)
+        loader = importlib.machinery.ExtensionFileLoader(_NAME, str(path))
+        spec = importlib.util.spec_from_file_location(_NAME, path, loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        return mod
+    except (OSError, ImportError, subprocess.SubprocessError) as e:
+        log.warning("constraints: building %s with %s failed (%s); token walks run in Python",
+                    _SOURCE.name, compiler, e)
+        return None
+
+
+def _compiler() -> str | None:
+    cc = os.environ.get("CC")
+    if cc:
+        return shutil.which(cc)
+    return shutil.which("cc") or shutil.which("gcc")
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("SGLANG_LITE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sglang-lite")
+    return Path(root) / "native"
+
+
+def _build(compiler: str, include: str, path: Path) -> None:
+    """Compile to a temporary file beside ``path``, then rename: processes building at
+    once each write their own and the last rename wins (the files are the same)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    os.close(fd)
+    try:
+        subprocess.run([compiler, "-O2", "-shared", "-fPIC", f"-I{include}", "-o", tmp, str(_SOURCE)],
+                       check=True, capture_output=True, timeout=_BUILD_TIMEOUT_S)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+_vocab_tables: dict[int, tuple] = {}  # id(LexArrays) -> (it, its capsule)
+
+
+def _vocab(mod, lex):
+    """The capsule of a vocabulary's lexicographic arrays, made once per tokenizer."""
+    hit = _vocab_tables.get(id(lex))
+    if hit is None or hit[0] is not lex:
+        if len(_vocab_tables) >= 16:
+            _vocab_tables.clear()
+        hit = _vocab_tables[id(lex)] = (lex, mod.vocab_tables(lex.data, lex.off, lex.lcp, lex.first, lex.ids))
+    return hit[1]
+
+
+class PdaWalker:
+    """One pushdown automaton's tables laid out for native_walk.c (once per automaton; the
+    vocabulary's once per tokenizer). ``trie`` and ``tokens`` return None where the C walk
+    gives up (a step past ``max_configs`` configurations, or its buffers full): the caller
+    then walks in Python, which prunes as the automaton's own steps do."""
+
+    def __init__(self, mod, trans: np.ndarray, call_counts: np.ndarray, calls: list, flags: np.ndarray,
+                 count_lo: np.ndarray, count_cap: np.ndarray, inc: np.ndarray, lex, vocab_size: int,
+                 max_configs: int):
+        """``trans`` int64 [S, 256] (read in place), ``call_counts[g]`` calls at position g,
+        ``calls`` their (callee start, return position, counted) in position order."""
+        if trans.dtype != np.int64 or trans.shape[1] != 256 or not trans.flags.c_contiguous:
+            raise ValueError(f"trans must be a C-contiguous int64 [S, 256] table, not {trans.dtype} {trans.shape}")
+        self._mod, self._lex = mod, lex
+        self._words = (vocab_size + 31) // 32
+        self._pda = mod.pda_tables(
+            trans,
+            np.concatenate([[0], np.cumsum(call_counts)]).astype(np.int32),
+            np.array([c[0] for c in calls] or [0], dtype=np.int32),
+            np.array([c[1] for c in calls] or [0], dtype=np.int32),
+            np.array([c[2] for c in calls] or [0], dtype=np.uint8),
+            np.ascontiguousarray(flags, dtype=np.uint8),
+            np.ascontiguousarray(count_lo, dtype=np.int32),
+            np.ascontiguousarray(count_cap, dtype=np.int32),
+            np.ascontiguousarray(inc).view(np.uint8), max_configs)
+        self._vocab = _vocab(mod, lex)
+
+    def trie(self, configs, close_first: bool) -> tuple[np.ndarray, int] | None:
+        """The packed row of the tokens the configurations allow, walked as a trie, and the
+        shallowest stack depth met. ``close_first`` False: the configurations read their
+        first byte as they are (their calls are the caller's to walk)."""
+        row = np.zeros(self._words, dtype=np.int32)
+        lowest = self._mod.walk_trie(self._pda, self._vocab, configs, close_first, row)
+        return None if lowest < 0 else (row, lowest)
+
+    def tokens(self, configs, positions: np.ndarray, cols: np.ndarray):
+        """Layout positions ``positions``, each from byte ``cols[i]`` on, walked from the
+        configurations: (packed row of the survivors, which survive, shallowest depth met)."""
+        row = np.zeros(self._words, dtype=np.int32)
+        index = self._lex.lex_of_pos[positions]
+        alive = np.zeros(len(index), dtype=bool)
+        lowest = self._mod.walk_list(self._pda, self._vocab, configs, index,
+                                     np.ascontiguousarray(cols, dtype=np.int64), alive, row)
+        return None if lowest < 0 else (row, alive, lowest)

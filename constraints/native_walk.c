@@ -1,0 +1,424 @@
+/* Vocabulary walks of a pushdown automaton, in C: the extension module _native_walk, which
+ * constraints/native.py builds on first use and imports.
+ *
+ * pda_walk steps tokens byte by byte through the automaton of pushdown.py: a configuration is
+ * (rule position g, stack); a call pushes the return position (and, into a counted leaf, a
+ * count frame -(count + 1)) and jumps to the callee's start; an accepting position of a rule
+ * pops back. Calls and returns read no byte, so each step is: the closure of the current
+ * configurations, then one table lookup per configuration. Stacks are hash-consed nodes
+ * (value, parent), so two configurations are equal exactly when their (g, node) are.
+ *
+ * Two ways to name the tokens:
+ *   - trie: every token whose first byte some configuration allows, in lexicographic order;
+ *     a token resumes from the configurations its common prefix with the one before reached,
+ *     and a prefix found dead skips every token that shares it;
+ *   - list: given tokens, each from a given byte on (the rest of a token that left a leaf).
+ * Allowed tokens get their bit set in a packed row (bit i % 32 of word i / 32 = token id i).
+ *
+ * The result is the shallowest stack depth met (frames below it were never read), or -1
+ * where the walk would need more configurations than _step keeps (MAX_CONFIGS) or than the
+ * buffers hold: the caller then walks in Python, which knows how to prune.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { RETURNS = 1, IN_COUNTED = 2, CLOSES_COUNTED = 4, BOUNDED = 8 };
+
+typedef struct {
+    const int64_t *trans;        /* [S * 256] next position or < 0 */
+    const int32_t *call_off;     /* [S + 1] calls of g: call_off[g] .. call_off[g + 1] */
+    const int32_t *call_start;   /* callee's start position */
+    const int32_t *call_ret;     /* position after the call */
+    const uint8_t *call_counted; /* the callee is a counted leaf: push a count frame too */
+    const uint8_t *flags;        /* [S] RETURNS | IN_COUNTED | CLOSES_COUNTED | BOUNDED */
+    const int32_t *count_lo;     /* [S] characters a counted leaf needs before it may close */
+    const int32_t *count_cap;    /* [S] hi, or lo where unbounded (counting stops there) */
+    const uint8_t *inc;          /* [S * 256] the byte starts a counted character */
+    int64_t max_configs;         /* a step past this many configurations: -1 (fallback) */
+} Pda;
+
+typedef struct {
+    const uint8_t *bytes;  /* tokens in lexicographic order, concatenated */
+    const int64_t *off;    /* [N + 1] */
+    const int32_t *lcp;    /* [N] bytes in common with the token before */
+    const int64_t *first;  /* [257] tokens starting with byte b: first[b] .. first[b + 1] */
+    const int64_t *ids;    /* [N] token id */
+} Vocab;
+
+typedef struct { int32_t g, node; } Config;
+typedef struct { int64_t value; int32_t parent, depth; } Node;
+
+#define POOL_BITS 16
+#define POOL_CAP (1 << POOL_BITS)
+#define HASH_CAP (1 << (POOL_BITS + 1))
+#define SET_CAP 1024
+#define ARENA_CAP (1 << 16)
+
+/* One workspace per thread (the walks run without the GIL). */
+typedef struct {
+    Node pool[POOL_CAP];
+    int32_t hash_node[HASH_CAP];
+    uint32_t hash_gen[HASH_CAP];
+    uint32_t gen;
+    int32_t n_nodes;
+    Config arena[ARENA_CAP];
+    Config scratch[SET_CAP];
+    int overflow;
+    int32_t lowest;
+} Work;
+
+static __thread Work *work_of_thread;
+
+static Work *workspace(void) {
+    if (!work_of_thread) {
+        work_of_thread = calloc(1, sizeof(Work));
+        if (!work_of_thread) return NULL;
+    }
+    Work *w = work_of_thread;
+    if (++w->gen == 0) { /* stamps wrapped: clear them once */
+        memset(w->hash_gen, 0, sizeof w->hash_gen);
+        w->gen = 1;
+    }
+    w->n_nodes = 0;
+    w->overflow = 0;
+    return w;
+}
+
+static int32_t intern(Work *w, int64_t value, int32_t parent) {
+    uint64_t h = (uint64_t)value * 0x9E3779B97F4A7C15ull ^ (uint64_t)(parent + 1) * 0xC2B2AE3D27D4EB4Full;
+    uint32_t i = (uint32_t)(h >> (64 - POOL_BITS - 1));
+    for (;;) {
+        if (w->hash_gen[i] != w->gen) {
+            if (w->n_nodes >= POOL_CAP) { w->overflow = 1; return -1; }
+            int32_t n = w->n_nodes++;
+            w->pool[n].value = value;
+            w->pool[n].parent = parent;
+            w->pool[n].depth = parent < 0 ? 1 : w->pool[parent].depth + 1;
+            w->hash_gen[i] = w->gen;
+            w->hash_node[i] = n;
+            return n;
+        }
+        int32_t n = w->hash_node[i];
+        if (w->pool[n].value == value && w->pool[n].parent == parent) return n;
+        i = (i + 1) & (HASH_CAP - 1);
+    }
+}
+
+static inline int32_t depth(const Work *w, int32_t node) { return node < 0 ? 0 : w->pool[node].depth; }
+static inline int64_t count_of(const Work *w, int32_t node) { return -w->pool[node].value - 1; }
+
+/* Append (g, node) to set[0..*n) unless present; note its depth. */
+static void add(Work *w, Config *set, int64_t *n, int64_t cap, int32_t g, int32_t node) {
+    for (int64_t i = 0; i < *n; i++)
+        if (set[i].g == g && set[i].node == node) return;
+    if (*n >= cap) { w->overflow = 1; return; }
+    set[*n].g = g;
+    set[*n].node = node;
+    (*n)++;
+    int32_t d = depth(w, node);
+    if (d < w->lowest) w->lowest = d;
+}
+
+/* set[0..n) closed under calls and returns, in place; the new size. */
+static int64_t closure(Work *w, const Pda *p, Config *set, int64_t n, int64_t cap) {
+    for (int64_t i = 0; i < n && !w->overflow; i++) {
+        int32_t g = set[i].g, node = set[i].node;
+        for (int32_t c = p->call_off[g]; c < p->call_off[g + 1]; c++) {
+            int32_t pushed = intern(w, p->call_ret[c], node);
+            if (pushed >= 0 && p->call_counted[c]) pushed = intern(w, -1, pushed);
+            if (pushed < 0) return n;
+            add(w, set, &n, cap, p->call_start[c], pushed);
+        }
+        uint8_t f = p->flags[g];
+        if ((f & RETURNS) && node >= 0) {
+            if (f & IN_COUNTED) {
+                if (count_of(w, node) >= p->count_lo[g]) {
+                    int32_t below = w->pool[node].parent;
+                    add(w, set, &n, cap, (int32_t)w->pool[below].value, w->pool[below].parent);
+                }
+            } else {
+                add(w, set, &n, cap, (int32_t)w->pool[node].value, w->pool[node].parent);
+            }
+        }
+    }
+    return n;
+}
+
+/* The configurations after byte b from the closed set in[0..n), into out; their number. */
+static int64_t step(Work *w, const Pda *p, const Config *in, int64_t n, int b, Config *out) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t g = in[i].g, node = in[i].node;
+        int32_t t = (int32_t)p->trans[(int64_t)g * 256 + b];
+        if (t < 0) continue;
+        if (p->inc[(int64_t)g * 256 + b]) {
+            int64_t count = count_of(w, node) + 1;
+            if (count > p->count_cap[g]) {
+                if (p->flags[g] & BOUNDED) continue;
+                count = p->count_cap[g];
+            }
+            node = intern(w, -(count + 1), w->pool[node].parent);
+            if (node < 0) return 0;
+        }
+        if ((p->flags[t] & CLOSES_COUNTED) && count_of(w, node) < p->count_lo[t]) continue;
+        int64_t before = m;
+        add(w, out, &m, SET_CAP, t, node);
+        if (m > before && m > p->max_configs) { w->overflow = 1; return 0; }
+    }
+    return m;
+}
+
+/* Step and close: the closed set after byte b, at out; its size (0: dead). */
+static int64_t advance(Work *w, const Pda *p, const Config *in, int64_t n, int b, Config *out, int64_t cap) {
+    int64_t m = step(w, p, in, n, b, out);
+    return m ? closure(w, p, out, m, cap) : 0;
+}
+
+static inline void set_bit(uint32_t *row, int64_t id) { row[id >> 5] |= 1u << (id & 31); }
+
+/* Trie mode, from arena[0..n0). close_first = 0: the configurations read their first byte
+ * as they are (rule positions whose calls the caller walks itself). */
+static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int close_first, uint32_t *row) {
+    Config *arena = w->arena;
+    if (close_first) n0 = closure(w, p, arena, n0, SET_CAP);
+    if (w->overflow) return -1;
+    /* frontier k: the closed set after the current token's first k bytes, at arena + at[k] */
+    int64_t at[260];
+    at[0] = 0;
+    at[1] = n0;
+    uint8_t live[256] = {0}; /* first bytes some configuration steps on */
+    for (int64_t i = 0; i < n0; i++) {
+        const int64_t *t = p->trans + (int64_t)arena[i].g * 256;
+        for (int b = 0; b < 256; b++) live[b] |= t[b] >= 0;
+    }
+    for (int b = 0; b < 256; b++) {
+        int64_t lo = v->first[b], hi = v->first[b + 1];
+        if (lo == hi || !live[b]) continue;
+        int64_t valid = 0, dead_at = INT64_MAX;
+        for (int64_t i = lo; i < hi; i++) {
+            int64_t len = v->off[i + 1] - v->off[i];
+            int64_t l = i == lo ? 0 : v->lcp[i];
+            if (l >= dead_at) continue; /* shares a prefix already dead */
+            dead_at = INT64_MAX;
+            int64_t k = l < valid ? l : valid;
+            const uint8_t *bytes = v->bytes + v->off[i];
+            while (k < len) {
+                if (at[k + 1] + SET_CAP > ARENA_CAP || k + 2 >= 260) { w->overflow = 1; break; }
+                Config *next = arena + at[k + 1];
+                int64_t m = advance(w, p, arena + at[k], at[k + 1] - at[k], bytes[k], next, SET_CAP);
+                if (w->overflow) break;
+                if (!m) { dead_at = k + 1; break; }
+                at[k + 2] = at[k + 1] + m;
+                k++;
+            }
+            if (w->overflow) return -1;
+            if (dead_at == 1) break; /* the first byte itself: the whole range is dead */
+            valid = k;
+            if (k == len) set_bit(row, v->ids[i]);
+        }
+    }
+    return w->lowest == INT32_MAX ? 0 : w->lowest;
+}
+
+/* List mode, from arena[0..n0) (closed first): entry e is token index[e] (lexicographic)
+ * from byte col[e] on; alive[e] says whether it survives (and its bit is set in row). */
+static int64_t walk_list(Work *w, const Pda *p, const Vocab *v, int64_t n0, const int64_t *index,
+                         const int64_t *col, int64_t m, uint8_t *alive, uint32_t *row) {
+    Config *base = w->arena, *a = w->arena + SET_CAP, *b = w->arena + 2 * SET_CAP;
+    n0 = closure(w, p, base, n0, SET_CAP);
+    if (w->overflow) return -1;
+    for (int64_t e = 0; e < m; e++) {
+        const uint8_t *bytes = v->bytes + v->off[index[e]];
+        int64_t len = v->off[index[e] + 1] - v->off[index[e]];
+        const Config *cur = base;
+        int64_t n = n0;
+        for (int64_t j = col[e]; j < len && n; j++) {
+            Config *out = cur == a ? b : a;
+            n = advance(w, p, cur, n, bytes[j], out, SET_CAP);
+            if (w->overflow) return -1;
+            cur = out;
+        }
+        alive[e] = n > 0;
+        if (n) set_bit(row, v->ids[index[e]]);
+    }
+    return w->lowest == INT32_MAX ? 0 : w->lowest;
+}
+
+/* ---- Python ------------------------------------------------------------------------------ */
+
+#define PDA_ARRAYS 9
+#define VOCAB_ARRAYS 5
+
+typedef struct { Pda p; Py_buffer views[PDA_ARRAYS]; } PdaCapsule;
+typedef struct { Vocab v; Py_buffer views[VOCAB_ARRAYS]; } VocabCapsule;
+
+static int get_views(PyObject *const *arrays, Py_buffer *views, int n) {
+    for (int i = 0; i < n; i++) {
+        if (PyObject_GetBuffer(arrays[i], &views[i], PyBUF_C_CONTIGUOUS) < 0) {
+            while (i--) PyBuffer_Release(&views[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void free_pda(PyObject *capsule) {
+    PdaCapsule *c = PyCapsule_GetPointer(capsule, "pda");
+    for (int i = 0; i < PDA_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
+    free(c);
+}
+
+static void free_vocab(PyObject *capsule) {
+    VocabCapsule *c = PyCapsule_GetPointer(capsule, "vocab");
+    for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
+    free(c);
+}
+
+/* pda_tables(trans i64, call_off i32, call_start i32, call_ret i32, call_counted u8, flags u8,
+ *            count_lo i32, count_cap i32, inc u8, max_configs) -> capsule */
+static PyObject *py_pda_tables(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != PDA_ARRAYS + 1) {
+        PyErr_SetString(PyExc_TypeError, "pda_tables takes 9 arrays and max_configs");
+        return NULL;
+    }
+    PdaCapsule *c = calloc(1, sizeof *c);
+    if (!c) return PyErr_NoMemory();
+    if (get_views(args, c->views, PDA_ARRAYS) < 0) { free(c); return NULL; }
+    const void **fields[PDA_ARRAYS] = {(const void **)&c->p.trans, (const void **)&c->p.call_off,
+        (const void **)&c->p.call_start, (const void **)&c->p.call_ret, (const void **)&c->p.call_counted,
+        (const void **)&c->p.flags, (const void **)&c->p.count_lo, (const void **)&c->p.count_cap,
+        (const void **)&c->p.inc};
+    for (int i = 0; i < PDA_ARRAYS; i++) *fields[i] = c->views[i].buf;
+    c->p.max_configs = PyLong_AsLongLong(args[PDA_ARRAYS]);
+    PyObject *out = PyCapsule_New(c, "pda", free_pda);
+    if (!out) {
+        for (int i = 0; i < PDA_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
+        free(c);
+    }
+    return out;
+}
+
+/* vocab_tables(data u8, off i64, lcp i32, first i64, ids i64) -> capsule */
+static PyObject *py_vocab_tables(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != VOCAB_ARRAYS) {
+        PyErr_SetString(PyExc_TypeError, "vocab_tables takes 5 arrays");
+        return NULL;
+    }
+    VocabCapsule *c = calloc(1, sizeof *c);
+    if (!c) return PyErr_NoMemory();
+    if (get_views(args, c->views, VOCAB_ARRAYS) < 0) { free(c); return NULL; }
+    c->v.bytes = c->views[0].buf;
+    c->v.off = c->views[1].buf;
+    c->v.lcp = c->views[2].buf;
+    c->v.first = c->views[3].buf;
+    c->v.ids = c->views[4].buf;
+    PyObject *out = PyCapsule_New(c, "vocab", free_vocab);
+    if (!out) {
+        for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
+        free(c);
+    }
+    return out;
+}
+
+/* configs: a sequence of (stack tuple of ints, g) into w->arena; -1 with an error set. */
+static int64_t start_configs(Work *w, PyObject *configs) {
+    PyObject *seq = PySequence_Fast(configs, "configs must be a sequence");
+    if (!seq) return -1;
+    int64_t n = 0;
+    w->lowest = INT32_MAX;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *cfg = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(cfg) || PyTuple_GET_SIZE(cfg) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(cfg, 0))) {
+            PyErr_SetString(PyExc_TypeError, "a configuration is (stack tuple, position)");
+            Py_DECREF(seq);
+            return -1;
+        }
+        PyObject *stack = PyTuple_GET_ITEM(cfg, 0);
+        int32_t node = -1;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(stack) && !w->overflow; k++)
+            node = intern(w, PyLong_AsLongLong(PyTuple_GET_ITEM(stack, k)), node);
+        long g = PyLong_AsLong(PyTuple_GET_ITEM(cfg, 1));
+        if (PyErr_Occurred()) { Py_DECREF(seq); return -1; }
+        if (w->overflow) { Py_DECREF(seq); return -2; }
+        add(w, w->arena, &n, SET_CAP, (int32_t)g, node);
+    }
+    Py_DECREF(seq);
+    return w->overflow ? -2 : n;
+}
+
+static int row_view(PyObject *obj, Py_buffer *view, Py_ssize_t min_bytes, int writable) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    if (view->len < min_bytes) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "buffer too small");
+        return -1;
+    }
+    return 0;
+}
+
+/* walk_trie(pda, vocab, configs, close_first, row) -> shallowest depth, or -1 (fall back) */
+static PyObject *py_walk_trie(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "walk_trie takes 5 arguments"); return NULL; }
+    const Pda *p = PyCapsule_GetPointer(args[0], "pda");
+    const Vocab *v = PyCapsule_GetPointer(args[1], "vocab");
+    if (!p || !v) return NULL;
+    Work *w = workspace();
+    if (!w) return PyErr_NoMemory();
+    int64_t n0 = start_configs(w, args[2]);
+    if (n0 == -1) return NULL;
+    if (n0 < 0) return PyLong_FromLong(-1);
+    int close_first = PyObject_IsTrue(args[3]);
+    Py_buffer row;
+    if (row_view(args[4], &row, 4, 1) < 0) return NULL;
+    int64_t out;
+    Py_BEGIN_ALLOW_THREADS
+    out = walk_trie(w, p, v, n0, close_first, row.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&row);
+    return PyLong_FromLongLong(out);
+}
+
+/* walk_list(pda, vocab, configs, index i64, cols i64, alive u8, row) -> depth, or -1 */
+static PyObject *py_walk_list(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "walk_list takes 7 arguments"); return NULL; }
+    const Pda *p = PyCapsule_GetPointer(args[0], "pda");
+    const Vocab *v = PyCapsule_GetPointer(args[1], "vocab");
+    if (!p || !v) return NULL;
+    Work *w = workspace();
+    if (!w) return PyErr_NoMemory();
+    int64_t n0 = start_configs(w, args[2]);
+    if (n0 == -1) return NULL;
+    if (n0 < 0) return PyLong_FromLong(-1);
+    Py_buffer index, cols, alive, row;
+    if (row_view(args[3], &index, 0, 0) < 0) return NULL;
+    if (row_view(args[4], &cols, index.len, 0) < 0) { PyBuffer_Release(&index); return NULL; }
+    if (row_view(args[5], &alive, index.len / 8, 1) < 0) {
+        PyBuffer_Release(&index); PyBuffer_Release(&cols); return NULL;
+    }
+    if (row_view(args[6], &row, 4, 1) < 0) {
+        PyBuffer_Release(&index); PyBuffer_Release(&cols); PyBuffer_Release(&alive); return NULL;
+    }
+    int64_t out;
+    Py_BEGIN_ALLOW_THREADS
+    out = walk_list(w, p, v, n0, index.buf, cols.buf, index.len / 8, alive.buf, row.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&index); PyBuffer_Release(&cols); PyBuffer_Release(&alive); PyBuffer_Release(&row);
+    return PyLong_FromLongLong(out);
+}
+
+static PyMethodDef methods[] = {
+    {"pda_tables", (PyCFunction)(void (*)(void))py_pda_tables, METH_FASTCALL, "pushdown tables -> capsule"},
+    {"vocab_tables", (PyCFunction)(void (*)(void))py_vocab_tables, METH_FASTCALL, "vocabulary -> capsule"},
+    {"walk_trie", (PyCFunction)(void (*)(void))py_walk_trie, METH_FASTCALL, "trie walk"},
+    {"walk_list", (PyCFunction)(void (*)(void))py_walk_list, METH_FASTCALL, "walk of given tokens"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native_walk", NULL, -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__native_walk(void) { return PyModule_Create(&module); }

@@ -1,0 +1,144 @@
+"""The C vocabulary walks (constraints/native_walk.c) give exactly the masks of the Python walks,
+fall back where they give up, and the package works without a C compiler."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from constraints import GrammarCompiler, allocate_token_bitmask, native
+from constraints.bitmask import unpack_bitmask
+
+ROOT = Path(__file__).resolve().parents[2]
+DEV = ROOT.parent / "shared/data/jsonschemabench-dev"
+needs_c = pytest.mark.skipif(native.module() is None, reason="no C compiler or Python.h: Python walks only")
+
+SCHEMAS = [
+    # counted strings (minLength/maxLength), formats, a pattern, nested objects and arrays
+    {"type": "object", "properties": {
+        "id": {"type": "string", "minLength": 2, "maxLength": 6},
+        "when": {"type": "string", "format": "date-time"},
+        "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]{1,8}$"}, "maxItems": 3},
+        "n": {"type": "integer", "minimum": -5}, "x": {"type": "number"},
+        "sub": {"type": "object", "properties": {"k": {"enum": ["a", "bb", None]}}, "required": ["k"]}},
+     "required": ["id", "sub"]},
+    # tokens that leave one counted string and run on into the next (",\"abc): counted in C
+    {"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 3}},
+    {"type": "object", "properties": {"a": {"type": "string", "maxLength": 1}, "b": {"type": "string", "minLength": 3}}},
+    # recursion: a tree of named nodes
+    {"$defs": {"node": {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 4},
+        "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["name"]}},
+     "$ref": "#/$defs/node"},
+    # branches that stay ambiguous for a while (several configurations alive)
+    {"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}},
+               {"type": "object", "properties": {"a": {"type": "string"}, "c": {"type": "boolean"}}}]},
+]
+
+
+def _dev_schemas(n_per_split: int) -> list[str]:
+    if not DEV.is_dir():
+        return []
+    out = []
+    for split in sorted(p for p in DEV.iterdir() if p.is_dir()):
+        out += [json.dumps(json.loads(p.read_text())) for p in sorted(split.glob("*.json"))[:n_per_split]]
+    return out
+
+
+def _walk_both(info, schema, seed: int, steps: int = 60) -> int:
+    """Walk two compilations of ``schema`` together, one with the C walks and one without,
+    along random allowed tokens; every mask must be equal. Returns the fills compared."""
+    native_side = GrammarCompiler(info, cache_size=0).compile_json_schema(schema)
+    python_side = GrammarCompiler(info, cache_size=0).compile_json_schema(schema)
+    python_side.automaton._walker = None  # never the C walks
+    a, b = native_side.matcher(), python_side.matcher()
+    ma, mb = allocate_token_bitmask(1, info.vocab_size), allocate_token_bitmask(1, info.vocab_size)
+    rng = np.random.default_rng(seed)
+    for step in range(steps):
+        if a.is_terminated():
+            return step
+        a.fill_next_token_bitmask(ma, 0)
+        b.fill_next_token_bitmask(mb, 0)
+        assert torch.equal(ma, mb), f"masks differ at step {step} of {json.dumps(schema)[:80]}"
+        allowed = np.flatnonzero(unpack_bitmask(ma[0], info.vocab_size))
+        allowed = allowed[~np.isin(allowed, info.eos_token_ids)]
+        if not len(allowed):
+            return step
+        token = int(rng.choice(allowed))
+        assert a.accept_token(token) and b.accept_token(token)
+    return steps
+
+
+@needs_c
+@pytest.mark.parametrize("schema", SCHEMAS, ids=["counted-formats", "counted-array", "counted-object", "recursive", "ambiguous"])
+def test_c_walks_give_the_python_masks(tokenizer_info, schema):
+    assert sum(_walk_both(tokenizer_info, schema, seed) for seed in range(4)) > 20
+
+
+@needs_c
+def test_c_walks_give_the_python_masks_on_real_schemas(tokenizer_info):
+    schemas = _dev_schemas(3)
+    if not schemas:
+        pytest.skip(f"{DEV} not present")
+    compared = 0
+    for i, schema in enumerate(schemas):
+        try:
+            compared += _walk_both(tokenizer_info, schema, seed=i, steps=40)
+        except Exception as e:  # noqa: BLE001 - a refused schema is not this test's concern
+            if "masks differ" in str(e) or isinstance(e, AssertionError):
+                raise
+    assert compared > 300
+
+
+@needs_c
+def test_a_walk_past_the_configuration_cap_falls_back_to_python(tokenizer_info):
+    """With a cap of 0 configurations every C walk gives up (None); the automaton then walks
+    in Python, and its masks are those of an automaton that never had the C walks."""
+    schema = SCHEMAS[0]
+    pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+    assert pda._native_walker().trie([((), 0)], True) is not None
+    pda._walker = pda._build_walker(native.module(), max_configs=0)
+    assert pda._walker.trie([((), 0)], True) is None
+    assert _walk_both_with(pda, tokenizer_info, schema) > 10
+
+
+def _walk_both_with(pda, info, schema) -> int:
+    reference = GrammarCompiler(info, cache_size=0).compile_json_schema(schema)
+    reference.automaton._walker = None
+    a, b = pda, reference.automaton
+    state_a, state_b = a.initial, b.initial
+    rng = np.random.default_rng(0)
+    for step in range(40):
+        wa, wb = a.mask_words(state_a), b.mask_words(state_b)
+        assert np.array_equal(wa, wb), step
+        allowed = np.flatnonzero(unpack_bitmask(wa, info.vocab_size))
+        allowed = allowed[~np.isin(allowed, info.eos_token_ids)]
+        if not len(allowed):
+            return step
+        data = info.token_bytes[int(rng.choice(allowed))]
+        state_a, state_b = a.advance(state_a, data), b.advance(state_b, data)
+    return 40
+
+
+@pytest.mark.parametrize("env", [{"SGLANG_LITE_NATIVE": "0"}, {"CC": "/nonexistent/cc"}])
+def test_without_the_c_walks_the_masks_are_computed_in_python(tmp_path, env):
+    code = ("import json, numpy as np; from constraints import native, GrammarCompiler, TokenizerInfo; "
+            "from constraints.bitmask import unpack_bitmask; "
+            "info = TokenizerInfo([bytes([b]) for b in range(256)] + [b''], (256,), frozenset({256})); "
+            "g = GrammarCompiler(info).compile_json_schema({'type': 'array', 'items': {'type': 'integer'}}); "
+            "m = g.matcher(); m.accept_token(ord('[')); "
+            "ok = sorted(np.flatnonzero(unpack_bitmask(g.automaton.mask_words(m._state), 257)).tolist()); "
+            "print(json.dumps([native.module() is None, ok]))")
+    run_env = dict(os.environ, SGLANG_LITE_CACHE=str(tmp_path), **env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env=run_env, timeout=120, check=True)
+    off, allowed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert off
+    assert allowed == sorted([ord("-"), ord("]")] + list(range(ord("0"), ord("9") + 1)))
