@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import native
 from .bitmask import pack_token_ids
 from .fsm import ByteDFA
 from .vocab import TokenizerInfo
@@ -88,21 +89,10 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
     if hit is not None:
         return hit
     layout = info.layout
-    first = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
-    spellings = _spellings(info, dfa, starts_char) if len(first) > _GROUP_FROM else None
-    if spellings is None:
-        inside, exits = _walk(layout, dfa, q, starts_char, first)
-        members, rec = inside[0], np.arange(len(inside[0]))
-        exit_members, exit_rec = exits[0], np.arange(len(exits[0]))
-    else:
-        reps = spellings.reps[(dfa.trans[q, :256] >= 0)[layout.columns[0, spellings.reps]]]
-        inside, exits = _walk(layout, dfa, q, starts_char, reps)
-        members, rec = spellings.members_of(inside[0])
-        exit_members, exit_rec = spellings.members_of(exits[0])
-    inside_count = inside[1][rec]
+    members, inside_count, inside_end, exit_members, exit_col, exit_count = _walked(info, dfa, q, starts_char)
     walk = LeafWalk(pack_token_ids(layout.token_ids[members], info.vocab_size),
-                    exit_members, exits[1][exit_rec], members, inside_count, inside[2][rec],
-                    exits[2][exit_rec], int(inside_count.max()) if len(inside_count) else 0)
+                    exit_members, exit_col, members, inside_count, inside_end,
+                    exit_count, int(inside_count.max()) if len(inside_count) else 0)
     if len(cache) >= _LEAF_WALKS_MAX:  # oldest first; admission threads fill it too
         try:
             cache.pop(next(iter(cache)), None)
@@ -110,6 +100,32 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
             pass
     cache[key] = walk
     return walk
+
+
+def _walked(info: TokenizerInfo, dfa: ByteDFA, q: int, starts_char: np.ndarray | None) -> tuple:
+    """The tokens whose first byte ``q`` allows, walked from it: (inside positions,
+    characters, ends accepting, exit positions, columns, characters before). In C as a trie
+    where the extension builds (native.py); else vectorized here, walking one token per
+    group of tokens the leaf cannot tell apart once a leaf is walked widely."""
+    layout = info.layout
+    mod = native.module()
+    if mod is not None:
+        found = native.leaf_walk(mod, dfa.trans, dfa.accept, starts_char, layout.lexicographic_arrays(), q)
+        if found is not None:
+            return (*found[0], *found[1])
+    first = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
+    spellings = _spellings(info, dfa, starts_char) if len(first) > _GROUP_FROM else None
+    if spellings is None:
+        return _flat(_walk(layout, dfa, q, starts_char, first))
+    reps = spellings.reps[(dfa.trans[q, :256] >= 0)[layout.columns[0, spellings.reps]]]
+    inside, exits = _walk(layout, dfa, q, starts_char, reps)
+    members, rec = spellings.members_of(inside[0])
+    exit_members, exit_rec = spellings.members_of(exits[0])
+    return (members, inside[1][rec], inside[2][rec], exit_members, exits[1][exit_rec], exits[2][exit_rec])
+
+
+def _flat(walked: tuple) -> tuple:
+    return (*walked[0], *walked[1])
 
 
 def _walk(layout, dfa: ByteDFA, q: int, starts_char: np.ndarray | None, pos: np.ndarray):

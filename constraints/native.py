@@ -157,3 +157,23 @@ class PdaWalker:
         lowest = self._mod.walk_list(self._pda, self._vocab, configs, index,
                                      np.ascontiguousarray(cols, dtype=np.int64), alive, row)
         return None if lowest < 0 else (row, alive, lowest)
+
+
+def leaf_walk(mod, trans: np.ndarray, accept: np.ndarray, starts: np.ndarray | None, lex, q: int):
+    """native_walk.c's walk from state ``q`` of a leaf DFA of every token whose first byte it
+    allows: ((inside positions, characters, ends accepting), (exit positions, columns,
+    characters before)), as leaves._walk gives them for those tokens (in another order);
+    None where its buffers are too small."""
+    if trans.dtype != np.int32 or not trans.flags.c_contiguous or trans.shape[1] < 256:
+        raise ValueError(f"trans must be a C-contiguous int32 [S, >=256] table, not {trans.dtype} {trans.shape}")
+    n, cap = len(lex.ids), len(lex.data)  # a token leaves at most once per byte
+    in_i, in_count, in_end = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=bool)
+    ex_i, ex_col, ex_count = (np.empty(cap, dtype=np.int64) for _ in range(3))
+    found = mod.walk_leaf(trans, np.ascontiguousarray(accept, dtype=bool),
+                          None if starts is None else np.ascontiguousarray(starts, dtype=bool),
+                          _vocab(mod, lex), q, in_i, in_count, in_end, ex_i, ex_col, ex_count)
+    if found is None:
+        return None
+    n_in, n_ex = found
+    return ((lex.pos[in_i[:n_in]], in_count[:n_in].copy(), in_end[:n_in].copy()),
+            (lex.pos[ex_i[:n_ex]], ex_col[:n_ex].copy(), ex_count[:n_ex].copy()))

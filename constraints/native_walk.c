@@ -247,6 +247,66 @@ static int64_t walk_list(Work *w, const Pda *p, const Vocab *v, int64_t n0, cons
     return w->lowest == INT32_MAX ? 0 : w->lowest;
 }
 
+/* ---- leaf walks ----------------------------------------------------------------------- */
+
+/* Every token whose first byte state q of a byte DFA allows, walked from q in lexicographic
+ * order (trans[s * stride + b] < 0: dead; accept[s]; starts[s * 256 + b], or NULL: byte b in
+ * state s begins a counted character). A token whose bytes all stay alive is "inside":
+ * (token index, characters, ends accepting); every byte j >= 1 it reaches in an accepting
+ * state with bytes left is an "exit": (token index, j, characters before j). A token resumes
+ * from the states its common prefix with the one before reached. Returns the inside count
+ * (-1: the exit buffer of cap entries is full); the exit count goes to *n_ex. */
+static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *accept, const uint8_t *starts,
+                         const Vocab *v, int32_t q, int64_t *in_i, int64_t *in_count, uint8_t *in_end,
+                         int64_t *ex_i, int64_t *ex_col, int64_t *ex_count, int64_t cap, int64_t *n_ex) {
+    enum { DEPTH = 512 };
+    int32_t state[DEPTH + 1];
+    int64_t count[DEPTH + 1], exits[DEPTH + 1]; /* exits[k]: accepting depths in 1..k */
+    int64_t n_in = 0, k_ex = 0;
+    state[0] = q;
+    count[0] = 0;
+    exits[0] = 0;
+    for (int b = 0; b < 256; b++) {
+        if (trans[(int64_t)q * stride + b] < 0) continue;
+        int64_t reached = 0; /* state[0..reached]: the last walked token's prefix (the last may be dead) */
+        for (int64_t i = v->first[b]; i < v->first[b + 1]; i++) {
+            const uint8_t *bytes = v->bytes + v->off[i];
+            int64_t len = v->off[i + 1] - v->off[i];
+            if (len > DEPTH) return -1;
+            int64_t l = i == v->first[b] ? 0 : v->lcp[i];
+            int64_t k = l < reached ? l : reached; /* state[k] may be dead: so is this token */
+            while (k < len && state[k] >= 0) {
+                int32_t cur = state[k];
+                count[k + 1] = count[k] + (starts ? starts[(int64_t)cur * 256 + bytes[k]] : 0);
+                state[k + 1] = trans[(int64_t)cur * stride + bytes[k]];
+                exits[k + 1] = exits[k] + (state[k + 1] >= 0 && accept[state[k + 1]]);
+                k++;
+            }
+            reached = k;
+            int64_t alive_to = state[k] >= 0 ? k : k - 1; /* deepest live depth on this token */
+            int64_t last = alive_to < len - 1 ? alive_to : len - 1; /* exits need bytes left */
+            if (last >= 1 && exits[last]) {
+                for (int64_t j = 1; j <= last; j++) {
+                    if (!accept[state[j]]) continue;
+                    if (k_ex >= cap) return -1;
+                    ex_i[k_ex] = i;
+                    ex_col[k_ex] = j;
+                    ex_count[k_ex] = count[j];
+                    k_ex++;
+                }
+            }
+            if (k == len && state[len] >= 0) {
+                in_i[n_in] = i;
+                in_count[n_in] = count[len];
+                in_end[n_in] = accept[state[len]];
+                n_in++;
+            }
+        }
+    }
+    *n_ex = k_ex;
+    return n_in;
+}
+
 /* ---- Python ------------------------------------------------------------------------------ */
 
 #define PDA_ARRAYS 9
@@ -410,11 +470,53 @@ static PyObject *py_walk_list(PyObject *self, PyObject *const *args, Py_ssize_t 
     return PyLong_FromLongLong(out);
 }
 
+/* walk_leaf(trans i32 [S, W], accept bool [S], starts bool [S, 256] or None, vocab, q,
+ *           in_i i64 [N], in_count i64 [N], in_end bool [N], ex_i i64, ex_col i64, ex_count i64)
+ * -> (n_in, n_ex), or None where the exit buffers are full */
+static PyObject *py_walk_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) { PyErr_SetString(PyExc_TypeError, "walk_leaf takes 11 arguments"); return NULL; }
+    const Vocab *v = PyCapsule_GetPointer(args[3], "vocab");
+    if (!v) return NULL;
+    long q = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    enum { N_VIEWS = 9 };
+    static const int arg_of[N_VIEWS] = {0, 1, 2, 5, 6, 7, 8, 9, 10};
+    static const int writable[N_VIEWS] = {0, 0, 0, 1, 1, 1, 1, 1, 1};
+    Py_buffer views[N_VIEWS];
+    int has_starts = args[2] != Py_None, got = 0;
+    for (; got < N_VIEWS; got++) {
+        views[got].obj = NULL;
+        if (arg_of[got] == 2 && !has_starts) continue;
+        if (row_view(args[arg_of[got]], &views[got], 0, writable[got]) < 0) break;
+    }
+    PyObject *out = NULL;
+    if (got == N_VIEWS) {
+        int64_t states = views[1].len;
+        int64_t stride = states ? views[0].len / 4 / states : 256;
+        int64_t cap = views[6].len / 8, n_ex = 0, n_in = 0;
+        if (views[7].len < cap * 8 || views[8].len < cap * 8 || views[3].len / 8 > views[5].len
+            || views[4].len < views[3].len || stride < 256 || q < 0 || q >= states) {
+            PyErr_SetString(PyExc_ValueError, "walk_leaf: bad table or output buffers");
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            n_in = leaf_walk(views[0].buf, stride, views[1].buf, has_starts ? views[2].buf : NULL, v,
+                             (int32_t)q, views[3].buf, views[4].buf, views[5].buf, views[6].buf,
+                             views[7].buf, views[8].buf, cap, &n_ex);
+            Py_END_ALLOW_THREADS
+            out = n_in < 0 ? Py_NewRef(Py_None) : Py_BuildValue("LL", (long long)n_in, (long long)n_ex);
+        }
+    }
+    for (int i = 0; i < got; i++)
+        if (views[i].obj) PyBuffer_Release(&views[i]);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"pda_tables", (PyCFunction)(void (*)(void))py_pda_tables, METH_FASTCALL, "pushdown tables -> capsule"},
     {"vocab_tables", (PyCFunction)(void (*)(void))py_vocab_tables, METH_FASTCALL, "vocabulary -> capsule"},
     {"walk_trie", (PyCFunction)(void (*)(void))py_walk_trie, METH_FASTCALL, "trie walk"},
     {"walk_list", (PyCFunction)(void (*)(void))py_walk_list, METH_FASTCALL, "walk of given tokens"},
+    {"walk_leaf", (PyCFunction)(void (*)(void))py_walk_leaf, METH_FASTCALL, "walk of a leaf DFA"},
     {NULL, NULL, 0, NULL},
 };
 

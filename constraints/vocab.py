@@ -39,13 +39,14 @@ class LexArrays:
     """The vocabulary in lexicographic order as flat arrays: token i's bytes are
     ``data[off[i]:off[i + 1]]``, ``lcp[i]`` bytes in common with token i - 1, the tokens
     starting with byte b are ``first[b]:first[b + 1]``, ``ids[i]`` its id;
-    ``lex_of_pos[p]``: the index of layout position p."""
+    ``pos[i]`` its layout position and ``lex_of_pos[p]`` the index of layout position p."""
 
     data: np.ndarray  # uint8
     off: np.ndarray  # [N + 1] int64
     lcp: np.ndarray  # [N] int32
     first: np.ndarray  # [257] int64
     ids: np.ndarray  # [N] int64
+    pos: np.ndarray  # [N] int64: the layout position of each
     lex_of_pos: np.ndarray  # [N] int64
 
 
@@ -91,7 +92,7 @@ class VocabLayout:
             lex_of_pos = np.empty(len(pos), dtype=np.int64)
             lex_of_pos[pos] = np.arange(len(pos))
             self._lex_arrays = LexArrays(np.frombuffer(b"".join(tokens), dtype=np.uint8), off, lcp,
-                                         first, np.ascontiguousarray(ids, dtype=np.int64), lex_of_pos)
+                                         first, np.ascontiguousarray(ids, dtype=np.int64), pos, lex_of_pos)
         return self._lex_arrays
 
     def prefix_starts(self) -> dict[bytes, int]:

@@ -142,3 +142,39 @@ def test_without_the_c_walks_the_masks_are_computed_in_python(tmp_path, env):
     off, allowed = json.loads(out.stdout.strip().splitlines()[-1])
     assert off
     assert allowed == sorted([ord("-"), ord("]")] + list(range(ord("0"), ord("9") + 1)))
+
+
+def _as_sets(walked) -> tuple[set, set]:
+    (ip, ic, ie), (xp, xc, xn) = walked
+    return (set(zip(ip.tolist(), ic.tolist(), ie.tolist())), set(zip(xp.tolist(), xc.tolist(), xn.tolist())))
+
+
+@needs_c
+@pytest.mark.parametrize("leaf", ["uri", "email", "date-time", "^[a-z][a-z0-9_-]{2,12}$", "number", "counted"])
+def test_the_c_leaf_walk_gives_the_numpy_walk(tokenizer_info, leaf):
+    """Every state of real leaves (formats, a pattern, a number, a counted plain string):
+    the same tokens inside, with the same character counts and ends, and the same exits."""
+    from constraints import leaves
+    from constraints.json_leaves import regex_leaf, string_dfa
+    from constraints.numbers import NUMBER
+
+    starts = None
+    if leaf == "number":
+        dfa = regex_leaf(NUMBER)
+    elif leaf == "counted":
+        counted = leaves.CountedLeaf.of_plain_string(string_dfa(0, None, None, None), 1, 4)
+        dfa, starts = counted.dfa, counted.starts_char
+    elif leaf.startswith("^"):
+        dfa = string_dfa(0, None, leaf, None)
+    else:
+        dfa = string_dfa(0, None, None, leaf)
+    layout = tokenizer_info.layout
+    walked = 0
+    for q in range(dfa.num_states):
+        first = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
+        want = _as_sets(leaves._walk(layout, dfa, q, starts, first))
+        got = _as_sets(native.leaf_walk(native.module(), dfa.trans, dfa.accept, starts,
+                                        layout.lexicographic_arrays(), q))
+        assert got == want, f"state {q}"
+        walked += len(want[0]) + len(want[1])
+    assert walked > 50
