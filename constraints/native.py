@@ -159,6 +159,22 @@ class PdaWalker:
         return None if lowest < 0 else (row, alive, lowest)
 
 
+_scratch = threading.local()  # per thread: the C walks run without the GIL
+
+
+def _leaf_buffers(lex) -> tuple:
+    """Output buffers of the leaf walk for this thread, reused (allocating ~6 MB a call,
+    pages mapped anew each time, cost more than the walk of a small leaf)."""
+    key = (len(lex.ids), len(lex.data))
+    buffers = getattr(_scratch, "leaf", None)
+    if buffers is None or buffers[0] != key:
+        n, cap = key  # a token leaves at most once per byte
+        buffers = _scratch.leaf = (key, (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+                                         np.empty(n, dtype=bool), np.empty(cap, dtype=np.int64),
+                                         np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)))
+    return buffers[1]
+
+
 def leaf_walk(mod, trans: np.ndarray, accept: np.ndarray, starts: np.ndarray | None, lex, q: int):
     """native_walk.c's walk from state ``q`` of a leaf DFA of every token whose first byte it
     allows: ((inside positions, characters, ends accepting), (exit positions, columns,
@@ -166,14 +182,12 @@ def leaf_walk(mod, trans: np.ndarray, accept: np.ndarray, starts: np.ndarray | N
     None where its buffers are too small."""
     if trans.dtype != np.int32 or not trans.flags.c_contiguous or trans.shape[1] < 256:
         raise ValueError(f"trans must be a C-contiguous int32 [S, >=256] table, not {trans.dtype} {trans.shape}")
-    n, cap = len(lex.ids), len(lex.data)  # a token leaves at most once per byte
-    in_i, in_count, in_end = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=bool)
-    ex_i, ex_col, ex_count = (np.empty(cap, dtype=np.int64) for _ in range(3))
+    in_i, in_count, in_end, ex_i, ex_col, ex_count = _leaf_buffers(lex)
     found = mod.walk_leaf(trans, np.ascontiguousarray(accept, dtype=bool),
                           None if starts is None else np.ascontiguousarray(starts, dtype=bool),
                           _vocab(mod, lex), q, in_i, in_count, in_end, ex_i, ex_col, ex_count)
     if found is None:
         return None
     n_in, n_ex = found
-    return ((lex.pos[in_i[:n_in]], in_count[:n_in].copy(), in_end[:n_in].copy()),
+    return ((lex.pos[in_i[:n_in]], in_count[:n_in].copy(), in_end[:n_in].copy()),  # the buffers are reused
             (lex.pos[ex_i[:n_ex]], ex_col[:n_ex].copy(), ex_count[:n_ex].copy()))

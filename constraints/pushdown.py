@@ -122,6 +122,7 @@ class PushdownAutomaton(TokenAutomaton):
         self._plain = (~self._branch & ~in_counted).tolist()
         # Python lists of the per-position flags read one position at a time (a list
         # index costs a fraction of a numpy scalar read).
+        self._in_counted_mask = in_counted
         self._in_counted_of = in_counted.tolist()
         self._returns_of, self._final_of = self._returns.tolist(), self._final.tolist()
         self._count_lo_of = self._count_lo.tolist()
@@ -478,7 +479,7 @@ class PushdownAutomaton(TokenAutomaton):
 
     def _build_walker(self, mod, max_configs: int = MAX_CONFIGS) -> native.PdaWalker:
         bounded = np.array([c is not None and c.hi is not None for c in self._counted], dtype=bool)
-        in_counted = np.array(self._in_counted_of, dtype=bool)
+        in_counted = self._in_counted_mask
         flags = (self._returns * native.RETURNS + in_counted * native.IN_COUNTED
                  + self._closes_counted * native.CLOSES_COUNTED
                  + (in_counted & bounded[np.maximum(self._leaf_of, 0)]) * native.BOUNDED)

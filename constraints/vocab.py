@@ -77,17 +77,10 @@ class VocabLayout:
         """lexicographic() as flat arrays, for walks outside Python (native.py)."""
         if self._lex_arrays is None:
             tokens, ids, pos = self.lexicographic()
-            lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+            lengths = self.lengths[pos]
             off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-            lcp = np.zeros(len(tokens), dtype=np.int32)
-            for i in range(1, len(tokens)):
-                a, b = tokens[i - 1], tokens[i]
-                n = min(len(a), len(b))
-                k = 0
-                while k < n and a[k] == b[k]:
-                    k += 1
-                lcp[i] = k
-            firsts = np.array([t[0] for t in tokens], dtype=np.int64)
+            lcp = _common_prefixes(self.columns[:, pos], lengths)
+            firsts = self.columns[0, pos].astype(np.int64)
             first = np.searchsorted(firsts, np.arange(257)).astype(np.int64)
             lex_of_pos = np.empty(len(pos), dtype=np.int64)
             lex_of_pos[pos] = np.arange(len(pos))
@@ -184,6 +177,18 @@ class TokenizerInfo:
         eos = tokenizer.eos_token_id
         eos_ids = tuple(sorted({eos} if isinstance(eos, int) else set(eos or [])))
         return cls(token_bytes, eos_ids, frozenset(special))
+
+
+def _common_prefixes(columns: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """[N] int32: bytes each token (a column of ``columns``, [max_len, N], zero padded) has
+    in common with the one before it (0 for the first)."""
+    out = np.zeros(len(lengths), dtype=np.int32)
+    if len(lengths) < 2:
+        return out
+    differ = columns[:, 1:] != columns[:, :-1]  # [max_len, N - 1]
+    first = np.where(differ.any(axis=0), differ.argmax(axis=0), columns.shape[0])
+    out[1:] = np.minimum(first, np.minimum(lengths[1:], lengths[:-1]))
+    return out
 
 
 def _is_byte_fallback(vocab: dict[str, int]) -> bool:
