@@ -12,6 +12,7 @@ from collections.abc import Hashable
 import numpy as np
 import torch
 
+from . import native
 from .bitmask import pack_token_ids
 from .completion import UNREACHABLE, leaf_distances
 from .fsm import DEAD, ByteDFA
@@ -117,7 +118,14 @@ class DFAAutomaton(TokenAutomaton):
         return bool(self.dfa.accept[state])
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
-        ids, _ = walk_vocab(self.dfa.trans, state, self.info.layout)
+        mod = native.module()
+        trans = self.dfa.trans
+        if mod is not None and trans.dtype == np.int32 and trans.flags.c_contiguous:
+            found = native.leaf_walk(mod, trans, self.dfa.accept, None,
+                                     self.info.layout.lexicographic_arrays(), state)
+            if found is not None:  # the tokens whose bytes all stay alive
+                return self.info.layout.token_ids[found[0][0]]
+        ids, _ = walk_vocab(trans, state, self.info.layout)
         return ids
 
     def byte_classes(self, state: int) -> list[list[int]]:

@@ -178,3 +178,20 @@ def test_the_c_leaf_walk_gives_the_numpy_walk(tokenizer_info, leaf):
         assert got == want, f"state {q}"
         walked += len(want[0]) + len(want[1])
     assert walked > 50
+
+
+@needs_c
+@pytest.mark.parametrize("pattern", [r"[a-z]+@[a-z]+\.(com|org)", r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", r'\{"a": ?"[^"]*"\}'])
+def test_a_regex_automatons_masks_are_the_numpy_walks(tokenizer_info, pattern):
+    from constraints.automaton import DFAAutomaton
+    from constraints.token_walk import walk_vocab
+
+    automaton = GrammarCompiler(tokenizer_info, cache_size=0).compile_regex(pattern).automaton
+    assert isinstance(automaton, DFAAutomaton)
+    allowed = 0
+    for q in range(automaton.dfa.num_states):
+        want = walk_vocab(automaton.dfa.trans, q, tokenizer_info.layout)[0]
+        got = automaton.allowed_token_ids(q)
+        assert sorted(got.tolist()) == sorted(want.tolist()), q
+        allowed += len(got)
+    assert allowed > 20
