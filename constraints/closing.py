@@ -81,7 +81,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -176,12 +176,15 @@ class ClosingDistance:
                     self._fits[state] = (most, False)
                     return None  # every token fits: proved without searching
             levels = self._levels_of(sid, state)
-            top = levels.thresholds[-1] if len(levels.thresholds) else -math.inf
-            self._fits[state] = (top, False)
-            if remaining - 1 >= top:
-                return None
+            if not len(levels.thresholds):
+                return None  # no bound found after any token (the search gave up): plain mask
+            top = levels.thresholds[-1]
+            if levels.complete:  # else a token with no way to finish after it stays out
+                self._fits[state] = (top, False)
+                if remaining - 1 >= top:
+                    return None
             k = int(np.searchsorted(levels.thresholds, remaining - 1, side="right")) - 1
-            return levels.rows[max(k, 0)]
+            return levels.row(max(k, 0))
 
     def _first_fits(self, state: State) -> tuple[float, bool] | None:
         """A state met for the first time: the search-free bound (``_most_tokens``) read
@@ -464,23 +467,27 @@ class ClosingDistance:
         handful: the tokens from one state reach few distinct states)."""
         token_ids, ends = self._graph.walk_vocab(sid)
         if not len(token_ids):
-            return _Levels(np.zeros(0, dtype=np.int64), [])
+            return _Levels(np.zeros(0, dtype=np.int64), token_ids, np.zeros(0), self._eos[:0], None,
+                           self.automaton.info.vocab_size)
         uniq, inv = np.unique(ends, return_inverse=True)
         after = np.array([self._bound(int(e)) for e in uniq.tolist()])[inv]
         self._lower(sid, 1 + after.min())
+        levels = self._rows_by_level(state, token_ids, after)
+        finite = levels.thresholds[levels.thresholds >= 0]
+        if len(finite):
+            self._margin = max(self._margin, 2 * int(finite[-1] + 1 - self._bound(sid)))
+        return levels
+
+    def _rows_by_level(self, state: State, token_ids: np.ndarray, after: np.ndarray) -> _Levels:
+        """One packed row per distinct finite value of ``after`` (the bound after each token):
+        the tokens at or below it, and EOS where the state accepts (level -1: EOS alone)."""
         thresholds = np.unique(after[np.isfinite(after)]).astype(np.int64)
-        if len(thresholds):
-            self._margin = max(self._margin, 2 * int(thresholds[-1] + 1 - self._bound(sid)))
-        accepting = bool(self._graph.accepting[sid])
+        accepting = bool(self.automaton.is_accepting(state))
         if accepting:  # with one token left, EOS alone may fit: level -1 keeps no other token
             thresholds = np.concatenate([[-1], thresholds])
-        mask = self.automaton.mask_row(state)
-        eos = self._eos if accepting else np.zeros(0, dtype=np.int64)
-        vocab_size = self.automaton.info.vocab_size
-        # The last value needs no row (every token fits) unless it is the only one.
-        rows = [torch.from_numpy(pack_token_ids(np.concatenate([token_ids[after <= k], eos]), vocab_size)) & mask
-                for k in thresholds[: max(len(thresholds) - 1, 1)].tolist()]
-        return _Levels(thresholds, rows)
+        eos = self._eos if accepting else self._eos[:0]
+        return _Levels(thresholds, token_ids, after, eos, self.automaton.mask_row(state),
+                       self.automaton.info.vocab_size, bool(np.isfinite(after).all()))
 
 
 def _common_suffix(a: bytes, b: bytes) -> int:
@@ -513,11 +520,25 @@ class _Way:
 @dataclass(slots=True)
 class _Levels:
     """thresholds: the distinct finite bounds after one token, ascending (and -1 first where
-    the state accepts); rows[k]: the tokens whose bound after them is <= thresholds[k], and
-    EOS where the state accepts. The largest threshold has a row only when it is the only one."""
+    the state accepts); row(k): the tokens whose bound after them is <= thresholds[k], and
+    EOS where the state accepts, packed and masked on first use (a state's budget mostly
+    needs one or two of them)."""
 
     thresholds: np.ndarray
-    rows: list[torch.Tensor]
+    token_ids: np.ndarray
+    after: np.ndarray  # the bound after each of token_ids
+    eos: np.ndarray  # the EOS ids kept in every row (none where the state does not accept)
+    mask: torch.Tensor | None
+    vocab_size: int
+    complete: bool = True  # every token has a finite bound after it
+    _rows: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def row(self, k: int) -> torch.Tensor:
+        out = self._rows.get(k)
+        if out is None:
+            ids = np.concatenate([self.token_ids[self.after <= self.thresholds[k]], self.eos])
+            out = self._rows[k] = torch.from_numpy(pack_token_ids(ids, self.vocab_size)) & self.mask
+        return out
 
 
 class _ByteGraph:

@@ -192,3 +192,55 @@ def test_spellings_of_a_shared_suffix_are_reused_exactly(compiler):
         fresh = ClosingDistance(auto)._suffix_spellings(data)
         assert reused._suffix_spellings(data) == fresh
         tail = data
+
+
+PUSHDOWN = [
+    {"type": "object", "properties": {"ab": {"type": "string", "maxLength": 3}}, "required": ["ab"],
+     "additionalProperties": False},
+    {"type": "object", "properties": {"a": {"type": "string", "minLength": 2}, "b": {"type": "integer"}},
+     "required": ["b"], "additionalProperties": False},
+]
+
+
+@pytest.mark.parametrize("schema", PUSHDOWN, ids=["maxLength", "minLength"])
+def test_pushdown_budget_rows_keep_only_tokens_that_fit_and_never_run_dry(compiler, schema):
+    """Budget rows of a pushdown automaton: at every reachable state and budget from its
+    bound up, the row is non-empty and holds only tokens after which the output can still
+    finish (brute force; a token into a dead end of the vocabulary stays out)."""
+    auto = compiler.compile_json_schema(schema).automaton
+    exact = _exact_distances(auto)
+    fresh = ClosingDistance(auto)
+    checked = 0
+    for s, d in exact.items():
+        if d == 0 or math.isinf(d):
+            continue
+        plain = set(np.nonzero(unpack_bitmask(auto.mask_row(s), auto.info.vocab_size))[0].tolist())
+        for budget in range(int(d), int(d) + 3):
+            row = fresh.budget_row(s, budget)
+            got = plain | ({EOS} if auto.is_accepting(s) else set()) if row is None else \
+                set(np.nonzero(unpack_bitmask(row, auto.info.vocab_size))[0].tolist())
+            assert got and got <= _fitting(auto, exact, s, budget) | ({EOS} if auto.is_accepting(s) else set())
+            checked += 1
+    assert checked > 20
+
+
+@pytest.mark.parametrize("schema", PUSHDOWN, ids=["maxLength", "minLength"])
+def test_every_pushdown_walk_through_budget_rows_finishes_within_the_budget(compiler, schema):
+    grammar = compiler.compile_json_schema(schema)
+    start = grammar.matcher().min_tokens_to_finish()
+    bitmask = allocate_token_bitmask(1, grammar.vocab_size)
+
+    @functools.cache
+    def finishes(history: tuple[int, ...], budget: int) -> bool:
+        m = grammar.matcher()
+        assert all(m.accept_token(t) for t in history)
+        if m.is_terminated():
+            return True
+        if budget == 0:
+            return False
+        m.fill_next_token_bitmask(bitmask, 0, max_tokens=budget)
+        allowed = np.nonzero(unpack_bitmask(bitmask[0], grammar.vocab_size))[0].tolist()
+        return bool(allowed) and all(finishes(history + (t,), budget - 1) for t in allowed)
+
+    for budget in range(int(start), int(start) + 2):
+        assert finishes((), budget), budget
