@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from . import native
 from .budget import CompileBudget
+from .errors import CompileTimeoutError
 from .nfa import NFA
 
 DEAD = -1
@@ -95,10 +98,9 @@ def _reachable_in(cols: np.ndarray) -> np.ndarray:
     return np.array(seen, dtype=bool)
 
 
-def _closure(nfa: NFA, states: frozenset[int]) -> frozenset[int]:
+def _closure(eps: list[list[int]], states: frozenset[int]) -> frozenset[int]:
     stack = list(states)
     seen = set(states)
-    eps = nfa.eps
     while stack:
         for t in eps[stack.pop()]:
             if t not in seen:
@@ -107,9 +109,9 @@ def _closure(nfa: NFA, states: frozenset[int]) -> frozenset[int]:
     return frozenset(seen)
 
 
-def _moves(nfa: NFA, members: frozenset[int]) -> list[tuple[int, int, frozenset[int]]]:
+def _moves(adjacent: list, members: frozenset[int]) -> list[tuple[int, int, frozenset[int]]]:
     """Partition 0..255 into ranges with the same NFA target set (non-empty ones only)."""
-    edges = [e for s in members for e in nfa.edges[s]]
+    edges = [e for s in members for e in adjacent[s]]
     if len(edges) <= 1:
         return [(lo, hi, frozenset([d])) for lo, hi, d in edges]
     edges.sort()
@@ -151,9 +153,9 @@ def _swept_moves(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, froz
     return out
 
 
-def _absorbed(closed: frozenset[int], nfa: NFA, absorbing: frozenset[int]) -> frozenset[int]:
+def _absorbed(closed: frozenset[int], eps: list[list[int]], absorbing: frozenset[int]) -> frozenset[int]:
     hit = closed & absorbing
-    return _closure(nfa, frozenset([min(hit)])) if hit else closed
+    return _closure(eps, frozenset([min(hit)])) if hit else closed
 
 
 def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget,
@@ -166,16 +168,20 @@ def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget,
     replaced by that state's closure alone (an unanchored search of n looping alternatives
     otherwise keeps up to 2**n subsets of the loops it is still in).
     """
+    mod = native.module()
+    if mod is not None and not return_members:
+        return _native_determinize(mod, nfa, start, final, budget, width, absorbing)
+    edges, eps = nfa.adjacency()
     closures: dict[frozenset[int], frozenset[int]] = {}
-    first = _closure(nfa, frozenset([start]))
+    first = _closure(eps, frozenset([start]))
     ids = {first: 0}
     order = [first]
     runs: list[tuple[int, int, int, int]] = []  # (state, lo, hi, target)
     for s, members in enumerate(order):  # grows while it is walked
-        for lo, hi, targets in _moves(nfa, members):
+        for lo, hi, targets in _moves(edges, members):
             closed = closures.get(targets)
             if closed is None:
-                closed = closures[targets] = _absorbed(_closure(nfa, targets), nfa, absorbing)
+                closed = closures[targets] = _absorbed(_closure(eps, targets), eps, absorbing)
             d = ids.get(closed)
             if d is None:
                 d = ids[closed] = len(order)
@@ -189,6 +195,26 @@ def determinize(nfa: NFA, start: int, final: int, budget: CompileBudget,
     if return_members:
         return ByteDFA(trans, accept), order
     return ByteDFA(trans, accept)
+
+
+def _native_determinize(mod, nfa: NFA, start: int, final: int, budget: CompileBudget, width: int,
+                        absorbing: frozenset[int]) -> ByteDFA:
+    """The subset construction in C (native.c): the same states in the same order."""
+    absorb = np.zeros(nfa.num_states, dtype=bool)
+    absorb[list(absorbing)] = True
+    arrays = [np.array(a, dtype=np.int32) for a in (nfa.edge_src, nfa.edge_lo, nfa.edge_hi, nfa.edge_dst,
+                                                    nfa.eps_src, nfa.eps_dst)]
+    found = mod.determinize(nfa.num_states, start, final, *arrays, absorb, width, budget.max_states,
+                            max(budget.deadline - time.monotonic(), 0.0))
+    if isinstance(found, int):  # -2: past max_states, -3: past the deadline
+        if found == -2:
+            budget.check_dfa_states(budget.max_states + 1)
+        budget.check_time()
+        raise CompileTimeoutError(f"constraint compilation exceeded {budget.timeout_s:.1f} s")
+    trans, accept = found
+    n = len(accept)
+    return ByteDFA(np.frombuffer(trans, dtype=np.int32).reshape(n, width),
+                   np.frombuffer(accept, dtype=bool))
 
 
 def _fill_runs(n: int, width: int, runs: list[tuple[int, int, int, int]]) -> np.ndarray:
@@ -237,7 +263,7 @@ def product(a: ByteDFA, b: ByteDFA, mode: str, budget: CompileBudget) -> ByteDFA
 
 def embed_dfa(nfa: NFA, start: int, dfa: ByteDFA) -> int:
     """Copy a DFA into the NFA as a fragment from `start`; returns the fragment's end state."""
-    base = len(nfa.edges)
+    base = nfa.num_states
     for _ in range(dfa.num_states):
         nfa.new_state()
     end = nfa.new_state()
@@ -268,6 +294,9 @@ def trim_and_minimize(dfa: ByteDFA, minimize: bool = True) -> ByteDFA:
     then merge equivalent states (Moore refinement) so fewer states need token masks.
     ``minimize=False`` only trims. Works on the table's distinct columns (_distinct_columns)
     and spreads the result back over all of them."""
+    mod = native.module()
+    if mod is not None:
+        return _native_trim_and_minimize(mod, dfa, minimize)
     cols, index = _distinct_columns(dfa.trans)
     dist, keep = _trim(cols, dfa.accept)
     if keep is None:
@@ -287,6 +316,18 @@ def trim_and_minimize(dfa: ByteDFA, minimize: bool = True) -> ByteDFA:
     padded = np.concatenate([sub, np.full((len(sub), 1), DEAD, dtype=sub.dtype)], axis=1)
     # Row-major like every table: the mask walks read a state's row.
     return ByteDFA(padded[:, index].astype(np.int32, order="C"), accept)
+
+
+def _native_trim_and_minimize(mod, dfa: ByteDFA, minimize: bool) -> ByteDFA:
+    """trim_and_minimize in C (native.c): the same states, numbered the same way."""
+    trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
+    n = dfa.num_states
+    cls_of, rep = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    m = mod.trim_minimize(trans, np.ascontiguousarray(dfa.accept, dtype=bool), minimize, cls_of, rep)
+    if m == 0:
+        return ByteDFA(np.full((1, trans.shape[1]), DEAD, dtype=np.int32), np.zeros(1, dtype=bool))
+    rows = trans[rep[:m]]
+    return ByteDFA(np.append(cls_of, DEAD)[rows].astype(np.int32), dfa.accept[rep[:m]].astype(bool))
 
 
 def _trim(cols: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, list[int] | None]:

@@ -267,11 +267,11 @@ def _emit_rest(ctx, nfa: NFA, s: int, items, done: int, lo: int, hi: int | None,
     def item(n, x):
         if as_rule[0]:
             return emit_call(n, x, ctx.rule_index(ItemRule(items, f"{ptr}/items", refs, _canonical(items)), ptr))
-        size = len(n.edges)
+        size = n.num_states
         end = ctx.emit_schema(n, x, items, f"{ptr}/items", refs)
         # A bounded array repeats its item maxItems times: where the copies would outgrow a
         # small rule (arrays of bounded arrays multiply), the rest are calls of one item rule.
-        if rest_hi is not None and not ctx.inline_leaves and (len(n.edges) - size) * rest_hi > _INLINE_ITEM_STATES:
+        if rest_hi is not None and not ctx.inline_leaves and (n.num_states - size) * rest_hi > _INLINE_ITEM_STATES:
             as_rule[0] = True
         return end
 

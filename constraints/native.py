@@ -1,4 +1,4 @@
-"""The pushdown automaton's vocabulary walks in C (native_walk.c), built on first use.
+"""The pushdown automaton's vocabulary walks in C (native.c), built on first use.
 
 The C file is compiled once per source, compiler and Python into an extension module in a
 cache folder (``$SGLANG_LITE_CACHE``, else ``$XDG_CACHE_HOME/sglang-lite``, else
@@ -25,13 +25,13 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-_SOURCE = Path(__file__).with_name("native_walk.c")
-_NAME = "_native_walk"
+_SOURCE = Path(__file__).with_name("native.c")
+_NAME = "_native"
 _BUILD_TIMEOUT_S = 120.0
 _lock = threading.Lock()
 _loaded: list = []  # [module or None] once tried
 
-# native_walk.c's position flags
+# native.c's position flags
 RETURNS, IN_COUNTED, CLOSES_COUNTED, BOUNDED = 1, 2, 4, 8
 
 
@@ -114,7 +114,7 @@ def _vocab(mod, lex):
 
 
 class PdaWalker:
-    """One pushdown automaton's tables laid out for native_walk.c (once per automaton; the
+    """One pushdown automaton's tables laid out for native.c (once per automaton; the
     vocabulary's once per tokenizer). ``trie`` and ``tokens`` return None where the C walk
     gives up (a step past ``max_configs`` configurations, or its buffers full): the caller
     then walks in Python, which prunes as the automaton's own steps do."""
@@ -176,7 +176,7 @@ def _leaf_buffers(lex) -> tuple:
 
 
 def leaf_walk(mod, trans: np.ndarray, accept: np.ndarray, starts: np.ndarray | None, lex, q: int):
-    """native_walk.c's walk from state ``q`` of a leaf DFA of every token whose first byte it
+    """native.c's walk from state ``q`` of a leaf DFA of every token whose first byte it
     allows: ((inside positions, characters, ends accepting), (exit positions, columns,
     characters before)), as leaves._walk gives them for those tokens (in another order);
     None where its buffers are too small."""

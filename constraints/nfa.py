@@ -19,26 +19,45 @@ CALL_BASE = 256  # symbols >= CALL_BASE are rule calls (see pushdown.py), never 
 
 @dataclass(slots=True)
 class NFA:
-    """States are ints; edges are inclusive byte ranges (lo, hi, dst) plus epsilon moves."""
+    """States are ints 0..num_states-1; edges are inclusive byte ranges (src, lo, hi, dst), kept
+    as flat lists (the C subset construction reads them as arrays), plus epsilon moves."""
 
     budget: CompileBudget
-    edges: list[list[tuple[int, int, int]]] = field(default_factory=list)
-    eps: list[list[int]] = field(default_factory=list)
+    num_states: int = 0
+    edge_src: list[int] = field(default_factory=list)
+    edge_lo: list[int] = field(default_factory=list)
+    edge_hi: list[int] = field(default_factory=list)
+    edge_dst: list[int] = field(default_factory=list)
+    eps_src: list[int] = field(default_factory=list)
+    eps_dst: list[int] = field(default_factory=list)
 
     def new_state(self) -> int:
-        self.edges.append([])
-        self.eps.append([])
-        n = len(self.edges)
+        self.num_states += 1
+        n = self.num_states
         if n % 1024 == 0:
             self.budget.check_nfa_states(n)
             self.budget.check_time()
         return n - 1
 
     def add_edge(self, src: int, lo: int, hi: int, dst: int) -> None:
-        self.edges[src].append((lo, hi, dst))
+        self.edge_src.append(src)
+        self.edge_lo.append(lo)
+        self.edge_hi.append(hi)
+        self.edge_dst.append(dst)
 
     def add_eps(self, src: int, dst: int) -> None:
-        self.eps[src].append(dst)
+        self.eps_src.append(src)
+        self.eps_dst.append(dst)
+
+    def adjacency(self) -> tuple[list[list[tuple[int, int, int]]], list[list[int]]]:
+        """Per state: its edges (lo, hi, dst) and its epsilon targets (the Python walks)."""
+        edges: list[list[tuple[int, int, int]]] = [[] for _ in range(self.num_states)]
+        for src, lo, hi, dst in zip(self.edge_src, self.edge_lo, self.edge_hi, self.edge_dst):
+            edges[src].append((lo, hi, dst))
+        eps: list[list[int]] = [[] for _ in range(self.num_states)]
+        for src, dst in zip(self.eps_src, self.eps_dst):
+            eps[src].append(dst)
+        return edges, eps
 
 
 def emit_bytes(nfa: NFA, start: int, data: bytes) -> int:

@@ -450,7 +450,7 @@ class PushdownAutomaton(TokenAutomaton):
 
     def _trie_row(self, config: Config, rule_configs: list[Config] | None) -> tuple[np.ndarray, int]:
         """trie_walk's tokens as a packed row, walked in C where the library loads."""
-        walker = self._native_walker()
+        walker = self._nativeer()
         if walker is not None:
             found = walker.trie([config] if rule_configs is None else rule_configs, rule_configs is None)
             if found is not None:
@@ -462,7 +462,7 @@ class PushdownAutomaton(TokenAutomaton):
         """Tokens leaving a leaf at ``positions`` (layout), from byte ``cols``, walked on from
         the return configuration ``ret``: (packed row, which survive, shallowest depth)."""
         closure = self._config_closure(ret)
-        walker = self._native_walker()
+        walker = self._nativeer()
         if walker is not None:
             found = walker.tokens(list(closure), positions, cols)
             if found is not None:
@@ -471,7 +471,7 @@ class PushdownAutomaton(TokenAutomaton):
         alive = np.isin(self.info.layout.token_ids[positions], ids)
         return pack_token_ids(ids, self.info.vocab_size), alive, low
 
-    def _native_walker(self) -> native.PdaWalker | None:
+    def _nativeer(self) -> native.PdaWalker | None:
         if self._walker is False:
             mod = native.module()
             self._walker = None if mod is None else self._build_walker(mod)

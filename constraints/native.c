@@ -1,4 +1,4 @@
-/* Vocabulary walks of a pushdown automaton, in C: the extension module _native_walk, which
+/* Vocabulary walks of a pushdown automaton, in C: the extension module _native, which
  * constraints/native.py builds on first use and imports.
  *
  * pda_walk steps tokens byte by byte through the automaton of pushdown.py: a configuration is
@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { RETURNS = 1, IN_COUNTED = 2, CLOSES_COUNTED = 4, BOUNDED = 8 };
 
@@ -511,16 +512,452 @@ static PyObject *py_walk_leaf(PyObject *self, PyObject *const *args, Py_ssize_t 
     return out;
 }
 
+/* ---- trim and minimize ------------------------------------------------------------------ */
+
+/* fsm.trim_and_minimize on a table trans[n * w] (< 0 dead), accept[n]: drop the states that
+ * are not reachable from 0 or cannot reach acceptance, then (minimize) merge equivalent ones
+ * (Moore refinement from the distance to acceptance). States are numbered as fsm.py numbers
+ * them: kept states ascending; classes in the order of their smallest member. Work happens on
+ * the table's distinct live columns. Output: cls_of[n] (the new state of each old one, -1
+ * gone) and rep[m] (the smallest member of each new state); returns m (0: state 0 is dead),
+ * or -1 out of memory. */
+static int64_t trim_minimize(const int32_t *trans, int64_t n, int64_t w, const uint8_t *accept, int minimize,
+                             int64_t *cls_of, int64_t *rep) {
+    int64_t ret = -1;
+    int64_t *col_hash = malloc(sizeof(int64_t) * (w > 0 ? w : 1));
+    int64_t *col_of = malloc(sizeof(int64_t) * (w > 0 ? w : 1));
+    int64_t *cols = NULL, *dist = NULL, *pred_off = NULL, *pred = NULL, *order = NULL, *cls = NULL,
+            *next = NULL, *table = NULL, *sig = NULL, *stack = NULL;
+    if (!col_hash || !col_of) goto done;
+    /* distinct live columns: col_of[c] = its distinct column, or -1 (dead in every state) */
+    int64_t nc = 0;
+    for (int64_t c = 0; c < w; c++) {
+        uint64_t h = 1469598103934665603ull;
+        int live = 0;
+        for (int64_t s = 0; s < n; s++) {
+            int32_t t = trans[s * w + c];
+            live |= t >= 0;
+            h = (h ^ (uint64_t)(t + 2)) * 1099511628211ull;
+        }
+        col_of[c] = -1;
+        if (!live) continue;
+        for (int64_t d = 0; d < c && col_of[c] < 0; d++) {
+            if (col_of[d] < 0 || col_hash[d] != (int64_t)h) continue;
+            int64_t s = 0;
+            while (s < n && trans[s * w + c] == trans[s * w + d]) s++;
+            if (s == n) col_of[c] = col_of[d];
+        }
+        col_hash[c] = (int64_t)h;
+        if (col_of[c] < 0) col_of[c] = nc++;
+    }
+    cols = malloc(sizeof(int64_t) * (nc > 0 ? nc : 1)); /* a source column of each distinct one */
+    dist = malloc(sizeof(int64_t) * n);
+    pred_off = calloc(n + 1, sizeof(int64_t));
+    pred = malloc(sizeof(int64_t) * (n * nc > 0 ? n * nc : 1));
+    order = malloc(sizeof(int64_t) * n);
+    stack = malloc(sizeof(int64_t) * n);
+    if (!cols || !dist || !pred_off || !pred || !order || !stack) goto done;
+    for (int64_t c = w - 1; c >= 0; c--)
+        if (col_of[c] >= 0) cols[col_of[c]] = c;
+    /* predecessors, then breadth-first backwards from the accepting states */
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t k = 0; k < nc; k++) {
+            int32_t t = trans[s * w + cols[k]];
+            if (t >= 0) pred_off[t + 1]++;
+        }
+    for (int64_t s = 0; s < n; s++) pred_off[s + 1] += pred_off[s];
+    for (int64_t s = 0; s < n; s++) order[s] = pred_off[s];
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t k = 0; k < nc; k++) {
+            int32_t t = trans[s * w + cols[k]];
+            if (t >= 0) pred[order[t]++] = s;
+        }
+    int64_t head = 0, tail = 0;
+    for (int64_t s = 0; s < n; s++) {
+        dist[s] = accept[s] ? 0 : -1;
+        if (accept[s]) order[tail++] = s;
+    }
+    while (head < tail) {
+        int64_t t = order[head++];
+        for (int64_t i = pred_off[t]; i < pred_off[t + 1]; i++)
+            if (dist[pred[i]] < 0) {
+                dist[pred[i]] = dist[t] + 1;
+                order[tail++] = pred[i];
+            }
+    }
+    for (int64_t s = 0; s < n; s++) cls_of[s] = -1;
+    if (n == 0 || dist[0] < 0) { ret = 0; goto done; }
+    /* reachable from 0 through live states; kept ones numbered ascending */
+    int64_t top = 0, kept = 0;
+    cls_of[0] = 0;
+    stack[top++] = 0;
+    while (top) {
+        int64_t s = stack[--top];
+        for (int64_t k = 0; k < nc; k++) {
+            int32_t t = trans[s * w + cols[k]];
+            if (t >= 0 && dist[t] >= 0 && cls_of[t] < 0) {
+                cls_of[t] = 0;
+                stack[top++] = t;
+            }
+        }
+    }
+    for (int64_t s = 0; s < n; s++)
+        if (cls_of[s] == 0) order[kept++] = s; /* order: kept states ascending */
+    cls = malloc(sizeof(int64_t) * n);
+    next = malloc(sizeof(int64_t) * n);
+    table = malloc(sizeof(int64_t) * (kept * nc > 0 ? kept * nc : 1));
+    sig = malloc(sizeof(int64_t) * 2 * kept);
+    if (!cls || !next || !table || !sig) goto done;
+    for (int64_t i = 0; i < kept; i++) cls_of[order[i]] = i; /* old state -> kept index */
+    for (int64_t i = 0; i < kept; i++)
+        for (int64_t k = 0; k < nc; k++) {
+            int32_t t = trans[order[i] * w + cols[k]];
+            table[i * nc + k] = t >= 0 && dist[t] >= 0 ? cls_of[t] : -1;
+        }
+    /* classes: the distance to acceptance, then refined by successors' classes (Moore) */
+    int64_t count = 0;
+    for (int64_t i = 0; i < kept; i++) cls[i] = minimize ? dist[order[i]] : i;
+    if (minimize) {
+        int64_t hash_cap = 1;
+        while (hash_cap < 2 * kept) hash_cap <<= 1;
+        int64_t *slot = malloc(sizeof(int64_t) * hash_cap);
+        if (!slot) goto done;
+        int64_t prev = -1;
+        for (;;) {
+            /* new class = first state with an equal (class, successor classes) signature */
+            for (int64_t j = 0; j < hash_cap; j++) slot[j] = -1;
+            count = 0;
+            for (int64_t i = 0; i < kept; i++) {
+                uint64_t h = (uint64_t)cls[i] * 0x9E3779B97F4A7C15ull;
+                for (int64_t k = 0; k < nc; k++) {
+                    int64_t t = table[i * nc + k];
+                    h = (h ^ (uint64_t)(t < 0 ? -1 : cls[t])) * 0xBF58476D1CE4E5B9ull;
+                }
+                int64_t j = (int64_t)(h >> 11) & (hash_cap - 1);
+                for (;;) {
+                    int64_t r = slot[j];
+                    if (r < 0) { slot[j] = i; next[i] = count++; sig[i] = (int64_t)j; break; }
+                    int same = cls[r] == cls[i];
+                    for (int64_t k = 0; same && k < nc; k++) {
+                        int64_t a = table[r * nc + k], b = table[i * nc + k];
+                        same = (a < 0 ? -1 : cls[a]) == (b < 0 ? -1 : cls[b]);
+                    }
+                    if (same) { next[i] = next[r]; break; }
+                    j = (j + 1) & (hash_cap - 1);
+                }
+            }
+            for (int64_t i = 0; i < kept; i++) cls[i] = next[i];
+            if (count == prev) break;
+            prev = count;
+        }
+        free(slot);
+    }
+    /* classes renumbered by their smallest member (kept order ascends with the old states) */
+    for (int64_t i = 0; i < kept; i++) next[i] = -1;
+    int64_t m = 0;
+    for (int64_t i = 0; i < kept; i++) {
+        if (next[cls[i]] < 0) {
+            next[cls[i]] = m;
+            rep[m++] = order[i];
+        }
+    }
+    for (int64_t i = 0; i < kept; i++) cls_of[order[i]] = next[cls[i]];
+    ret = m;
+done:
+    free(col_hash); free(col_of); free(cols); free(dist); free(pred_off); free(pred); free(order); free(stack);
+    free(cls); free(next); free(table); free(sig);
+    return ret;
+}
+
+/* trim_minimize(trans i32 [n, w], accept bool [n], minimize, cls_of i64 [n], rep i64 [n])
+ * -> m (0: the start state is dead) */
+static PyObject *py_trim_minimize(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "trim_minimize takes 5 arguments"); return NULL; }
+    Py_buffer trans, accept, cls_of, rep;
+    if (row_view(args[0], &trans, 0, 0) < 0) return NULL;
+    if (row_view(args[1], &accept, 0, 0) < 0) { PyBuffer_Release(&trans); return NULL; }
+    int64_t n = accept.len, w = n ? trans.len / 4 / n : 0;
+    PyObject *out = NULL;
+    if (trans.len != n * w * 4) {
+        PyErr_SetString(PyExc_ValueError, "trim_minimize: trans must be int32 [len(accept), w]");
+    } else if (row_view(args[3], &cls_of, n * 8, 1) == 0) {
+        if (row_view(args[4], &rep, n * 8, 1) == 0) {
+            int minimize = PyObject_IsTrue(args[2]);
+            int64_t m;
+            Py_BEGIN_ALLOW_THREADS
+            m = trim_minimize(trans.buf, n, w, accept.buf, minimize, cls_of.buf, rep.buf);
+            Py_END_ALLOW_THREADS
+            out = m < 0 ? PyErr_NoMemory() : PyLong_FromLongLong(m);
+            PyBuffer_Release(&rep);
+        }
+        PyBuffer_Release(&cls_of);
+    }
+    PyBuffer_Release(&trans);
+    PyBuffer_Release(&accept);
+    return out;
+}
+
+/* ---- subset construction --------------------------------------------------------------- */
+
+typedef struct { int32_t *data; int64_t len, cap; } Ints;
+
+static int ints_push(Ints *v, int32_t x) {
+    if (v->len == v->cap) {
+        int64_t cap = v->cap ? 2 * v->cap : 1024;
+        int32_t *data = realloc(v->data, sizeof(int32_t) * cap);
+        if (!data) return -1;
+        v->data = data;
+        v->cap = cap;
+    }
+    v->data[v->len++] = x;
+    return 0;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    int64_t n;                            /* NFA states */
+    const int64_t *e_off; const int32_t *e_lo, *e_hi, *e_dst;   /* edges by source (CSR) */
+    const int64_t *p_off; const int32_t *p_dst;                  /* epsilon moves by source */
+    const uint8_t *absorbing;
+    uint32_t *stamp; uint32_t gen;        /* closure visits */
+    int32_t *stack;
+} Nfa;
+
+/* The epsilon closure of set[0..k) into out (sorted); an absorbing member replaces the set by
+ * the closure of the smallest one (fsm._absorbed). Returns its size. */
+static int64_t eps_closure(Nfa *a, const int32_t *set, int64_t k, int32_t *out, int absorb_pass) {
+    if (++a->gen == 0) { memset(a->stamp, 0, sizeof(uint32_t) * a->n); a->gen = 1; }
+    int64_t m = 0, top = 0;
+    for (int64_t i = 0; i < k; i++)
+        if (a->stamp[set[i]] != a->gen) { a->stamp[set[i]] = a->gen; a->stack[top++] = set[i]; out[m++] = set[i]; }
+    while (top) {
+        int32_t s = a->stack[--top];
+        for (int64_t i = a->p_off[s]; i < a->p_off[s + 1]; i++) {
+            int32_t t = a->p_dst[i];
+            if (a->stamp[t] != a->gen) { a->stamp[t] = a->gen; a->stack[top++] = t; out[m++] = t; }
+        }
+    }
+    qsort(out, m, sizeof(int32_t), cmp_i32);
+    if (absorb_pass && a->absorbing) {
+        for (int64_t i = 0; i < m; i++)
+            if (a->absorbing[out[i]]) {
+                int32_t first = out[i];
+                return eps_closure(a, &first, 1, out, 0);
+            }
+    }
+    return m;
+}
+
+/* Subset construction as fsm.determinize: states in breadth-first order, each one's moves by
+ * ascending symbol. Returns the number of DFA states, -2 past max_states, -3 past the
+ * deadline, -1 out of memory; *trans_out (rows of width) and *accept_out are malloc'd. */
+static int64_t subset_construction(Nfa *a, int32_t start, int32_t final, int64_t width, int64_t max_states,
+                                   double seconds, int32_t **trans_out, uint8_t **accept_out) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    Ints sets = {0}, trans = {0};
+    int64_t *set_off = NULL, n_sets = 0, off_cap = 0, hash_cap = 1024, ret = -1;
+    int64_t *slot = malloc(sizeof(int64_t) * hash_cap);
+    int32_t *buf = malloc(sizeof(int32_t) * (a->n + 1)), *targets = malloc(sizeof(int32_t) * (a->n + 1));
+    int64_t *cuts = NULL, cuts_cap = 0;
+    uint8_t *accept = NULL;
+    if (!slot || !buf || !targets) goto fail;
+    for (int64_t i = 0; i < hash_cap; i++) slot[i] = -1;
+    int64_t k = eps_closure(a, &start, 1, buf, 0); /* the start is not absorbed (as fsm.py) */
+#define INTERN(SET, K, ID) do {                                                            \
+        uint64_t h_ = 1469598103934665603ull;                                             \
+        for (int64_t q_ = 0; q_ < (K); q_++) h_ = (h_ ^ (uint32_t)(SET)[q_]) * 1099511628211ull; \
+        int64_t j_ = (int64_t)(h_ >> 7) & (hash_cap - 1);                                  \
+        (ID) = -1;                                                                         \
+        while (slot[j_] >= 0) {                                                            \
+            int64_t c_ = slot[j_];                                                         \
+            if (set_off[c_ + 1] - set_off[c_] == (K)                                       \
+                && !memcmp(sets.data + set_off[c_], (SET), sizeof(int32_t) * (K))) { (ID) = c_; break; } \
+            j_ = (j_ + 1) & (hash_cap - 1);                                                \
+        }                                                                                  \
+        if ((ID) < 0) {                                                                    \
+            if (n_sets + 2 > off_cap) {                                                    \
+                off_cap = off_cap ? 2 * off_cap : 1024;                                    \
+                int64_t *o_ = realloc(set_off, sizeof(int64_t) * off_cap);                  \
+                if (!o_) goto fail;                                                        \
+                set_off = o_;                                                              \
+            }                                                                              \
+            if (n_sets == 0) set_off[0] = 0;                                               \
+            for (int64_t q_ = 0; q_ < (K); q_++) if (ints_push(&sets, (SET)[q_])) goto fail; \
+            set_off[n_sets + 1] = sets.len;                                                \
+            slot[j_] = n_sets;                                                             \
+            (ID) = n_sets++;                                                               \
+            for (int64_t w_ = 0; w_ < width; w_++) if (ints_push(&trans, -1)) goto fail;   \
+            if (2 * n_sets > hash_cap) {                                                   \
+                int64_t cap_ = 2 * hash_cap;                                               \
+                int64_t *s_ = malloc(sizeof(int64_t) * cap_);                              \
+                if (!s_) goto fail;                                                        \
+                for (int64_t i_ = 0; i_ < cap_; i_++) s_[i_] = -1;                         \
+                for (int64_t c_ = 0; c_ < n_sets; c_++) {                                  \
+                    uint64_t g_ = 1469598103934665603ull;                                  \
+                    for (int64_t q_ = set_off[c_]; q_ < set_off[c_ + 1]; q_++)             \
+                        g_ = (g_ ^ (uint32_t)sets.data[q_]) * 1099511628211ull;            \
+                    int64_t i_ = (int64_t)(g_ >> 7) & (cap_ - 1);                          \
+                    while (s_[i_] >= 0) i_ = (i_ + 1) & (cap_ - 1);                        \
+                    s_[i_] = c_;                                                           \
+                }                                                                          \
+                free(slot); slot = s_; hash_cap = cap_;                                    \
+            }                                                                              \
+        }                                                                                  \
+    } while (0)
+    int64_t first_id;
+    INTERN(buf, k, first_id);
+    (void)first_id;
+    for (int64_t d = 0; d < n_sets; d++) {
+        if (n_sets > max_states) { ret = -2; goto fail; }
+        if ((d & 63) == 63) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if ((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9 > seconds) { ret = -3; goto fail; }
+        }
+        /* the member edges' range ends, ascending: each piece between two is one move */
+        int64_t n_cuts = 0;
+        for (int64_t q = set_off[d]; q < set_off[d + 1]; q++) {
+            int32_t s = sets.data[q];
+            for (int64_t e = a->e_off[s]; e < a->e_off[s + 1]; e++) {
+                if (n_cuts + 2 > cuts_cap) {
+                    cuts_cap = cuts_cap ? 2 * cuts_cap : 256;
+                    int64_t *c = realloc(cuts, sizeof(int64_t) * cuts_cap);
+                    if (!c) goto fail;
+                    cuts = c;
+                }
+                cuts[n_cuts++] = a->e_lo[e];
+                cuts[n_cuts++] = (int64_t)a->e_hi[e] + 1;
+            }
+        }
+        if (!n_cuts) continue;
+        qsort(cuts, n_cuts, sizeof(int64_t), cmp_i64);
+        for (int64_t c = 0; c + 1 < n_cuts; c++) {
+            int64_t lo = cuts[c], hi = cuts[c + 1];
+            if (lo == hi) continue;
+            int64_t nt = 0;
+            for (int64_t q = set_off[d]; q < set_off[d + 1]; q++) {
+                int32_t s = sets.data[q];
+                for (int64_t e = a->e_off[s]; e < a->e_off[s + 1]; e++)
+                    if (a->e_lo[e] <= lo && lo <= a->e_hi[e]) targets[nt++] = a->e_dst[e];
+            }
+            if (!nt) continue;
+            int64_t kk = eps_closure(a, targets, nt, buf, 1), id;
+            INTERN(buf, kk, id);
+            for (int64_t x = lo; x < hi && x < width; x++) trans.data[d * width + x] = (int32_t)id;
+        }
+    }
+#undef INTERN
+    accept = malloc(n_sets ? n_sets : 1);
+    if (!accept) goto fail;
+    for (int64_t d = 0; d < n_sets; d++) {
+        accept[d] = 0;
+        int32_t *lo = sets.data + set_off[d], *hi = sets.data + set_off[d + 1];
+        accept[d] = bsearch(&final, lo, hi - lo, sizeof(int32_t), cmp_i32) != NULL;
+    }
+    *trans_out = trans.data;
+    *accept_out = accept;
+    free(sets.data); free(set_off); free(slot); free(buf); free(targets); free(cuts);
+    return n_sets;
+fail:
+    free(sets.data); free(set_off); free(slot); free(buf); free(targets); free(cuts); free(trans.data);
+    free(accept);
+    return ret;
+}
+
+static int64_t *csr(const int32_t *src, int64_t m, int64_t n, int64_t **order_out) {
+    int64_t *off = calloc(n + 1, sizeof(int64_t)), *order = malloc(sizeof(int64_t) * (m ? m : 1));
+    int64_t *at = malloc(sizeof(int64_t) * (n + 1));
+    if (!off || !order || !at) { free(off); free(order); free(at); return NULL; }
+    for (int64_t i = 0; i < m; i++) off[src[i] + 1]++;
+    for (int64_t s = 0; s < n; s++) off[s + 1] += off[s];
+    memcpy(at, off, sizeof(int64_t) * (n + 1));
+    for (int64_t i = 0; i < m; i++) order[at[src[i]]++] = i;
+    free(at);
+    *order_out = order;
+    return off;
+}
+
+/* determinize(n, start, final, edge_src, edge_lo, edge_hi, edge_dst, eps_src, eps_dst (i32),
+ *             absorbing bool [n], width, max_states, seconds) -> (trans bytes, accept bytes)
+ * or an int: -2 past max_states, -3 past the time */
+static PyObject *py_determinize(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 13) { PyErr_SetString(PyExc_TypeError, "determinize takes 13 arguments"); return NULL; }
+    int64_t n = PyLong_AsLongLong(args[0]);
+    int32_t start = (int32_t)PyLong_AsLong(args[1]), final = (int32_t)PyLong_AsLong(args[2]);
+    int64_t width = PyLong_AsLongLong(args[10]), max_states = PyLong_AsLongLong(args[11]);
+    double seconds = PyFloat_AsDouble(args[12]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer v[7];
+    int got = 0;
+    for (; got < 7; got++)
+        if (row_view(args[3 + got], &v[got], 0, 0) < 0) break;
+    PyObject *out = NULL;
+    if (got == 7) {
+        int64_t m = v[0].len / 4, p = v[4].len / 4;
+        const int32_t *es = v[0].buf, *elo = v[1].buf, *ehi = v[2].buf, *ed = v[3].buf, *ps = v[4].buf, *pd = v[5].buf;
+        int ok = v[1].len == m * 4 && v[2].len == m * 4 && v[3].len == m * 4 && v[5].len == p * 4
+                 && v[6].len == n && start >= 0 && start < n && width > 0;
+        for (int64_t i = 0; ok && i < m; i++) ok = es[i] >= 0 && es[i] < n && ed[i] >= 0 && ed[i] < n && elo[i] <= ehi[i];
+        for (int64_t i = 0; ok && i < p; i++) ok = ps[i] >= 0 && ps[i] < n && pd[i] >= 0 && pd[i] < n;
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "determinize: malformed NFA arrays");
+        } else {
+            int64_t *e_order = NULL, *p_order = NULL;
+            int64_t *e_off = csr(es, m, n, &e_order), *p_off = csr(ps, p, n, &p_order);
+            int32_t *e_lo = malloc(4 * (m ? m : 1)), *e_hi = malloc(4 * (m ? m : 1)), *e_dst = malloc(4 * (m ? m : 1));
+            int32_t *p_dst = malloc(4 * (p ? p : 1)), *stack = malloc(4 * (n + 1));
+            uint32_t *stamp = calloc(n + 1, 4);
+            int32_t *trans = NULL;
+            uint8_t *accept = NULL;
+            int64_t states = -1;
+            if (e_off && p_off && e_lo && e_hi && e_dst && p_dst && stack && stamp) {
+                for (int64_t i = 0; i < m; i++) {
+                    e_lo[i] = elo[e_order[i]]; e_hi[i] = ehi[e_order[i]]; e_dst[i] = ed[e_order[i]];
+                }
+                for (int64_t i = 0; i < p; i++) p_dst[i] = pd[p_order[i]];
+                Nfa a = {n, e_off, e_lo, e_hi, e_dst, p_off, p_dst, v[6].buf, stamp, 0, stack};
+                if (final < 0 || final >= n) final = -1;
+                Py_BEGIN_ALLOW_THREADS
+                states = subset_construction(&a, start, final, width, max_states, seconds, &trans, &accept);
+                Py_END_ALLOW_THREADS
+            }
+            if (states >= 0) {
+                out = Py_BuildValue("(y#y#)", (const char *)trans, (Py_ssize_t)(states * width * 4),
+                                    (const char *)accept, (Py_ssize_t)states);
+            } else if (states == -1) {
+                PyErr_NoMemory();
+            } else {
+                out = PyLong_FromLongLong(states);
+            }
+            free(e_off); free(p_off); free(e_order); free(p_order); free(e_lo); free(e_hi); free(e_dst);
+            free(p_dst); free(stack); free(stamp); free(trans); free(accept);
+        }
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"pda_tables", (PyCFunction)(void (*)(void))py_pda_tables, METH_FASTCALL, "pushdown tables -> capsule"},
     {"vocab_tables", (PyCFunction)(void (*)(void))py_vocab_tables, METH_FASTCALL, "vocabulary -> capsule"},
     {"walk_trie", (PyCFunction)(void (*)(void))py_walk_trie, METH_FASTCALL, "trie walk"},
     {"walk_list", (PyCFunction)(void (*)(void))py_walk_list, METH_FASTCALL, "walk of given tokens"},
     {"walk_leaf", (PyCFunction)(void (*)(void))py_walk_leaf, METH_FASTCALL, "walk of a leaf DFA"},
+    {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},
+    {"determinize", (PyCFunction)(void (*)(void))py_determinize, METH_FASTCALL, "fsm.determinize"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native_walk", NULL, -1, methods,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods,
                                     NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__native_walk(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

@@ -1,4 +1,4 @@
-"""The C vocabulary walks (constraints/native_walk.c) give exactly the masks of the Python walks,
+"""The C vocabulary walks (constraints/native.c) give exactly the masks of the Python walks,
 fall back where they give up, and the package works without a C compiler."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_a_walk_past_the_configuration_cap_falls_back_to_python(tokenizer_info):
     in Python, and its masks are those of an automaton that never had the C walks."""
     schema = SCHEMAS[0]
     pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
-    assert pda._native_walker().trie([((), 0)], True) is not None
+    assert pda._nativeer().trie([((), 0)], True) is not None
     pda._walker = pda._build_walker(native.module(), max_configs=0)
     assert pda._walker.trie([((), 0)], True) is None
     assert _walk_both_with(pda, tokenizer_info, schema) > 10
@@ -195,3 +195,82 @@ def test_a_regex_automatons_masks_are_the_numpy_walks(tokenizer_info, pattern):
         assert sorted(got.tolist()) == sorted(want.tolist()), q
         allowed += len(got)
     assert allowed > 20
+
+
+def _python_only():
+    """A context in which native.module() is None (the Python paths)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def off():
+        saved = native._loaded[:]
+        native._loaded[:] = [None]
+        try:
+            yield
+        finally:
+            native._loaded[:] = saved
+    return off()
+
+
+def _random_nfa(rng, n: int, width: int):
+    from constraints.budget import CompileBudget
+    from constraints.nfa import NFA
+
+    nfa = NFA(CompileBudget())
+    for _ in range(n):
+        nfa.new_state()
+    for s in range(n):
+        for _ in range(int(rng.integers(0, 4))):
+            lo = int(rng.integers(0, width))
+            hi = min(width - 1, lo + int(rng.choice([0, 1, 5, 40, 255])))
+            nfa.add_edge(s, lo, hi, int(rng.integers(0, n)))
+        for _ in range(int(rng.integers(0, 3))):
+            nfa.add_eps(s, int(rng.integers(0, n)))
+    return nfa
+
+
+@needs_c
+def test_the_c_subset_construction_and_minimization_give_the_python_automata():
+    """Random NFAs (byte ranges, call columns past 256, epsilon cycles, absorbing states):
+    the same DFA, state for state, and the same trimmed and minimized DFA."""
+    from constraints.budget import CompileBudget
+    from constraints.fsm import determinize, trim_and_minimize
+
+    rng = np.random.default_rng(11)
+    compared = 0
+    for trial in range(300):
+        n, width = int(rng.integers(2, 30)), int(rng.choice([256, 260]))
+        nfa = _random_nfa(rng, n, width)
+        absorbing = frozenset(rng.choice(n, size=int(rng.integers(0, 2)), replace=False).tolist())
+        final = int(rng.integers(0, n))
+        got = determinize(nfa, 0, final, CompileBudget(), width=width, absorbing=absorbing)
+        with _python_only():
+            want = determinize(nfa, 0, final, CompileBudget(), width=width, absorbing=absorbing)
+        assert np.array_equal(got.trans, want.trans) and np.array_equal(got.accept, want.accept), trial
+        for minimize in (True, False):
+            a = trim_and_minimize(got, minimize)
+            with _python_only():
+                b = trim_and_minimize(want, minimize)
+            assert np.array_equal(a.trans, b.trans) and np.array_equal(a.accept, b.accept), (trial, minimize)
+        compared += got.num_states
+    assert compared > 1000
+
+
+@needs_c
+def test_the_c_subset_construction_keeps_the_budget():
+    from constraints import CompileTimeoutError, GrammarTooComplexError
+    from constraints.budget import CompileBudget
+    from constraints.fsm import determinize
+    from constraints.regex import regex_to_dfa
+
+    with pytest.raises(GrammarTooComplexError):
+        regex_to_dfa("(a|b)*a(a|b){14}", CompileBudget(max_states=1000))
+    from constraints.nfa import NFA
+    from constraints.regex import emit_regex, parse_regex
+
+    nfa = NFA(CompileBudget())
+    start = nfa.new_state()
+    end = emit_regex(nfa, start, parse_regex("(a|b)*a(a|b){14}"))  # 2**15 DFA states
+    budget = CompileBudget(max_states=10**7, timeout_s=0.05)
+    with pytest.raises(CompileTimeoutError):
+        determinize(nfa, start, end, budget)  # the C loop checks the deadline itself
