@@ -29,7 +29,7 @@
 enum { RETURNS = 1, IN_COUNTED = 2, CLOSES_COUNTED = 4, BOUNDED = 8 };
 
 typedef struct {
-    const int64_t *trans;        /* [S * 256] next position or < 0 */
+    const int32_t *trans;        /* [S * 256] next position or < 0 */
     const int32_t *call_off;     /* [S + 1] calls of g: call_off[g] .. call_off[g + 1] */
     const int32_t *call_start;   /* callee's start position */
     const int32_t *call_ret;     /* position after the call */
@@ -153,7 +153,7 @@ static int64_t step(Work *w, const Pda *p, const Config *in, int64_t n, int b, C
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++) {
         int32_t g = in[i].g, node = in[i].node;
-        int32_t t = (int32_t)p->trans[(int64_t)g * 256 + b];
+        int32_t t = p->trans[(int64_t)g * 256 + b];
         if (t < 0) continue;
         if (p->inc[(int64_t)g * 256 + b]) {
             int64_t count = count_of(w, node) + 1;
@@ -192,7 +192,7 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
     at[1] = n0;
     uint8_t live[256] = {0}; /* first bytes some configuration steps on */
     for (int64_t i = 0; i < n0; i++) {
-        const int64_t *t = p->trans + (int64_t)arena[i].g * 256;
+        const int32_t *t = p->trans + (int64_t)arena[i].g * 256;
         for (int b = 0; b < 256; b++) live[b] |= t[b] >= 0;
     }
     for (int b = 0; b < 256; b++) {
@@ -338,7 +338,7 @@ static void free_vocab(PyObject *capsule) {
     free(c);
 }
 
-/* pda_tables(trans i64, call_off i32, call_start i32, call_ret i32, call_counted u8, flags u8,
+/* pda_tables(trans i32, call_off i32, call_start i32, call_ret i32, call_counted u8, flags u8,
  *            count_lo i32, count_cap i32, inc u8, max_configs) -> capsule */
 static PyObject *py_pda_tables(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != PDA_ARRAYS + 1) {

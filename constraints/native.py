@@ -122,10 +122,10 @@ class PdaWalker:
     def __init__(self, mod, trans: np.ndarray, call_counts: np.ndarray, calls: list, flags: np.ndarray,
                  count_lo: np.ndarray, count_cap: np.ndarray, inc: np.ndarray, lex, vocab_size: int,
                  max_configs: int):
-        """``trans`` int64 [S, 256] (read in place), ``call_counts[g]`` calls at position g,
+        """``trans`` int32 [S, 256] (read in place), ``call_counts[g]`` calls at position g,
         ``calls`` their (callee start, return position, counted) in position order."""
-        if trans.dtype != np.int64 or trans.shape[1] != 256 or not trans.flags.c_contiguous:
-            raise ValueError(f"trans must be a C-contiguous int64 [S, 256] table, not {trans.dtype} {trans.shape}")
+        if trans.dtype != np.int32 or trans.shape[1] != 256 or not trans.flags.c_contiguous:
+            raise ValueError(f"trans must be a C-contiguous int32 [S, 256] table, not {trans.dtype} {trans.shape}")
         self._mod, self._lex = mod, lex
         self._words = (vocab_size + 31) // 32
         self._pda = mod.pda_tables(

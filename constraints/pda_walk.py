@@ -75,7 +75,7 @@ def walk_tokens(pda: PushdownAutomaton, configs: set[Config], positions: np.ndar
         if not len(pos):
             continue
         at = g * 256 + layout.columns[j, pos]
-        g = flat[at]
+        g = flat[at].astype(np.int64)
         if pda._counted_any:
             g, s = _count_chars(pda, pda._inc.reshape(-1)[at] & (g >= 0), g, s, stack_of, sid)
             g = np.where(_too_short(pda, g, s, stack_of), DEAD, g)

@@ -608,10 +608,11 @@ def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
 
 def _global_table(dfas: list[ByteDFA], offsets: list[int]) -> np.ndarray:
     """The rules' byte columns stacked, each rule's states moved by its offset (DEAD stays):
-    one lookup per rule through a shifted index, the cheapest of the ways measured."""
-    out = np.empty((offsets[-1], 256), dtype=np.int64)
+    one lookup per rule through a shifted index, the cheapest of the ways measured. int32:
+    shared leaves (formats, any value) are copied in whole, so bytes count."""
+    out = np.empty((offsets[-1], 256), dtype=np.int32)
     for d, lo, hi in zip(dfas, offsets, offsets[1:]):
-        shifted = np.arange(lo - 1, hi, dtype=np.int64)
+        shifted = np.arange(lo - 1, hi, dtype=np.int32)
         shifted[0] = DEAD
         np.take(shifted, d.trans[:, :256] + 1, out=out[lo:hi])
     return out
