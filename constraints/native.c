@@ -421,17 +421,27 @@ static int row_view(PyObject *obj, Py_buffer *view, Py_ssize_t min_bytes, int wr
     return 0;
 }
 
+/* args[0..2] = (pda, vocab, configs): 1 with the start configurations in the workspace, 0
+ * where they already overflow (the caller falls back), -1 with an error set. */
+static int begin_walk(PyObject *const *args, const Pda **p, const Vocab **v, Work **w, int64_t *n0) {
+    *p = PyCapsule_GetPointer(args[0], "pda");
+    *v = PyCapsule_GetPointer(args[1], "vocab");
+    if (!*p || !*v) return -1;
+    *w = workspace();
+    if (!*w) { PyErr_NoMemory(); return -1; }
+    *n0 = start_configs(*w, args[2]);
+    return *n0 == -1 ? -1 : *n0 >= 0;
+}
+
 /* walk_trie(pda, vocab, configs, close_first, row) -> shallowest depth, or -1 (fall back) */
 static PyObject *py_walk_trie(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "walk_trie takes 5 arguments"); return NULL; }
-    const Pda *p = PyCapsule_GetPointer(args[0], "pda");
-    const Vocab *v = PyCapsule_GetPointer(args[1], "vocab");
-    if (!p || !v) return NULL;
-    Work *w = workspace();
-    if (!w) return PyErr_NoMemory();
-    int64_t n0 = start_configs(w, args[2]);
-    if (n0 == -1) return NULL;
-    if (n0 < 0) return PyLong_FromLong(-1);
+    const Pda *p;
+    const Vocab *v;
+    Work *w;
+    int64_t n0;
+    int ready = begin_walk(args, &p, &v, &w, &n0);
+    if (ready <= 0) return ready < 0 ? NULL : PyLong_FromLong(-1);
     int close_first = PyObject_IsTrue(args[3]);
     Py_buffer row;
     if (row_view(args[4], &row, 4, 1) < 0) return NULL;
@@ -446,14 +456,12 @@ static PyObject *py_walk_trie(PyObject *self, PyObject *const *args, Py_ssize_t 
 /* walk_list(pda, vocab, configs, index i64, cols i64, alive u8, row) -> depth, or -1 */
 static PyObject *py_walk_list(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "walk_list takes 7 arguments"); return NULL; }
-    const Pda *p = PyCapsule_GetPointer(args[0], "pda");
-    const Vocab *v = PyCapsule_GetPointer(args[1], "vocab");
-    if (!p || !v) return NULL;
-    Work *w = workspace();
-    if (!w) return PyErr_NoMemory();
-    int64_t n0 = start_configs(w, args[2]);
-    if (n0 == -1) return NULL;
-    if (n0 < 0) return PyLong_FromLong(-1);
+    const Pda *p;
+    const Vocab *v;
+    Work *w;
+    int64_t n0;
+    int ready = begin_walk(args, &p, &v, &w, &n0);
+    if (ready <= 0) return ready < 0 ? NULL : PyLong_FromLong(-1);
     Py_buffer index, cols, alive, row;
     if (row_view(args[3], &index, 0, 0) < 0) return NULL;
     if (row_view(args[4], &cols, index.len, 0) < 0) { PyBuffer_Release(&index); return NULL; }

@@ -120,7 +120,10 @@ def test_a_budget_with_no_slack_keeps_tokens_of_a_fewest_completion_without_a_vo
 def test_every_walk_through_budget_rows_finishes_within_the_budget(compiler, pattern):
     """Exhaustive over every token choice: from the minimum budget up, a matcher fed only
     tokens from its budget rows is finished before the budget runs out."""
-    grammar = compiler.compile_regex(pattern)
+    _assert_every_walk_finishes(compiler.compile_regex(pattern), extra_budgets=3)
+
+
+def _assert_every_walk_finishes(grammar, extra_budgets: int) -> None:
     start = grammar.matcher().min_tokens_to_finish()
     bitmask = allocate_token_bitmask(1, grammar.vocab_size)
 
@@ -136,7 +139,7 @@ def test_every_walk_through_budget_rows_finishes_within_the_budget(compiler, pat
         allowed = np.nonzero(unpack_bitmask(bitmask[0], grammar.vocab_size))[0].tolist()
         return bool(allowed) and all(finishes(history + (t,), budget - 1) for t in allowed)
 
-    for budget in range(int(start), int(start) + 3):
+    for budget in range(int(start), int(start) + extra_budgets):
         assert finishes((), budget), budget
 
 
@@ -226,21 +229,4 @@ def test_pushdown_budget_rows_keep_only_tokens_that_fit_and_never_run_dry(compil
 
 @pytest.mark.parametrize("schema", PUSHDOWN, ids=["maxLength", "minLength"])
 def test_every_pushdown_walk_through_budget_rows_finishes_within_the_budget(compiler, schema):
-    grammar = compiler.compile_json_schema(schema)
-    start = grammar.matcher().min_tokens_to_finish()
-    bitmask = allocate_token_bitmask(1, grammar.vocab_size)
-
-    @functools.cache
-    def finishes(history: tuple[int, ...], budget: int) -> bool:
-        m = grammar.matcher()
-        assert all(m.accept_token(t) for t in history)
-        if m.is_terminated():
-            return True
-        if budget == 0:
-            return False
-        m.fill_next_token_bitmask(bitmask, 0, max_tokens=budget)
-        allowed = np.nonzero(unpack_bitmask(bitmask[0], grammar.vocab_size))[0].tolist()
-        return bool(allowed) and all(finishes(history + (t,), budget - 1) for t in allowed)
-
-    for budget in range(int(start), int(start) + 2):
-        assert finishes((), budget), budget
+    _assert_every_walk_finishes(compiler.compile_json_schema(schema), extra_budgets=2)
