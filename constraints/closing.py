@@ -445,7 +445,7 @@ class ClosingDistance:
         """At least the largest bound after any allowed token, without searching: each end
         state's cached bound, else its fewest bytes plus EOS (``_most_tokens``); None where
         an end has neither."""
-        _, ends = self._graph.walk_vocab(sid)
+        _, ends = self._token_ends(sid)
         most = 0.0
         for end in np.unique(ends).tolist():
             value = self._bounds.get(end)
@@ -456,6 +456,17 @@ class ClosingDistance:
             most = max(most, value)
         return most
 
+    def _token_ends(self, sid: int) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids allowed from ``sid`` and the interned state each ends in: in one walk
+        where the automaton has it (``token_ends``), else through the byte graph."""
+        walk = getattr(self.automaton, "token_ends", None)
+        found = None if walk is None else walk(self._graph.states[sid])
+        if found is None:
+            return self._graph.walk_vocab(sid)
+        token_ids, index, ends = found
+        sids = np.array([self._graph.intern(s) for s in ends], dtype=np.int64)
+        return token_ids, sids[index] if len(sids) else index
+
     def _levels_of(self, sid: int, state: State) -> _Levels:
         levels = self._levels.get(sid)
         if levels is None:
@@ -465,7 +476,7 @@ class ClosingDistance:
     def _build_levels(self, sid: int, state: State) -> _Levels:
         """Every allowed token's bound after it, as one packed row per distinct value (a
         handful: the tokens from one state reach few distinct states)."""
-        token_ids, ends = self._graph.walk_vocab(sid)
+        token_ids, ends = self._token_ends(sid)
         if not len(token_ids):
             return _Levels(np.zeros(0, dtype=np.int64), token_ids, np.zeros(0), self._eos[:0], None,
                            self.automaton.info.vocab_size)

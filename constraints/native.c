@@ -182,12 +182,83 @@ static inline void set_bit(uint32_t *row, int64_t id) { row[id >> 5] |= 1u << (i
 
 /* Trie mode, from arena[0..n0). close_first = 0: the configurations read their first byte
  * as they are (rule positions whose calls the caller walks itself). */
-static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int close_first, uint32_t *row) {
+/* The distinct configuration sets tokens end in (walk_trie with ends): sets[off[j]..off[j+1])
+ * is set j, its configurations sorted; token i ends in set id[i] (-1: dead or not walked). */
+typedef struct {
+    Config *sets; int64_t n_conf, cap_conf;
+    int64_t *off; int64_t n_sets, cap_sets;
+    int64_t *slot; int64_t hash_cap;
+    int32_t *id;
+} EndSets;
+
+static int cmp_config(const void *a, const void *b) {
+    const Config *x = a, *y = b;
+    if (x->g != y->g) return (x->g > y->g) - (x->g < y->g);
+    return (x->node > y->node) - (x->node < y->node);
+}
+
+/* The id of the set cfg[0..n) (sorted in place), added if new; -1 out of memory. */
+static int64_t end_set(EndSets *e, Config *cfg, int64_t n) {
+    qsort(cfg, n, sizeof(Config), cmp_config);
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < n; i++) h = (h ^ ((uint64_t)(uint32_t)cfg[i].g << 32 | (uint32_t)cfg[i].node)) * 1099511628211ull;
+    if (2 * (e->n_sets + 1) > e->hash_cap) { /* grow and rehash */
+        int64_t cap = e->hash_cap ? 2 * e->hash_cap : 256;
+        int64_t *slot = malloc(sizeof(int64_t) * cap);
+        if (!slot) return -1;
+        for (int64_t j = 0; j < cap; j++) slot[j] = -1;
+        for (int64_t s = 0; s < e->n_sets; s++) {
+            uint64_t g = 1469598103934665603ull;
+            for (int64_t i = e->off[s]; i < e->off[s + 1]; i++)
+                g = (g ^ ((uint64_t)(uint32_t)e->sets[i].g << 32 | (uint32_t)e->sets[i].node)) * 1099511628211ull;
+            int64_t j = (int64_t)(g >> 9) & (cap - 1);
+            while (slot[j] >= 0) j = (j + 1) & (cap - 1);
+            slot[j] = s;
+        }
+        free(e->slot);
+        e->slot = slot;
+        e->hash_cap = cap;
+    }
+    int64_t j = (int64_t)(h >> 9) & (e->hash_cap - 1);
+    for (; e->slot[j] >= 0; j = (j + 1) & (e->hash_cap - 1)) {
+        int64_t s = e->slot[j];
+        if (e->off[s + 1] - e->off[s] == n && !memcmp(e->sets + e->off[s], cfg, sizeof(Config) * n)) return s;
+    }
+    if (e->n_conf + n > e->cap_conf) {
+        int64_t cap = e->cap_conf ? 2 * e->cap_conf + n : 1024 + n;
+        Config *sets = realloc(e->sets, sizeof(Config) * cap);
+        if (!sets) return -1;
+        e->sets = sets;
+        e->cap_conf = cap;
+    }
+    if (e->n_sets + 2 > e->cap_sets) {
+        int64_t cap = e->cap_sets ? 2 * e->cap_sets : 256;
+        int64_t *off = realloc(e->off, sizeof(int64_t) * cap);
+        if (!off) return -1;
+        e->off = off;
+        e->cap_sets = cap;
+        if (e->n_sets == 0) e->off[0] = 0;
+    }
+    memcpy(e->sets + e->n_conf, cfg, sizeof(Config) * n);
+    e->n_conf += n;
+    e->off[e->n_sets + 1] = e->n_conf;
+    e->slot[j] = e->n_sets;
+    return e->n_sets++;
+}
+
+/* Trie mode, from arena[0..n0). close_first = 0: the configurations read their first byte
+ * as they are (rule positions whose calls the caller walks itself). With ends: the set of
+ * configurations each surviving token's last byte reached (before closure: the automaton's
+ * own state after the token). */
+static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int close_first, uint32_t *row,
+                         EndSets *ends) {
     Config *arena = w->arena;
     if (close_first) n0 = closure(w, p, arena, n0, SET_CAP);
     if (w->overflow) return -1;
-    /* frontier k: the closed set after the current token's first k bytes, at arena + at[k] */
-    int64_t at[260];
+    /* frontier k: the closed set after the current token's first k bytes, at arena + at[k];
+     * its first stepped[k] configurations are the ones the byte reached */
+    int64_t at[260], stepped[260];
+    Config scratch[SET_CAP];
     at[0] = 0;
     at[1] = n0;
     uint8_t live[256] = {0}; /* first bytes some configuration steps on */
@@ -209,7 +280,11 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
             while (k < len) {
                 if (at[k + 1] + SET_CAP > ARENA_CAP || k + 2 >= 260) { w->overflow = 1; break; }
                 Config *next = arena + at[k + 1];
-                int64_t m = advance(w, p, arena + at[k], at[k + 1] - at[k], bytes[k], next, SET_CAP);
+                int64_t m = step(w, p, arena + at[k], at[k + 1] - at[k], bytes[k], next);
+                if (!w->overflow && m) {
+                    stepped[k + 1] = m;
+                    m = closure(w, p, next, m, SET_CAP);
+                }
                 if (w->overflow) break;
                 if (!m) { dead_at = k + 1; break; }
                 at[k + 2] = at[k + 1] + m;
@@ -218,7 +293,14 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
             if (w->overflow) return -1;
             if (dead_at == 1) break; /* the first byte itself: the whole range is dead */
             valid = k;
-            if (k == len) set_bit(row, v->ids[i]);
+            if (k < len) continue;
+            set_bit(row, v->ids[i]);
+            if (ends) {
+                memcpy(scratch, arena + at[len], sizeof(Config) * stepped[len]);
+                int64_t id = end_set(ends, scratch, stepped[len]);
+                if (id < 0) { w->overflow = 1; return -1; }
+                ends->id[i] = (int32_t)id;
+            }
         }
     }
     return w->lowest == INT32_MAX ? 0 : w->lowest;
@@ -447,7 +529,7 @@ static PyObject *py_walk_trie(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (row_view(args[4], &row, 4, 1) < 0) return NULL;
     int64_t out;
     Py_BEGIN_ALLOW_THREADS
-    out = walk_trie(w, p, v, n0, close_first, row.buf);
+    out = walk_trie(w, p, v, n0, close_first, row.buf, NULL);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&row);
     return PyLong_FromLongLong(out);
@@ -954,12 +1036,68 @@ static PyObject *py_determinize(PyObject *self, PyObject *const *args, Py_ssize_
     return out;
 }
 
+static PyObject *stack_tuple(const Work *w, int32_t node) {
+    int32_t depth = node < 0 ? 0 : w->pool[node].depth;
+    PyObject *t = PyTuple_New(depth);
+    if (!t) return NULL;
+    for (int32_t k = depth - 1; k >= 0; k--, node = w->pool[node].parent) {
+        PyObject *x = PyLong_FromLongLong(w->pool[node].value);
+        if (!x) { Py_DECREF(t); return NULL; }
+        PyTuple_SET_ITEM(t, k, x);
+    }
+    return t;
+}
+
+/* walk_ends(pda, vocab, configs, row, end_id i32 [N]) -> (depth, [frozenset of (stack, g)])
+ * or -1 (fall back): the trie walk from the closed configurations; end_id[i] (lexicographic
+ * token i, -1 left where it dies) indexes the list of the distinct states tokens end in. */
+static PyObject *py_walk_ends(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "walk_ends takes 5 arguments"); return NULL; }
+    const Pda *p;
+    const Vocab *v;
+    Work *w;
+    int64_t n0;
+    int ready = begin_walk(args, &p, &v, &w, &n0);
+    if (ready <= 0) return ready < 0 ? NULL : PyLong_FromLong(-1);
+    Py_buffer row, ids;
+    if (row_view(args[3], &row, 4, 1) < 0) return NULL;
+    if (row_view(args[4], &ids, (Py_ssize_t)(v->first[256] * 4), 1) < 0) { PyBuffer_Release(&row); return NULL; }
+    EndSets e = {0};
+    e.id = ids.buf;
+    int64_t depth;
+    Py_BEGIN_ALLOW_THREADS
+    depth = walk_trie(w, p, v, n0, 1, row.buf, &e);
+    Py_END_ALLOW_THREADS
+    PyObject *out = NULL, *sets = NULL;
+    if (depth < 0) {
+        out = PyLong_FromLong(-1);
+    } else if ((sets = PyList_New(e.n_sets))) {
+        for (int64_t s = 0; s < e.n_sets; s++) {
+            PyObject *set = PyFrozenSet_New(NULL);
+            for (int64_t i = e.off[s]; set && i < e.off[s + 1]; i++) {
+                PyObject *stack = stack_tuple(w, e.sets[i].node);
+                PyObject *cfg = stack ? Py_BuildValue("(Ni)", stack, e.sets[i].g) : NULL;
+                if (!cfg || PySet_Add(set, cfg) < 0) { Py_XDECREF(cfg); Py_CLEAR(set); }
+                else Py_DECREF(cfg);
+            }
+            if (!set) { Py_CLEAR(sets); break; }
+            PyList_SET_ITEM(sets, s, set);
+        }
+        if (sets) out = Py_BuildValue("(LN)", (long long)depth, sets);
+    }
+    free(e.sets); free(e.off); free(e.slot);
+    PyBuffer_Release(&row);
+    PyBuffer_Release(&ids);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"pda_tables", (PyCFunction)(void (*)(void))py_pda_tables, METH_FASTCALL, "pushdown tables -> capsule"},
     {"vocab_tables", (PyCFunction)(void (*)(void))py_vocab_tables, METH_FASTCALL, "vocabulary -> capsule"},
     {"walk_trie", (PyCFunction)(void (*)(void))py_walk_trie, METH_FASTCALL, "trie walk"},
     {"walk_list", (PyCFunction)(void (*)(void))py_walk_list, METH_FASTCALL, "walk of given tokens"},
     {"walk_leaf", (PyCFunction)(void (*)(void))py_walk_leaf, METH_FASTCALL, "walk of a leaf DFA"},
+    {"walk_ends", (PyCFunction)(void (*)(void))py_walk_ends, METH_FASTCALL, "trie walk with end states"},
     {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},
     {"determinize", (PyCFunction)(void (*)(void))py_determinize, METH_FASTCALL, "fsm.determinize"},
     {NULL, NULL, 0, NULL},

@@ -247,6 +247,13 @@ class PushdownAutomaton(TokenAutomaton):
         best = min(self._config_bytes(c, dist) for c in state)
         return None if best >= UNREACHABLE else best
 
+    def token_ends(self, state: State) -> tuple[np.ndarray, np.ndarray, list[State]] | None:
+        """Every token allowed from ``state``, which of ``ends`` each leads to, and ``ends``:
+        the states ``advance`` gives, all found in one walk (C); None where that walk is not
+        available (then step token by token)."""
+        walker = self._native_walker()
+        return None if walker is None or self.pruned else walker.token_ends(list(state))
+
     def shortest_completion(self, state: State, alphabet: np.ndarray) -> bytes | None:
         """Bytes of ``alphabet`` of min_bytes_to_accept's length after which ``state``
         accepts, found by following the grammar's distances rule by rule (no automaton
@@ -450,7 +457,7 @@ class PushdownAutomaton(TokenAutomaton):
 
     def _trie_row(self, config: Config, rule_configs: list[Config] | None) -> tuple[np.ndarray, int]:
         """trie_walk's tokens as a packed row, walked in C where the library loads."""
-        walker = self._nativeer()
+        walker = self._native_walker()
         if walker is not None:
             found = walker.trie([config] if rule_configs is None else rule_configs, rule_configs is None)
             if found is not None:
@@ -462,7 +469,7 @@ class PushdownAutomaton(TokenAutomaton):
         """Tokens leaving a leaf at ``positions`` (layout), from byte ``cols``, walked on from
         the return configuration ``ret``: (packed row, which survive, shallowest depth)."""
         closure = self._config_closure(ret)
-        walker = self._nativeer()
+        walker = self._native_walker()
         if walker is not None:
             found = walker.tokens(list(closure), positions, cols)
             if found is not None:
@@ -471,7 +478,7 @@ class PushdownAutomaton(TokenAutomaton):
         alive = np.isin(self.info.layout.token_ids[positions], ids)
         return pack_token_ids(ids, self.info.vocab_size), alive, low
 
-    def _nativeer(self) -> native.PdaWalker | None:
+    def _native_walker(self) -> native.PdaWalker | None:
         if self._walker is False:
             mod = native.module()
             self._walker = None if mod is None else self._build_walker(mod)

@@ -103,7 +103,7 @@ def test_a_walk_past_the_configuration_cap_falls_back_to_python(tokenizer_info):
     in Python, and its masks are those of an automaton that never had the C walks."""
     schema = SCHEMAS[0]
     pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
-    assert pda._nativeer().trie([((), 0)], True) is not None
+    assert pda._native_walker().trie([((), 0)], True) is not None
     pda._walker = pda._build_walker(native.module(), max_configs=0)
     assert pda._walker.trie([((), 0)], True) is None
     assert _walk_both_with(pda, tokenizer_info, schema) > 10
@@ -274,3 +274,25 @@ def test_the_c_subset_construction_keeps_the_budget():
     budget = CompileBudget(max_states=10**7, timeout_s=0.05)
     with pytest.raises(CompileTimeoutError):
         determinize(nfa, start, end, budget)  # the C loop checks the deadline itself
+
+
+@needs_c
+@pytest.mark.parametrize("schema", SCHEMAS[:2], ids=["counted-formats", "counted-array"])
+def test_token_ends_are_the_states_advance_gives(tokenizer_info, schema):
+    """The one-walk end states (the closing's budget rows read them): every allowed token,
+    and for each the state the automaton's own steps reach."""
+    pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+    rng = np.random.default_rng(3)
+    state, checked = pda.initial, 0
+    for _ in range(12):
+        token_ids, index, ends = pda.token_ends(state)
+        allowed = np.flatnonzero(unpack_bitmask(pda.mask_words(state), tokenizer_info.vocab_size))
+        allowed = allowed[~np.isin(allowed, tokenizer_info.eos_token_ids)]
+        assert sorted(token_ids.tolist()) == allowed.tolist()
+        for t, k in zip(token_ids.tolist(), index.tolist()):
+            assert pda.advance(state, tokenizer_info.token_bytes[t]) == ends[k]
+            checked += 1
+        if not len(token_ids):
+            break
+        state = pda.advance(state, tokenizer_info.token_bytes[int(rng.choice(token_ids))])
+    assert checked > 100
