@@ -445,9 +445,9 @@ class ClosingDistance:
         """At least the largest bound after any allowed token, without searching: each end
         state's cached bound, else its fewest bytes plus EOS (``_most_tokens``); None where
         an end has neither."""
-        _, ends = self._token_ends(sid)
+        _, _, ends = self._token_ends(sid)
         most = 0.0
-        for end in np.unique(ends).tolist():
+        for end in ends:
             value = self._bounds.get(end)
             if value is None:
                 value = self._most_tokens(end)
@@ -456,16 +456,18 @@ class ClosingDistance:
             most = max(most, value)
         return most
 
-    def _token_ends(self, sid: int) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids allowed from ``sid`` and the interned state each ends in: in one walk
-        where the automaton has it (``token_ends``), else through the byte graph."""
+    def _token_ends(self, sid: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Token ids allowed from ``sid``, which end state each leads to (an index), and the
+        distinct end states (interned): in one walk where the automaton has it
+        (``token_ends``), else through the byte graph."""
         walk = getattr(self.automaton, "token_ends", None)
         found = None if walk is None else walk(self._graph.states[sid])
         if found is None:
-            return self._graph.walk_vocab(sid)
+            token_ids, ends = self._graph.walk_vocab(sid)
+            uniq, index = np.unique(ends, return_inverse=True)
+            return token_ids, index.reshape(-1), uniq.tolist()
         token_ids, index, ends = found
-        sids = np.array([self._graph.intern(s) for s in ends], dtype=np.int64)
-        return token_ids, sids[index] if len(sids) else index
+        return token_ids, index, [self._graph.intern(s) for s in ends]
 
     def _levels_of(self, sid: int, state: State) -> _Levels:
         levels = self._levels.get(sid)
@@ -476,12 +478,11 @@ class ClosingDistance:
     def _build_levels(self, sid: int, state: State) -> _Levels:
         """Every allowed token's bound after it, as one packed row per distinct value (a
         handful: the tokens from one state reach few distinct states)."""
-        token_ids, ends = self._token_ends(sid)
+        token_ids, index, ends = self._token_ends(sid)
         if not len(token_ids):
             return _Levels(np.zeros(0, dtype=np.int64), token_ids, np.zeros(0), self._eos[:0], None,
                            self.automaton.info.vocab_size)
-        uniq, inv = np.unique(ends, return_inverse=True)
-        after = np.array([self._bound(int(e)) for e in uniq.tolist()])[inv]
+        after = np.array([self._bound(e) for e in ends])[index]
         self._lower(sid, 1 + after.min())
         levels = self._rows_by_level(state, token_ids, after)
         finite = levels.thresholds[levels.thresholds >= 0]
