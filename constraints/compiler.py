@@ -77,6 +77,7 @@ class GrammarCompiler:
                 return hit
         t0 = time.perf_counter()
         automaton = build(CompileBudget(self.max_states, self.compile_timeout_s))
+        automaton.mask_words(automaton.initial)  # the first fill reads it: computed here, off the scheduler
         grammar = CompiledGrammar(key[0], key[1], automaton, time.perf_counter() - t0)
         with self._lock:
             self._cache[key] = grammar

@@ -171,6 +171,8 @@ class GrammarDistances:
         self._stack_cost: dict[tuple[int, ...], int] = {(): 0}
         self.moves: dict = {}  # (position, counting) -> the next step toward the end (pushdown.py)
         self.segments: dict = {}  # return position -> its frame's way to the end (pushdown.py)
+        # (position, main frame) -> the way from there to its frame's end (pushdown.py)
+        self.frame_ways: dict = {}
 
     def stack_cost(self, stack: tuple[int, ...]) -> int:
         """Bytes to finish every caller on ``stack`` (count frames, negative, cost nothing)."""

@@ -45,6 +45,9 @@ MAX_CONFIGS = 64  # parses of one prefix kept alive (see _step)
 SHARED_WALK_STATES = 256  # leaves of this many states have their positions' walks shared
 
 
+_FRAME_WAYS_MAX = 1 << 16  # descents' ways kept per grammar and alphabet
+
+
 class PushdownAutomaton(TokenAutomaton):
     """dfas[0] is the main pattern, dfas[1 + k] rule k; all trimmed, none accepts ''."""
 
@@ -293,18 +296,34 @@ class PushdownAutomaton(TokenAutomaton):
     def _segment(self, stack: tuple[int, ...], g: int, dist: GrammarDistances,
                  alphabet: np.ndarray, limit: int) -> tuple[bytes, tuple[int, ...], int] | None:
         """Descend from (stack, g) along the distances until its frame returns (or the main
-        rule ends): the bytes, and the configuration returned to. Reads no frame below."""
+        rule ends): the bytes, and the configuration returned to. Reads no frame below.
+        Outside a counted leaf the way from a position of the starting frame depends on that
+        position alone (and on whether the frame is the main rule's), so the ways from every
+        such position met are kept (``dist.frame_ways``) and a later descent stops at the
+        first it meets: the states of one structure share the way to its end."""
         floor = len(stack) - (1 if self._in_counted_of[g] else 0)
+        main = floor == 0
         out = bytearray()
+        met: list[tuple[int, int]] = []  # frame positions on the way, and the bytes before each
+        ways = dist.frame_ways
         for _ in range(limit):  # bytes, and calls and returns (which read none)
+            if len(stack) == floor and not self._in_counted_of[g]:
+                known = ways.get((g, main))
+                if known is not None:
+                    out += known[0]
+                    g = known[1]
+                    if not main:
+                        stack, g = stack[:-1], stack[-1]
+                    break
+                met.append((g, len(out)))
             need = self._chars_needed(stack, g)
             final = self._final_of[g]
             if final and not stack:
-                return bytes(out), stack, g
+                break
             if self._returns_of[g] and need == 0:
                 stack, g = (stack[:-2], stack[-2]) if self._in_counted_of[g] else (stack[:-1], stack[-1])
                 if len(stack) < floor:
-                    return bytes(out), stack, g
+                    break
                 continue
             move = self._descent_move(g, need > 0, dist, alphabet)
             if move is None:
@@ -320,7 +339,14 @@ class PushdownAutomaton(TokenAutomaton):
                     return None
             out.append(b)
             g = t
-        return None
+        else:
+            return None
+        data = bytes(out)
+        if len(ways) + len(met) > _FRAME_WAYS_MAX:
+            ways.clear()
+        for p, at in met:  # the main rule's way ends at its final position; a frame's returns
+            ways[(p, main)] = (data[at:], g if main else -1)
+        return data, stack, g
 
     def _config_bytes(self, config: Config, dist: GrammarDistances) -> int:
         stack, g = config

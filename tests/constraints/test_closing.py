@@ -230,3 +230,42 @@ def test_pushdown_budget_rows_keep_only_tokens_that_fit_and_never_run_dry(compil
 @pytest.mark.parametrize("schema", PUSHDOWN, ids=["maxLength", "minLength"])
 def test_every_pushdown_walk_through_budget_rows_finishes_within_the_budget(compiler, schema):
     _assert_every_walk_finishes(compiler.compile_json_schema(schema), extra_budgets=2)
+
+
+def test_completion_segments_from_kept_frame_ways_equal_fresh_descents():
+    """A descent stops at the first frame position whose way to the frame's end it kept
+    from an earlier state: at every reachable state, in any order, the segments are those a
+    descent with nothing kept gives, and they spell a fewest-byte completion."""
+    schema = {"type": "object", "required": ["a", "b"], "additionalProperties": False,
+              "properties": {"a": {"type": "array", "minItems": 1,
+                                   "items": {"type": "object", "required": ["ab"],
+                                             "properties": {"ab": {"type": "string", "minLength": 1}}}},
+                             "b": {"type": "object", "required": ["ab"],
+                                   "properties": {"ab": {"type": "integer"}}}}}
+    vocab = list(VOCAB) + [b"[", b"]", b",", b"0", b'"ab"', b'":"', b"},{"]
+    auto = GrammarCompiler(TokenizerInfo(vocab, (EOS,), frozenset({EOS}))).compile_json_schema(schema).automaton
+    alphabet = ClosingDistance(auto)._single_bytes
+    states, todo = {auto.initial}, [auto.initial]
+    while todo and len(states) < 400:
+        s = todo.pop()
+        for t in _tokens(auto.info):
+            n = auto.advance(s, auto.info.token_bytes[t])
+            if n is not None and n not in states:
+                states.add(n)
+                todo.append(n)
+    dist = auto._grammar_distances(alphabet)
+    order = list(states)
+    np.random.default_rng(0).shuffle(order)
+    checked = 0
+    for s in order:
+        kept = auto.completion_segments(s, alphabet)
+        saved, dist.frame_ways, dist.segments = dist.frame_ways, {}, {}
+        fresh = auto.completion_segments(s, alphabet)
+        dist.frame_ways = saved
+        assert kept == fresh
+        if kept is not None:
+            end = auto.advance(s, b"".join(kept))
+            assert end is not None and auto.is_accepting(end)
+            assert len(b"".join(kept)) == auto.min_bytes_to_accept(s, alphabet)
+            checked += 1
+    assert checked > 25 and len(dist.frame_ways) > 5, (len(states), checked, len(dist.frame_ways))

@@ -176,3 +176,18 @@ def test_smollm2_mask_matches_brute_force_on_sample(compiler, hf_tokenizer, toke
         assert m.accept_token(tok)
         prefix += tokenizer_info.token_bytes[tok]
     assert m.can_terminate() and m.accept_token(tokenizer_info.eos_token_ids[0])
+
+
+@pytest.mark.parametrize("kind", ["regex", "json_schema"])
+def test_the_start_mask_is_part_of_the_compile(small_compiler, kind):
+    """The first fill reads the start state's row computed at compile (off the scheduler
+    thread), and that row is the brute-force one."""
+    grammar = (small_compiler.compile_regex(r"(ab)+") if kind == "regex"
+               else small_compiler.compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"}}}))
+    auto = grammar.automaton
+    assert auto.num_cached_masks == 1 and auto.initial in auto._words
+    mask = allocate_token_bitmask(1, auto.info.vocab_size)
+    grammar.matcher().fill_next_token_bitmask(mask, 0)
+    assert auto.num_cached_masks == 1
+    got = unpack_bitmask(mask[0], auto.info.vocab_size)
+    assert np.array_equal(got, _brute_force_row(grammar, b""))
