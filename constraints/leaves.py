@@ -53,10 +53,11 @@ class LeafWalk:
     inside: np.ndarray  # packed row: tokens whose bytes all stay inside the leaf
     exit_pos: np.ndarray  # layout positions of tokens that may leave it with bytes left...
     exit_col: np.ndarray  # ...and the byte each would continue from in the caller
+    # Counted leaves only (empty in a walk without character counts, whose row is enough):
     inside_pos: np.ndarray  # layout positions of the tokens that stay inside...
-    inside_count: np.ndarray  # ...and the characters each starts (counted leaves)...
+    inside_count: np.ndarray  # ...and the characters each starts...
     inside_closes: np.ndarray  # ...and whether it ends the leaf (then the minimum applies)
-    exit_count: np.ndarray  # characters started before each exit
+    exit_count: np.ndarray  # characters started before each exit (0 without counts)
     max_inside_count: int
     _counted_rows: dict = field(default_factory=dict)  # (need, room) -> inside_row's row
 
@@ -88,11 +89,12 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
     hit = cache.get(key)
     if hit is not None:
         return hit
-    layout = info.layout
-    members, inside_count, inside_end, exit_members, exit_col, exit_count = _walked(info, dfa, q, starts_char)
-    walk = LeafWalk(pack_token_ids(layout.token_ids[members], info.vocab_size),
-                    exit_members, exit_col, members, inside_count, inside_end,
-                    exit_count, int(inside_count.max()) if len(inside_count) else 0)
+    walk = _row_walk(info, dfa, q) if starts_char is None else None
+    if walk is None:
+        members, inside_count, inside_end, exit_members, exit_col, exit_count = _walked(info, dfa, q, starts_char)
+        walk = LeafWalk(pack_token_ids(info.layout.token_ids[members], info.vocab_size),
+                        exit_members, exit_col, members, inside_count, inside_end,
+                        exit_count, int(inside_count.max()) if len(inside_count) else 0)
     if len(cache) >= _LEAF_WALKS_MAX:  # oldest first; admission threads fill it too
         try:
             cache.pop(next(iter(cache)), None)
@@ -100,6 +102,21 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
             pass
     cache[key] = walk
     return walk
+
+
+def _row_walk(info: TokenizerInfo, dfa: ByteDFA, q: int) -> LeafWalk | None:
+    """A leaf without character counts needs no per-token lists: the C walk sets the inside
+    tokens in the row itself (a string body's state keeps ~48k tokens: listing, indexing
+    and packing them cost as much as the walk). None without the extension."""
+    mod = native.module()
+    found = None if mod is None else native.leaf_row(mod, dfa.trans, dfa.accept, info.layout.lexicographic_arrays(),
+                                                      q, info.vocab_size)
+    if found is None:
+        return None
+    row, (exit_pos, exit_col) = found
+    none = np.zeros(0, dtype=np.int64)
+    return LeafWalk(row, exit_pos, exit_col, none, none, np.zeros(0, dtype=bool),
+                    np.zeros(len(exit_pos), dtype=np.int64), 0)
 
 
 def _walked(info: TokenizerInfo, dfa: ByteDFA, q: int, starts_char: np.ndarray | None) -> tuple:

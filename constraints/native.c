@@ -47,6 +47,7 @@ typedef struct {
     const int32_t *lcp;    /* [N] bytes in common with the token before */
     const int64_t *first;  /* [257] tokens starting with byte b: first[b] .. first[b + 1] */
     const int64_t *ids;    /* [N] token id */
+    int64_t id_end;        /* 1 + the largest id: a packed row holds at least this many bits */
 } Vocab;
 
 typedef struct { int32_t g, node; } Config;
@@ -338,10 +339,12 @@ static int64_t walk_list(Work *w, const Pda *p, const Vocab *v, int64_t n0, cons
  * (token index, characters, ends accepting); every byte j >= 1 it reaches in an accepting
  * state with bytes left is an "exit": (token index, j, characters before j). A token resumes
  * from the states its common prefix with the one before reached. Returns the inside count
- * (-1: the exit buffer of cap entries is full); the exit count goes to *n_ex. */
+ * (-1: the exit buffer of cap entries is full); the exit count goes to *n_ex. With a packed
+ * row (and no starts) the inside tokens are set in it instead of listed. */
 static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *accept, const uint8_t *starts,
                          const Vocab *v, int32_t q, int64_t *in_i, int64_t *in_count, uint8_t *in_end,
-                         int64_t *ex_i, int64_t *ex_col, int64_t *ex_count, int64_t cap, int64_t *n_ex) {
+                         int64_t *ex_i, int64_t *ex_col, int64_t *ex_count, int64_t cap, int64_t *n_ex,
+                         uint32_t *row) {
     enum { DEPTH = 512 };
     int32_t state[DEPTH + 1];
     int64_t count[DEPTH + 1], exits[DEPTH + 1]; /* exits[k]: accepting depths in 1..k */
@@ -378,7 +381,10 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
                     k_ex++;
                 }
             }
-            if (k == len && state[len] >= 0) {
+            if (k == len && state[len] >= 0 && row) {
+                set_bit(row, v->ids[i]);
+                n_in++;
+            } else if (k == len && state[len] >= 0) {
                 in_i[n_in] = i;
                 in_count[n_in] = count[len];
                 in_end[n_in] = accept[state[len]];
@@ -458,6 +464,8 @@ static PyObject *py_vocab_tables(PyObject *self, PyObject *const *args, Py_ssize
     c->v.lcp = c->views[2].buf;
     c->v.first = c->views[3].buf;
     c->v.ids = c->views[4].buf;
+    for (Py_ssize_t i = 0; i < c->views[4].len / 8; i++)
+        if (c->v.ids[i] >= c->v.id_end) c->v.id_end = c->v.ids[i] + 1;
     PyObject *out = PyCapsule_New(c, "vocab", free_vocab);
     if (!out) {
         for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
@@ -562,22 +570,27 @@ static PyObject *py_walk_list(PyObject *self, PyObject *const *args, Py_ssize_t 
 }
 
 /* walk_leaf(trans i32 [S, W], accept bool [S], starts bool [S, 256] or None, vocab, q,
- *           in_i i64 [N], in_count i64 [N], in_end bool [N], ex_i i64, ex_col i64, ex_count i64)
- * -> (n_in, n_ex), or None where the exit buffers are full */
+ *           in_i i64 [N], in_count i64 [N], in_end bool [N], ex_i i64, ex_col i64, ex_count i64,
+ *           row i32 [ceil(V / 32)] or None) -> (n_in, n_ex), or None where the exit buffers
+ * are full. With a row (starts None) the inside tokens are set in it, not listed. */
 static PyObject *py_walk_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11) { PyErr_SetString(PyExc_TypeError, "walk_leaf takes 11 arguments"); return NULL; }
+    if (nargs != 12) { PyErr_SetString(PyExc_TypeError, "walk_leaf takes 12 arguments"); return NULL; }
     const Vocab *v = PyCapsule_GetPointer(args[3], "vocab");
     if (!v) return NULL;
     long q = PyLong_AsLong(args[4]);
     if (PyErr_Occurred()) return NULL;
-    enum { N_VIEWS = 9 };
-    static const int arg_of[N_VIEWS] = {0, 1, 2, 5, 6, 7, 8, 9, 10};
-    static const int writable[N_VIEWS] = {0, 0, 0, 1, 1, 1, 1, 1, 1};
+    enum { N_VIEWS = 10 };
+    static const int arg_of[N_VIEWS] = {0, 1, 2, 5, 6, 7, 8, 9, 10, 11};
+    static const int writable[N_VIEWS] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
     Py_buffer views[N_VIEWS];
-    int has_starts = args[2] != Py_None, got = 0;
+    int has_starts = args[2] != Py_None, has_row = args[11] != Py_None, got = 0;
+    if (has_row && has_starts) {
+        PyErr_SetString(PyExc_ValueError, "walk_leaf: a row is for walks without starts");
+        return NULL;
+    }
     for (; got < N_VIEWS; got++) {
         views[got].obj = NULL;
-        if (arg_of[got] == 2 && !has_starts) continue;
+        if ((arg_of[got] == 2 && !has_starts) || (arg_of[got] == 11 && !has_row)) continue;
         if (row_view(args[arg_of[got]], &views[got], 0, writable[got]) < 0) break;
     }
     PyObject *out = NULL;
@@ -586,13 +599,14 @@ static PyObject *py_walk_leaf(PyObject *self, PyObject *const *args, Py_ssize_t 
         int64_t stride = states ? views[0].len / 4 / states : 256;
         int64_t cap = views[6].len / 8, n_ex = 0, n_in = 0;
         if (views[7].len < cap * 8 || views[8].len < cap * 8 || views[3].len / 8 > views[5].len
-            || views[4].len < views[3].len || stride < 256 || q < 0 || q >= states) {
+            || views[4].len < views[3].len || stride < 256 || q < 0 || q >= states
+            || (has_row && views[9].len * 8 < v->id_end)) {
             PyErr_SetString(PyExc_ValueError, "walk_leaf: bad table or output buffers");
         } else {
             Py_BEGIN_ALLOW_THREADS
             n_in = leaf_walk(views[0].buf, stride, views[1].buf, has_starts ? views[2].buf : NULL, v,
                              (int32_t)q, views[3].buf, views[4].buf, views[5].buf, views[6].buf,
-                             views[7].buf, views[8].buf, cap, &n_ex);
+                             views[7].buf, views[8].buf, cap, &n_ex, has_row ? views[9].buf : NULL);
             Py_END_ALLOW_THREADS
             out = n_in < 0 ? Py_NewRef(Py_None) : Py_BuildValue("LL", (long long)n_in, (long long)n_ex);
         }

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from constraints import GrammarCompiler, allocate_token_bitmask, native
-from constraints.bitmask import unpack_bitmask
+from constraints.bitmask import pack_token_ids, unpack_bitmask
 
 ROOT = Path(__file__).resolve().parents[2]
 DEV = ROOT.parent / "shared/data/jsonschemabench-dev"
@@ -177,6 +177,12 @@ def test_the_c_leaf_walk_gives_the_numpy_walk(tokenizer_info, leaf):
                                         layout.lexicographic_arrays(), q))
         assert got == want, f"state {q}"
         walked += len(want[0]) + len(want[1])
+        if starts is None:  # the row walk: the same inside tokens packed, the same exits
+            row, (exit_pos, exit_col) = native.leaf_row(native.module(), dfa.trans, dfa.accept,
+                                                        layout.lexicographic_arrays(), q, tokenizer_info.vocab_size)
+            inside = np.array(sorted(layout.token_ids[p] for p, _, _ in want[0]), dtype=np.int64)
+            assert np.array_equal(row, pack_token_ids(inside, tokenizer_info.vocab_size)), f"state {q}"
+            assert {(int(p), int(c)) for p, c in zip(exit_pos, exit_col)} == {(p, c) for p, c, _ in want[1]}
     assert walked > 50
 
 
