@@ -116,11 +116,13 @@ def test_guided_closing_search_finds_a_shortest_way(tokenizer_info, spec):
 
 @pytest.mark.parametrize("fmt,pattern,hi", [("uri", None, None), ("email", None, None),
                                             (None, "^[a-z]+(-[a-z]+)*$", 40)])
-def test_grouped_leaf_walks_equal_token_by_token_walks(tokenizer_info, fmt, pattern, hi):
-    """Leaf walks over token groups (a leaf's third wide walk on) give the same tokens, exits,
-    character counts and ends as walking every token."""
+def test_grouped_leaf_walks_equal_token_by_token_walks(tokenizer_info, fmt, pattern, hi, monkeypatch):
+    """Leaf walks over token groups (the Python walk, a leaf's third wide walk on) give the
+    same tokens, exits, character counts and ends as walking every token; the walk the
+    grammars read (the C row walk where it builds) keeps the same tokens and exits."""
+    from constraints import native
     from constraints.json_leaves import string_dfa
-    from constraints.leaves import _GROUP_AFTER, _spellings, _walk, leaf_walk
+    from constraints.leaves import _GROUP_AFTER, _spellings, _walk, _walked, leaf_walk
 
     dfa = string_dfa(0, hi, pattern, fmt)
     for _ in range(_GROUP_AFTER):
@@ -131,10 +133,14 @@ def test_grouped_leaf_walks_equal_token_by_token_walks(tokenizer_info, fmt, patt
         walk = leaf_walk(tokenizer_info, dfa, q)
         first = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
         inside, exits = _walk(layout, dfa, q, None, first)
-        assert sorted(zip(walk.inside_pos.tolist(), walk.inside_count.tolist(),
-                          walk.inside_closes.tolist())) == sorted(zip(*(a.tolist() for a in inside)))
-        assert sorted(zip(walk.exit_pos.tolist(), walk.exit_col.tolist(),
-                          walk.exit_count.tolist())) == sorted(zip(*(a.tolist() for a in exits)))
+        with monkeypatch.context() as m:
+            m.setattr(native, "module", lambda: None)
+            pos, count, closes, exit_pos, exit_col, exit_count = _walked(tokenizer_info, dfa, q, None)
+        assert sorted(zip(pos.tolist(), count.tolist(), closes.tolist())) == sorted(zip(*(a.tolist() for a in inside)))
+        assert sorted(zip(exit_pos.tolist(), exit_col.tolist(), exit_count.tolist())) == \
+            sorted(zip(*(a.tolist() for a in exits)))
+        assert sorted(zip(walk.exit_pos.tolist(), walk.exit_col.tolist())) == \
+            sorted(zip(exits[0].tolist(), exits[1].tolist()))
         ids = np.nonzero(unpack_bitmask(walk.inside, tokenizer_info.vocab_size))[0]
         assert sorted(ids.tolist()) == sorted(layout.token_ids[inside[0]].tolist())
 
