@@ -60,6 +60,7 @@ class LeafWalk:
     exit_count: np.ndarray  # characters started before each exit (0 without counts)
     max_inside_count: int
     _counted_rows: dict = field(default_factory=dict)  # (need, room) -> inside_row's row
+    _by_count: list = field(default_factory=list)  # _rows_by_count, once built
 
     def inside_row(self, need: int, room: int, info: TokenizerInfo) -> np.ndarray:
         """Packed row of the tokens that stay inside a counted leaf with ``need`` characters
@@ -69,12 +70,42 @@ class LeafWalk:
             return self.inside
         row = self._counted_rows.get((need, room))
         if row is None:
-            fits = (self.inside_count <= room) & (~self.inside_closes | (self.inside_count >= need))
-            row = pack_token_ids(info.layout.token_ids[self.inside_pos[fits]], info.vocab_size)
+            by_count = self._rows_by_count(info)
+            if room < 0:
+                row = np.zeros_like(self.inside)
+            elif by_count is not None:  # two or three word operations
+                open_upto, closing_upto = by_count
+                top = len(open_upto) - 1
+                row = open_upto[min(room, top)] | closing_upto[min(room, top)]
+                if need > 0:  # a token that closes the leaf needs at least ``need`` characters
+                    row = row & ~closing_upto[min(need - 1, top)]
+            else:
+                fits = (self.inside_count <= room) & (~self.inside_closes | (self.inside_count >= need))
+                row = pack_token_ids(info.layout.token_ids[self.inside_pos[fits]], info.vocab_size)
             if len(self._counted_rows) >= _COUNTED_ROWS_MAX:
                 self._counted_rows.clear()
             self._counted_rows[(need, room)] = row
         return row
+
+    def _rows_by_count(self, info: TokenizerInfo) -> tuple[np.ndarray, np.ndarray] | None:
+        """Packed rows [max count + 1, words] of the inside tokens with at most c characters,
+        those that leave the leaf open and those that close it, built once per leaf state in
+        C (a pass over the ~48k inside tokens of a string state, then every (need, room) row
+        is word operations); None without the extension (each row is then packed alone)."""
+        mod = native.module()
+        if mod is None:
+            return None
+        if not self._by_count:
+            words = len(self.inside)
+            found: list[np.ndarray] = []
+            for closes in (False, True):
+                pick = self.inside_closes == closes
+                rows = np.zeros((self.max_inside_count + 1, words), dtype=np.int32)
+                mod.rows_by_count(np.ascontiguousarray(info.layout.token_ids[self.inside_pos[pick]], dtype=np.int64),
+                                  np.ascontiguousarray(self.inside_count[pick], dtype=np.int64), rows, words)
+                found.append(rows)
+            self._by_count[:] = found
+        return self._by_count[0], self._by_count[1]
 
 
 _LEAF_WALKS_MAX = 8192

@@ -616,6 +616,32 @@ static PyObject *py_walk_leaf(PyObject *self, PyObject *const *args, Py_ssize_t 
     return out;
 }
 
+/* rows_by_count(ids i64 [N], counts i64 [N], rows i32 [top + 1, words]) -> None: rows[c] gets
+ * every id whose count is at most c (the rows come zeroed; counts in 0..top). */
+static PyObject *py_rows_by_count(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "rows_by_count takes 4 arguments"); return NULL; }
+    long long words = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer ids, counts, rows;
+    if (row_view(args[0], &ids, 0, 0) < 0) return NULL;
+    if (row_view(args[1], &counts, ids.len, 0) < 0) { PyBuffer_Release(&ids); return NULL; }
+    if (row_view(args[2], &rows, 4, 1) < 0) { PyBuffer_Release(&ids); PyBuffer_Release(&counts); return NULL; }
+    int64_t n = ids.len / 8, top = words > 0 ? rows.len / 4 / words - 1 : -1;
+    const int64_t *id = ids.buf, *count = counts.buf;
+    uint32_t *out = rows.buf;
+    int ok = top >= 0;
+    for (int64_t i = 0; i < n && ok; i++)
+        ok = count[i] >= 0 && count[i] <= top && id[i] >= 0 && id[i] < words * 32;
+    if (ok) {
+        for (int64_t i = 0; i < n; i++) set_bit(out + count[i] * words, id[i]);
+        for (int64_t c = 1; c <= top; c++)
+            for (int64_t k = 0; k < words; k++) out[c * words + k] |= out[(c - 1) * words + k];
+    }
+    PyBuffer_Release(&ids); PyBuffer_Release(&counts); PyBuffer_Release(&rows);
+    if (!ok) { PyErr_SetString(PyExc_ValueError, "rows_by_count: a count or id out of range"); return NULL; }
+    Py_RETURN_NONE;
+}
+
 /* ---- trim and minimize ------------------------------------------------------------------ */
 
 /* fsm.trim_and_minimize on a table trans[n * w] (< 0 dead), accept[n]: drop the states that
@@ -1111,6 +1137,7 @@ static PyMethodDef methods[] = {
     {"walk_trie", (PyCFunction)(void (*)(void))py_walk_trie, METH_FASTCALL, "trie walk"},
     {"walk_list", (PyCFunction)(void (*)(void))py_walk_list, METH_FASTCALL, "walk of given tokens"},
     {"walk_leaf", (PyCFunction)(void (*)(void))py_walk_leaf, METH_FASTCALL, "walk of a leaf DFA"},
+    {"rows_by_count", (PyCFunction)(void (*)(void))py_rows_by_count, METH_FASTCALL, "cumulative rows by count"},
     {"walk_ends", (PyCFunction)(void (*)(void))py_walk_ends, METH_FASTCALL, "trie walk with end states"},
     {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},
     {"determinize", (PyCFunction)(void (*)(void))py_determinize, METH_FASTCALL, "fsm.determinize"},

@@ -302,3 +302,23 @@ def test_token_ends_are_the_states_advance_gives(tokenizer_info, schema):
             break
         state = pda.advance(state, tokenizer_info.token_bytes[int(rng.choice(token_ids))])
     assert checked > 100
+
+
+@needs_c
+def test_counted_rows_from_the_rows_by_count_are_the_filtered_walks(tokenizer_info):
+    """A counted plain string's inside rows for every (need, room) read from the cumulative
+    rows built in C are the tokens the character counts allow, packed one by one."""
+    from constraints import leaves
+    from constraints.json_leaves import string_dfa
+
+    counted = leaves.CountedLeaf.of_plain_string(string_dfa(0, None, None, None), 1, 4)
+    layout, checked = tokenizer_info.layout, 0
+    for q in range(counted.dfa.num_states):
+        walk = leaves.leaf_walk(tokenizer_info, counted.dfa, q, counted.starts_char)
+        for need in range(0, 19, 3):
+            for room in [-1, 0, 1, 2, 5, 9, 17, walk.max_inside_count + 1]:
+                fits = (walk.inside_count <= room) & (~walk.inside_closes | (walk.inside_count >= need))
+                want = pack_token_ids(layout.token_ids[walk.inside_pos[fits]], tokenizer_info.vocab_size)
+                assert np.array_equal(walk.inside_row(need, room, tokenizer_info), want), (q, need, room)
+                checked += int(fits.sum())
+    assert checked > 100_000
