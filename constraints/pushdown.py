@@ -145,6 +145,13 @@ class PushdownAutomaton(TokenAutomaton):
         self.pruned = False  # _step has dropped configurations (MAX_CONFIGS)
         self._walker = False  # native.PdaWalker, built on the first mask (None: not available)
 
+    def __getstate__(self) -> dict:
+        # A compile worker sends the automaton back pickled: the walker holds the extension
+        # and C tables (not picklable, and per process); the receiver builds its own.
+        state = self.__dict__.copy()
+        state["_walker"] = False
+        return state
+
     @property
     def initial(self) -> State:
         return frozenset([((), 0)])

@@ -191,3 +191,25 @@ def test_the_start_mask_is_part_of_the_compile(small_compiler, kind):
     assert auto.num_cached_masks == 1
     got = unpack_bitmask(mask[0], auto.info.vocab_size)
     assert np.array_equal(got, _brute_force_row(grammar, b""))
+
+
+def test_a_compiled_grammar_survives_the_compile_workers_pickle(small_compiler):
+    """The compile worker sends grammars back pickled (with the tokenizer as a reference): a
+    pushdown automaton whose start mask, and so its C walker, was built at compile pickles,
+    and the copy gives the original's masks along a walk."""
+    from constraints.compile_worker import dumps_grammar, loads_grammar
+
+    info = small_compiler.info
+    grammar = small_compiler.compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"}},
+                                                  "required": ["a"]})
+    grammar.matcher().fill_next_token_bitmask(allocate_token_bitmask(1, info.vocab_size), 0)
+    copy = loads_grammar(dumps_grammar(grammar, info), info)
+    assert copy.automaton.info is info
+    one, two = grammar.matcher(), copy.matcher()
+    a, b = allocate_token_bitmask(1, info.vocab_size), allocate_token_bitmask(1, info.vocab_size)
+    for token in [7, 4, 18, 10, 11, 2]:  # {"  a  ":  1  12  }
+        one.fill_next_token_bitmask(a, 0)
+        two.fill_next_token_bitmask(b, 0)
+        assert torch.equal(a, b) and unpack_bitmask(a[0], info.vocab_size)[token]
+        assert one.accept_token(token) and two.accept_token(token)
+    assert one.is_terminated() == two.is_terminated()
