@@ -119,6 +119,7 @@ class ClosingDistance:
         self._ways: dict[int, tuple[_Way, int]] = {}  # interned state -> the way it is on, where
         self._segment_tokens: dict[bytes, float] = {}  # completion segment -> fewest tokens
         self._last_spelled: tuple[bytes, list[float], list[int]] = (b"", [0], [0])
+        self._last_ends: tuple[int, tuple] = (-1, ())  # the last state's _token_ends
         self._lock = threading.RLock()
         self._margin = MARGIN  # grows to twice the largest one-token rise seen (see Margin)
         self._exhausted = False  # a search met MAX_SEARCH_STATES: no more searches (bound inf)
@@ -460,14 +461,19 @@ class ClosingDistance:
         """Token ids allowed from ``sid``, which end state each leads to (an index), and the
         distinct end states (interned): in one walk where the automaton has it
         (``token_ends``), else through the byte graph."""
+        if self._last_ends[0] == sid:  # _most_after, then the levels it could not spare
+            return self._last_ends[1]
         walk = getattr(self.automaton, "token_ends", None)
         found = None if walk is None else walk(self._graph.states[sid])
         if found is None:
             token_ids, ends = self._graph.walk_vocab(sid)
             uniq, index = np.unique(ends, return_inverse=True)
-            return token_ids, index.reshape(-1), uniq.tolist()
-        token_ids, index, ends = found
-        return token_ids, index, [self._graph.intern(s) for s in ends]
+            out = token_ids, index.reshape(-1), uniq.tolist()
+        else:
+            token_ids, index, ends = found
+            out = token_ids, index, [self._graph.intern(s) for s in ends]
+        self._last_ends = (sid, out)
+        return out
 
     def _levels_of(self, sid: int, state: State) -> _Levels:
         levels = self._levels.get(sid)

@@ -269,3 +269,21 @@ def test_completion_segments_from_kept_frame_ways_equal_fresh_descents():
             assert len(b"".join(kept)) == auto.min_bytes_to_accept(s, alphabet)
             checked += 1
     assert checked > 25 and len(dist.frame_ways) > 5, (len(states), checked, len(dist.frame_ways))
+
+
+def test_the_levels_after_the_search_free_check_reuse_its_vocabulary_walk(compiler):
+    """Near the budget a state's tokens are walked for the search-free check (_most_after);
+    where it cannot spare the budget rows, they are built from that same walk."""
+    auto = compiler.compile_json_schema(PUSHDOWN[1]).automaton
+    walks = []
+    original = auto.token_ends
+    auto.token_ends = lambda state: walks.append(state) or original(state)
+    fresh = ClosingDistance(auto)
+    state = auto.advance(auto.initial, b'{"a":"x')
+    sid = fresh._graph.intern(state)
+    fresh._most_after(sid)
+    levels = fresh._levels_of(sid, state)
+    assert walks == [state] and len(levels.token_ids)
+    other = fresh._graph.intern(auto.advance(state, b"y"))
+    fresh._most_after(other)
+    assert len(walks) == 2
