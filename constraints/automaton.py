@@ -128,6 +128,28 @@ class DFAAutomaton(TokenAutomaton):
         ids, _ = walk_vocab(trans, state, self.info.layout)
         return ids
 
+    def mask_row(self, state: int) -> torch.Tensor:
+        """The C walk sets the allowed tokens in the row itself (no id list to pack); else
+        the allowed ids packed."""
+        row = self._rows.get(state)
+        if row is not None:
+            return row
+        mod = native.module()
+        trans = self.dfa.trans
+        found = None
+        if mod is not None and trans.dtype == np.int32 and trans.flags.c_contiguous:
+            found = native.leaf_row(mod, trans, self.dfa.accept, self.info.layout.lexicographic_arrays(),
+                                    state, self.info.vocab_size)
+        if found is None:
+            return super().mask_row(state)
+        words = found[0]
+        self._continues[state] = bool(words.any())
+        if self.is_accepting(state):
+            for eos in self.info.eos_token_ids:
+                words[eos >> 5] |= np.int32(np.uint32(1 << (eos & 31)).view(np.int32))
+        row = self._rows[state] = torch.from_numpy(words)
+        return row
+
     def byte_classes(self, state: int) -> list[list[int]]:
         return group_bytes(self.dfa.trans[state, :256][None, :])
 

@@ -200,6 +200,10 @@ def test_a_regex_automatons_masks_are_the_numpy_walks(tokenizer_info, pattern):
         got = automaton.allowed_token_ids(q)
         assert sorted(got.tolist()) == sorted(want.tolist()), q
         allowed += len(got)
+        eos = list(tokenizer_info.eos_token_ids) if automaton.dfa.accept[q] else []
+        row = pack_token_ids(np.array(sorted(want.tolist()) + eos, dtype=np.int64), tokenizer_info.vocab_size)
+        assert np.array_equal(automaton.mask_row(q).numpy(), row), q  # set in the row by the C walk
+        assert automaton.can_continue(q) == bool(len(want))
     assert allowed > 20
 
 
