@@ -11,6 +11,8 @@ import json
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import ConstraintLimitError, InvalidConstraintError
 
 
@@ -25,6 +27,8 @@ class ConstraintLimits:
     max_grammar_alternatives: int = 2048  # EBNF `|` alternatives, all rules together
 
 
+# A JSON string, or an unterminated one to the end of the text (its backslash escapes any char)
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 _REPEAT = re.compile(r"(?<!\\)\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 _EBNF_SKIP = re.compile(r'"(?:\\.|[^"\\])*"|/(?:\\.|[^/\\\n])+/[imslux]*|//[^\n]*|#[^\n]*')
 _EBNF_REGEX = re.compile(r'(?<![\w"])/((?:\\.|[^/\\\n])+)/[imslux]*')
@@ -122,22 +126,14 @@ def check_ebnf(grammar: str, limits: ConstraintLimits) -> None:
 
 
 def _check_json_depth(text: str, max_depth: int) -> None:
-    """Nesting depth of a JSON text, brackets inside strings skipped, without parsing it."""
-    depth, in_string, escaped = 0, False, False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > max_depth:
-                raise ConstraintLimitError(f"json_schema nests deeper than {max_depth} levels "
-                                           "(max_schema_depth)", "max_schema_depth")
-        elif ch in "]}":
-            depth -= 1
+    """Nesting depth of a JSON text, brackets inside strings skipped, without parsing it (so
+    json.loads never recurses past it): strings cut out by one regex (an unterminated one
+    runs to the end), then the brackets' running sum."""
+    brackets = _JSON_STRING.sub("", text).encode()
+    if b"[" not in brackets and b"{" not in brackets:
+        return
+    b = np.frombuffer(brackets, dtype=np.uint8)
+    steps = ((b == ord("[")) | (b == ord("{"))).astype(np.int32) - ((b == ord("]")) | (b == ord("}")))
+    if int(np.cumsum(steps).max()) > max_depth:
+        raise ConstraintLimitError(f"json_schema nests deeper than {max_depth} levels "
+                                   "(max_schema_depth)", "max_schema_depth")

@@ -50,3 +50,42 @@ def test_refused_naming_the_limit(kind, spec, limit):
 ])
 def test_allowed(kind, spec):
     check_spec(kind, spec, L)
+
+
+def _depth_by_characters(text: str) -> int:
+    """The deepest bracket nesting outside strings, read one character at a time."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def test_the_depth_check_skips_brackets_in_strings_like_a_character_scan():
+    """The depth check cuts strings out with a regex (escapes, an unterminated string to the
+    end): on random texts of brackets, quotes and backslashes it refuses exactly where a
+    character scan finds the nesting too deep."""
+    import random
+
+    from constraints.limits import _check_json_depth
+
+    rng = random.Random(0)
+    refused = 0
+    for _ in range(20_000):
+        text = "".join(rng.choice('[]{}"\\a :é') for _ in range(rng.randint(0, 16)))
+        limit = rng.randint(0, 3)
+        try:
+            _check_json_depth(text, limit)
+            ok = True
+        except ConstraintLimitError:
+            ok, refused = False, refused + 1
+        assert ok == (_depth_by_characters(text) <= limit), (text, limit)
+    assert refused > 1000
