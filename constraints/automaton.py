@@ -77,13 +77,22 @@ class TokenAutomaton(ABC):
         """Packed int32 row [ceil(V/32)], EOS bits set where the constraint may end; cached."""
         row = self._rows.get(state)
         if row is None:
-            ids = self.allowed_token_ids(state)
-            self._continues[state] = bool(len(ids))
-            if self.is_accepting(state) and self.info.eos_token_ids:
-                ids = np.concatenate([ids, np.array(self.info.eos_token_ids, dtype=np.int64)])
-            row = torch.from_numpy(pack_token_ids(ids, self.info.vocab_size))
+            words = self._allowed_words(state)
+            if words is None:
+                words = pack_token_ids(self.allowed_token_ids(state), self.info.vocab_size)
+            self._continues[state] = bool(words.any())
+            if self.is_accepting(state):
+                bits = words.view(np.uint32)
+                for eos in self.info.eos_token_ids:
+                    bits[eos >> 5] |= np.uint32(1 << (eos & 31))
+            row = torch.from_numpy(words)
             self._rows[state] = row
         return row
+
+    def _allowed_words(self, state: State) -> np.ndarray | None:
+        """allowed_token_ids as a fresh packed row, where a subclass walks straight into one
+        (None: the ids are packed)."""
+        return None
 
     def mask_words(self, state: State) -> np.ndarray:
         """mask_row as a numpy int32 array (the same memory)."""
@@ -128,27 +137,15 @@ class DFAAutomaton(TokenAutomaton):
         ids, _ = walk_vocab(trans, state, self.info.layout)
         return ids
 
-    def mask_row(self, state: int) -> torch.Tensor:
-        """The C walk sets the allowed tokens in the row itself (no id list to pack); else
-        the allowed ids packed."""
-        row = self._rows.get(state)
-        if row is not None:
-            return row
+    def _allowed_words(self, state: int) -> np.ndarray | None:
+        """The C walk sets the allowed tokens in the row itself (no id list to pack)."""
         mod = native.module()
         trans = self.dfa.trans
-        found = None
-        if mod is not None and trans.dtype == np.int32 and trans.flags.c_contiguous:
-            found = native.leaf_row(mod, trans, self.dfa.accept, self.info.layout.lexicographic_arrays(),
-                                    state, self.info.vocab_size)
-        if found is None:
-            return super().mask_row(state)
-        words = found[0]
-        self._continues[state] = bool(words.any())
-        if self.is_accepting(state):
-            for eos in self.info.eos_token_ids:
-                words[eos >> 5] |= np.int32(np.uint32(1 << (eos & 31)).view(np.int32))
-        row = self._rows[state] = torch.from_numpy(words)
-        return row
+        if mod is None or trans.dtype != np.int32 or not trans.flags.c_contiguous:
+            return None
+        found = native.leaf_row(mod, trans, self.dfa.accept, self.info.layout.lexicographic_arrays(),
+                                state, self.info.vocab_size)
+        return None if found is None else found[0]
 
     def byte_classes(self, state: int) -> list[list[int]]:
         return group_bytes(self.dfa.trans[state, :256][None, :])
