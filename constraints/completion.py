@@ -18,6 +18,7 @@ import heapq
 
 import numpy as np
 
+from . import native
 from .fsm import ByteDFA
 from .nfa import CALL_BASE
 
@@ -27,6 +28,9 @@ UNREACHABLE = np.iinfo(np.int64).max // 4
 def leaf_distances(dfa: ByteDFA, alphabet: np.ndarray) -> np.ndarray:
     """[states] fewest bytes of ``alphabet`` ([256] bool) from each state to an accepting one
     (UNREACHABLE if none)."""
+    mod = native.module()
+    if mod is not None:
+        return _native_distances(mod, dfa, alphabet, _NO_COSTS)
     src, dst = _byte_edges(dfa.trans, alphabet)
     return _backward_distances(dfa.num_states, src, dst, np.ones(len(src), dtype=np.int64),
                                dfa.accept)
@@ -35,6 +39,9 @@ def leaf_distances(dfa: ByteDFA, alphabet: np.ndarray) -> np.ndarray:
 def rule_distances(dfa: ByteDFA, alphabet: np.ndarray, callee_costs: np.ndarray) -> np.ndarray:
     """Like leaf_distances for a rule with calls: column CALL_BASE + k costs
     ``callee_costs[k]`` (the fewest bytes rule k matches; UNREACHABLE = not yet known)."""
+    mod = native.module()
+    if mod is not None:
+        return _native_distances(mod, dfa, alphabet, callee_costs)
     src, dst = _byte_edges(dfa.trans, alphabet)
     weight = np.ones(len(src), dtype=np.int64)
     calls = dfa.trans[:, CALL_BASE:CALL_BASE + len(callee_costs)]
@@ -45,6 +52,19 @@ def rule_distances(dfa: ByteDFA, alphabet: np.ndarray, callee_costs: np.ndarray)
     dst = np.concatenate([dst, calls[csrc[ok], ck[ok]].astype(np.int64)])
     weight = np.concatenate([weight, cw[ok]])
     return _backward_distances(dfa.num_states, src, dst, weight, dfa.accept)
+
+
+_NO_COSTS = np.zeros(0, dtype=np.int64)
+
+
+def _native_distances(mod, dfa: ByteDFA, alphabet: np.ndarray, costs: np.ndarray) -> np.ndarray:
+    """The same Dijkstra in C (native.c): no edge arrays built in numpy, no heap in Python."""
+    dist = np.empty(dfa.num_states, dtype=np.int64)
+    mod.fewest_bytes(np.ascontiguousarray(dfa.trans, dtype=np.int32),
+                     np.ascontiguousarray(dfa.accept, dtype=bool),
+                     np.ascontiguousarray(alphabet, dtype=bool),
+                     np.ascontiguousarray(costs, dtype=np.int64), UNREACHABLE, dist)
+    return dist
 
 
 _HEAP_MAX_EDGES = 50_000  # below this, a plain heap is faster than array steps per level

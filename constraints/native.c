@@ -827,6 +827,135 @@ static PyObject *py_trim_minimize(PyObject *self, PyObject *const *args, Py_ssiz
     return out;
 }
 
+/* ---- fewest bytes to acceptance --------------------------------------------------------- */
+
+typedef struct { int64_t d, q; } HeapItem;
+
+static void heap_push(HeapItem *h, int64_t *n, int64_t d, int64_t q) {
+    int64_t i = (*n)++;
+    while (i > 0) {
+        int64_t up = (i - 1) / 2;
+        if (h[up].d <= d) break;
+        h[i] = h[up];
+        i = up;
+    }
+    h[i].d = d;
+    h[i].q = q;
+}
+
+static HeapItem heap_pop(HeapItem *h, int64_t *n) {
+    HeapItem top = h[0], last = h[--(*n)];
+    int64_t i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1].d < h[c].d) c++;
+        if (h[c].d >= last.d) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n) h[i] = last;
+    return top;
+}
+
+/* completion.rule_distances on a table trans[n * w] (< 0 dead), accept[n]: Dijkstra backwards
+ * from the accepting states; a byte column allowed by alphabet[256] costs 1, call column
+ * 256 + k costs costs[k] (>= unreachable: no edge). dist[n] gets unreachable where no
+ * acceptance is reached. Returns 0, or -1 out of memory. */
+static int fewest_bytes(const int32_t *trans, int64_t n, int64_t w, const uint8_t *accept,
+                        const uint8_t *alphabet, const int64_t *costs, int64_t n_costs,
+                        int64_t unreachable, int64_t *dist) {
+    int64_t *off = calloc(n + 1, sizeof(int64_t)), *fill = malloc(sizeof(int64_t) * (n ? n : 1));
+    int64_t *src = NULL, *weight = NULL;
+    HeapItem *heap = NULL;
+    int ret = -1;
+    if (!off || !fill) goto done;
+    /* edges t <- s: a byte run's first byte (runs of one target repeat it), each live call */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) {
+            for (int64_t q = 0; q < n; q++) off[q + 1] += off[q];
+            memcpy(fill, off, sizeof(int64_t) * n);
+            src = malloc(sizeof(int64_t) * (off[n] ? off[n] : 1));
+            weight = malloc(sizeof(int64_t) * (off[n] ? off[n] : 1));
+            if (!src || !weight) goto done;
+        }
+        for (int64_t s = 0; s < n; s++) {
+            const int32_t *row = trans + s * w;
+            int32_t prev = -1;
+            for (int64_t c = 0; c < w; c++) {
+                int32_t t = row[c];
+                int64_t cost = 1;
+                if (c < 256) {
+                    if (!alphabet[c]) { prev = -1; continue; }
+                    if (t == prev) continue;
+                    prev = t;
+                } else {
+                    if (c - 256 >= n_costs) break;
+                    cost = costs[c - 256];
+                    if (cost >= unreachable) continue;
+                }
+                if (t < 0 || t >= n) continue;
+                if (!pass) { off[t + 1]++; continue; }
+                src[fill[t]] = s;
+                weight[fill[t]++] = cost;
+            }
+        }
+    }
+    heap = malloc(sizeof(HeapItem) * (off[n] + n + 1));
+    if (!heap) goto done;
+    int64_t size = 0;
+    for (int64_t q = 0; q < n; q++) {
+        dist[q] = accept[q] ? 0 : unreachable;
+        if (accept[q]) heap_push(heap, &size, 0, q);
+    }
+    while (size) {
+        HeapItem it = heap_pop(heap, &size);
+        if (it.d > dist[it.q]) continue;
+        for (int64_t i = off[it.q]; i < off[it.q + 1]; i++) {
+            int64_t p = src[i], d = it.d + weight[i];
+            if (d < dist[p]) {
+                dist[p] = d;
+                heap_push(heap, &size, d, p);
+            }
+        }
+    }
+    ret = 0;
+done:
+    free(off); free(fill); free(src); free(weight); free(heap);
+    return ret;
+}
+
+/* fewest_bytes(trans i32 [n, w], accept bool [n], alphabet bool [256], costs i64 [k],
+ * unreachable, dist i64 [n]) -> None */
+static PyObject *py_fewest_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) { PyErr_SetString(PyExc_TypeError, "fewest_bytes takes 6 arguments"); return NULL; }
+    long long unreachable = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    enum { N_VIEWS = 5 };
+    static const int arg_of[N_VIEWS] = {0, 1, 2, 3, 5};
+    Py_buffer views[N_VIEWS];
+    int got = 0;
+    for (; got < N_VIEWS; got++)
+        if (row_view(args[arg_of[got]], &views[got], 0, got == 4) < 0) break;
+    PyObject *out = NULL;
+    if (got == N_VIEWS) {
+        int64_t n = views[1].len, w = n ? views[0].len / 4 / n : 256;
+        if (views[0].len != n * w * 4 || w < 256 || views[2].len != 256 || views[4].len != n * 8
+            || views[3].len % 8) {
+            PyErr_SetString(PyExc_ValueError, "fewest_bytes: bad table, alphabet or output");
+        } else {
+            int r;
+            Py_BEGIN_ALLOW_THREADS
+            r = fewest_bytes(views[0].buf, n, w, views[1].buf, views[2].buf, views[3].buf,
+                             views[3].len / 8, unreachable, views[4].buf);
+            Py_END_ALLOW_THREADS
+            out = r < 0 ? PyErr_NoMemory() : Py_NewRef(Py_None);
+        }
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    return out;
+}
+
 /* ---- subset construction --------------------------------------------------------------- */
 
 typedef struct { int32_t *data; int64_t len, cap; } Ints;
@@ -1141,6 +1270,7 @@ static PyMethodDef methods[] = {
     {"walk_ends", (PyCFunction)(void (*)(void))py_walk_ends, METH_FASTCALL, "trie walk with end states"},
     {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},
     {"determinize", (PyCFunction)(void (*)(void))py_determinize, METH_FASTCALL, "fsm.determinize"},
+    {"fewest_bytes", (PyCFunction)(void (*)(void))py_fewest_bytes, METH_FASTCALL, "completion.rule_distances"},
     {NULL, NULL, 0, NULL},
 };
 

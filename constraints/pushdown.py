@@ -26,7 +26,7 @@ from . import native
 from .automaton import TokenAutomaton, group_bytes
 from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
-from .completion import UNREACHABLE, GrammarDistances
+from .completion import UNREACHABLE, GrammarDistances, rule_distances
 from .errors import UnsupportedSchemaError
 from .fsm import DEAD, ByteDFA, determinize, equivalent_within, trim_and_minimize
 from .leaves import CountedLeaf, leaf_walk
@@ -664,65 +664,34 @@ def _has_calls(dfa: ByteDFA) -> bool:
 
 def _drop_empty_calls(dfas: list[ByteDFA]) -> list[ByteDFA]:
     """Least fixpoint of 'rule k matches some string'; calls of empty rules become dead edges.
-    Leaves (no calls) are kept as they are: they are shared between automata. Rules are
-    visited callees first (they are found after their callers), so a fixpoint without
-    recursion takes one sweep and a confirming one."""
+    A rule matches some string when acceptance is within finite reach of its start through
+    bytes and calls of rules that do (completion.rule_distances, in C where built). Leaves
+    (no calls) are kept as they are: they are shared between automata. Rules are visited
+    callees first (they are found after their callers), so a fixpoint without recursion
+    takes one sweep and a confirming one over the rules still empty."""
     live = {k for k, d in enumerate(dfas[1:]) if not _has_calls(d) and not _leaf_is_empty(d)}
     pending = [k for k, d in enumerate(dfas[1:]) if _has_calls(d)]
-    graphs = {k: _CallGraph.of(dfas[1 + k]) for k in pending}
+    costs = np.full(len(dfas) - 1, UNREACHABLE, dtype=np.int64)
+    costs[list(live)] = 1  # only finite or not matters here
     changed = True
     while changed:
         changed = False
         for k in reversed(pending):
-            if k not in live and graphs[k].matches_some(live):
+            if k not in live and rule_distances(dfas[1 + k], _ALL_BYTES, costs)[0] < UNREACHABLE:
                 live.add(k)
+                costs[k] = 1
                 changed = True
     return [trim_and_minimize(_mask_calls(d, live), minimize=d.num_states <= MINIMIZE_MAX_STATES)
             if _has_calls(d) else d for d in dfas]
+
+
+_ALL_BYTES = np.ones(256, dtype=bool)
 
 
 @lru_cache(maxsize=4096)
 def _leaf_is_empty(leaf: ByteDFA) -> bool:
     # Leaves are shared by every grammar of a tokenizer (by identity): checked once each.
     return leaf.is_empty()
-
-
-@dataclass(frozen=True, slots=True)
-class _CallGraph:
-    """A rule's distinct edges, for 'matches some string if the rules in ``live`` do':
-    ``succ[q]`` the states one byte from q, ``calls[q]`` (callee, state after) pairs."""
-
-    succ: list[list[int]]
-    calls: list[list[tuple[int, int]]]
-    accept: list[bool]
-
-    @classmethod
-    def of(cls, dfa: ByteDFA) -> _CallGraph:
-        n = dfa.num_states
-        succ: list[list[int]] = [[] for _ in range(n)]
-        src, b = np.nonzero(dfa.trans[:, :CALL_BASE] >= 0)
-        pairs = np.unique(src.astype(np.int64) * n + dfa.trans[src, b])
-        for q, d in zip((pairs // n).tolist(), (pairs % n).tolist()):
-            succ[q].append(d)
-        calls: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        src, k = np.nonzero(dfa.trans[:, CALL_BASE:] >= 0)
-        for q, c, d in zip(src.tolist(), k.tolist(), dfa.trans[src, CALL_BASE + k].tolist()):
-            calls[q].append((c, d))
-        return cls(succ, calls, dfa.accept.tolist())
-
-    def matches_some(self, live: set[int]) -> bool:
-        seen = {0}
-        todo = [0]
-        while todo:
-            q = todo.pop()
-            if self.accept[q]:
-                return True
-            nxt = self.succ[q] + [d for c, d in self.calls[q] if c in live]
-            for d in nxt:
-                if d not in seen:
-                    seen.add(d)
-                    todo.append(d)
-        return False
 
 
 def _mask_calls(dfa: ByteDFA, live: set[int]) -> ByteDFA:

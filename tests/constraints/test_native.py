@@ -267,6 +267,47 @@ def test_the_c_subset_construction_and_minimization_give_the_python_automata():
 
 
 @needs_c
+def test_the_c_fewest_bytes_are_the_python_distances(tokenizer_info):
+    """completion's Dijkstra in C against the Python one: random DFAs with call columns (some
+    callees unreachable, some costing many bytes), random alphabets, and every rule of real
+    schemas; the same distance at every state. A C walk that skipped a byte run's later bytes
+    of a new target, or took an unreachable callee's edge, differs here."""
+    from constraints.budget import CompileBudget
+    from constraints.completion import UNREACHABLE, leaf_distances, rule_distances
+    from constraints.fsm import determinize
+
+    rng = np.random.default_rng(5)
+    compared = finite = 0
+
+    def both(dfa, alphabet, costs):
+        nonlocal compared, finite
+        got = rule_distances(dfa, alphabet, costs) if costs is not None else leaf_distances(dfa, alphabet)
+        with _python_only():
+            want = rule_distances(dfa, alphabet, costs) if costs is not None else leaf_distances(dfa, alphabet)
+        assert np.array_equal(got, want)
+        compared += len(got)
+        finite += int((got < UNREACHABLE).sum())
+
+    for trial in range(200):
+        n, width = int(rng.integers(2, 30)), int(rng.choice([256, 262]))
+        dfa = determinize(_random_nfa(rng, n, width), 0, int(rng.integers(0, n)), CompileBudget(), width=width)
+        alphabet = rng.random(256) < rng.choice([1.0, 0.5, 0.05])
+        costs = rng.integers(1, 40, size=width - 256)
+        costs[rng.random(len(costs)) < 0.3] = UNREACHABLE
+        both(dfa, alphabet, costs)
+        both(dfa, alphabet, None)
+    compiler = GrammarCompiler(tokenizer_info)
+    for text in _dev_schemas(2):
+        try:
+            automaton = compiler.compile_json_schema(text).automaton
+        except Exception:
+            continue
+        for rule in getattr(automaton, "rules", ()):
+            both(rule, np.ones(256, dtype=bool), np.full(len(automaton.rules) - 1, 3))
+    assert compared > 5000 and 0 < finite < compared
+
+
+@needs_c
 def test_the_c_subset_construction_keeps_the_budget():
     from constraints import CompileTimeoutError, GrammarTooComplexError
     from constraints.budget import CompileBudget
