@@ -323,11 +323,12 @@ def _native_trim_and_minimize(mod, dfa: ByteDFA, minimize: bool) -> ByteDFA:
     trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
     n = dfa.num_states
     cls_of, rep = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    m = mod.trim_minimize(trans, np.ascontiguousarray(dfa.accept, dtype=bool), minimize, cls_of, rep)
+    out = np.empty_like(trans)
+    m = mod.trim_minimize(trans, np.ascontiguousarray(dfa.accept, dtype=bool), minimize, cls_of, rep, out)
     if m == 0:
         return ByteDFA(np.full((1, trans.shape[1]), DEAD, dtype=np.int32), np.zeros(1, dtype=bool))
-    rows = trans[rep[:m]]
-    return ByteDFA(np.append(cls_of, DEAD)[rows].astype(np.int32), dfa.accept[rep[:m]].astype(bool))
+    # C wrote the new table into out's first m rows (a copy where fewer, so no rows are held)
+    return ByteDFA(out if m == n else out[:m].copy(), dfa.accept[rep[:m]].astype(bool))
 
 
 def _trim(cols: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, list[int] | None]:

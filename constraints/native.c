@@ -644,42 +644,175 @@ static PyObject *py_rows_by_count(PyObject *self, PyObject *const *args, Py_ssiz
 
 /* ---- trim and minimize ------------------------------------------------------------------ */
 
+typedef struct { uint64_t h; int64_t i; } Keyed;
+
+static int by_key(const void *a, const void *b) {
+    const Keyed *x = a, *y = b;
+    return x->h < y->h ? -1 : x->h > y->h ? 1 : (x->i > y->i) - (x->i < y->i);
+}
+
+static uint64_t signature(const int64_t *table, int64_t nc, const int64_t *cls, int64_t i) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (int64_t k = 0; k < nc; k++) {
+        int64_t t = table[i * nc + k];
+        h = (h ^ (uint64_t)(t < 0 ? -1 : cls[t])) * 0xBF58476D1CE4E5B9ull;
+    }
+    return h;
+}
+
+static int same_signature(const int64_t *table, int64_t nc, const int64_t *cls, int64_t a, int64_t b) {
+    for (int64_t k = 0; k < nc; k++) {
+        int64_t x = table[a * nc + k], y = table[b * nc + k];
+        if ((x < 0 ? -1 : cls[x]) != (y < 0 ? -1 : cls[y])) return 0;
+    }
+    return 1;
+}
+
+/* The coarsest partition of the states of table[kept * nc] (successor or < 0) that refines
+ * cls[kept] (classes 0 .. classes - 1) and is stable: equal classes have equal successors'
+ * classes in every column. A worklist of classes to split: a class is split by its members'
+ * successor classes, the largest part keeps the class, and only the classes of states with
+ * an edge into a moved state are split again (the rounds of Moore's refinement revisit every
+ * state, hundreds of times on long chains). The coarsest stable refinement is unique, so
+ * the order of splits does not change the result. cls gets class ids below kept. */
+static int refine(const int64_t *table, int64_t kept, int64_t nc, int64_t *cls, int64_t classes) {
+    int64_t *elems = malloc(sizeof(int64_t) * (kept ? kept : 1));
+    int64_t *cstart = calloc(kept + 1, sizeof(int64_t)), *csize = calloc(kept + 1, sizeof(int64_t));
+    int64_t *roff = calloc(kept + 1, sizeof(int64_t)), *rsrc = NULL, *stack = NULL, *group = NULL;
+    uint8_t *dirty = calloc(kept + 1, 1);
+    Keyed *keyed = malloc(sizeof(Keyed) * (kept ? kept : 1));
+    int64_t *reps = malloc(sizeof(int64_t) * (kept ? kept : 1)), *gsize = NULL;
+    int ret = -1;
+    if (!elems || !cstart || !csize || !roff || !dirty || !keyed || !reps) goto out;
+    stack = malloc(sizeof(int64_t) * (kept ? kept : 1));
+    group = malloc(sizeof(int64_t) * (kept ? kept : 1));
+    gsize = malloc(sizeof(int64_t) * (kept ? kept : 1));
+    if (!stack || !group || !gsize) goto out;
+    /* members by class: a segment of elems each */
+    for (int64_t i = 0; i < kept; i++) csize[cls[i]]++;
+    for (int64_t c = 1; c < classes; c++) cstart[c] = cstart[c - 1] + csize[c - 1];
+    for (int64_t c = 0; c < classes; c++) gsize[c] = cstart[c];
+    for (int64_t i = 0; i < kept; i++) elems[gsize[cls[i]]++] = i;
+    /* predecessors over the table */
+    for (int64_t i = 0; i < kept * nc; i++)
+        if (table[i] >= 0) roff[table[i] + 1]++;
+    for (int64_t j = 0; j < kept; j++) roff[j + 1] += roff[j];
+    rsrc = malloc(sizeof(int64_t) * (roff[kept] ? roff[kept] : 1));
+    if (!rsrc) goto out;
+    for (int64_t j = 0; j < kept; j++) group[j] = roff[j];
+    for (int64_t i = 0; i < kept * nc; i++)
+        if (table[i] >= 0) rsrc[group[table[i]]++] = i / nc;
+    int64_t top = 0;
+    for (int64_t c = classes - 1; c >= 0; c--) { stack[top++] = c; dirty[c] = 1; }
+    while (top) {
+        int64_t c = stack[--top];
+        dirty[c] = 0;
+        int64_t size = csize[c], *seg = elems + cstart[c];
+        if (size < 2) continue;
+        for (int64_t x = 0; x < size; x++) {
+            keyed[x].h = signature(table, nc, cls, seg[x]);
+            keyed[x].i = seg[x];
+        }
+        qsort(keyed, size, sizeof(Keyed), by_key);
+        /* groups: runs of one hash, told apart exactly within a run (collisions) */
+        int64_t groups = 0;
+        for (int64_t x = 0, run = 0; x < size; x++) {
+            if (x && keyed[x].h != keyed[x - 1].h) run = groups;
+            int64_t g = run;
+            while (g < groups && !same_signature(table, nc, cls, reps[g], keyed[x].i)) g++;
+            if (g == groups) { reps[groups] = keyed[x].i; gsize[groups++] = 0; }
+            group[x] = g;
+            gsize[g]++;
+        }
+        if (groups == 1) continue;
+        int64_t big = 0;
+        for (int64_t g = 1; g < groups; g++)
+            if (gsize[g] > gsize[big]) big = g;
+        /* the segment rewritten group by group: the largest first, keeping the class */
+        int64_t at = cstart[c];
+        for (int64_t pass = 0; pass < 2; pass++)
+            for (int64_t g = 0; g < groups; g++) {
+                if ((g == big) != (pass == 0)) continue;
+                int64_t id = g == big ? c : classes++;
+                cstart[id] = at;
+                csize[id] = gsize[g];
+                for (int64_t x = 0; x < size; x++)
+                    if (group[x] == g) { elems[at++] = keyed[x].i; cls[keyed[x].i] = id; }
+            }
+        /* the classes with an edge into a moved state split again */
+        for (int64_t x = cstart[c] + csize[c]; x < cstart[c] + size; x++) {
+            int64_t j = elems[x];
+            for (int64_t e = roff[j]; e < roff[j + 1]; e++) {
+                int64_t pc = cls[rsrc[e]];
+                if (!dirty[pc]) { dirty[pc] = 1; stack[top++] = pc; }
+            }
+        }
+    }
+    ret = 0;
+out:
+    free(elems); free(cstart); free(csize); free(roff); free(rsrc); free(stack); free(group);
+    free(dirty); free(keyed); free(reps); free(gsize);
+    return ret;
+}
+
 /* fsm.trim_and_minimize on a table trans[n * w] (< 0 dead), accept[n]: drop the states that
  * are not reachable from 0 or cannot reach acceptance, then (minimize) merge equivalent ones
- * (Moore refinement from the distance to acceptance). States are numbered as fsm.py numbers
+ * (from the distance to acceptance: refine). States are numbered as fsm.py numbers
  * them: kept states ascending; classes in the order of their smallest member. Work happens on
  * the table's distinct live columns. Output: cls_of[n] (the new state of each old one, -1
- * gone) and rep[m] (the smallest member of each new state); returns m (0: state 0 is dead),
- * or -1 out of memory. */
+ * gone), rep[m] (the smallest member of each new state) and, where out is given, the new
+ * table in its first m rows; returns m (0: state 0 is dead), or -1 out of memory. */
 static int64_t trim_minimize(const int32_t *trans, int64_t n, int64_t w, const uint8_t *accept, int minimize,
-                             int64_t *cls_of, int64_t *rep) {
+                             int64_t *cls_of, int64_t *rep, int32_t *out) {
     int64_t ret = -1;
     int64_t *col_hash = malloc(sizeof(int64_t) * (w > 0 ? w : 1));
     int64_t *col_of = malloc(sizeof(int64_t) * (w > 0 ? w : 1));
     int64_t *cols = NULL, *dist = NULL, *pred_off = NULL, *pred = NULL, *order = NULL, *cls = NULL,
-            *next = NULL, *table = NULL, *sig = NULL, *stack = NULL;
+            *next = NULL, *table = NULL, *stack = NULL;
     if (!col_hash || !col_of) goto done;
-    /* distinct live columns: col_of[c] = its distinct column, or -1 (dead in every state) */
-    int64_t nc = 0;
-    for (int64_t c = 0; c < w; c++) {
-        uint64_t h = 1469598103934665603ull;
-        int live = 0;
-        for (int64_t s = 0; s < n; s++) {
-            int32_t t = trans[s * w + c];
-            live |= t >= 0;
-            h = (h ^ (uint64_t)(t + 2)) * 1099511628211ull;
+    /* distinct live columns: col_of[c] = its distinct column, or -1 (dead in every state).
+     * Row by row (the table is row-major): a hash per column, then each column is matched to
+     * the first one of its hash and the match checked in a second pass; a column whose check
+     * fails (a hash collision) stays a distinct column of its own, which costs work, not
+     * correctness. */
+    uint8_t *live_col = calloc(w > 0 ? w : 1, 1), *bad = calloc(w > 0 ? w : 1, 1);
+    int64_t *first = NULL;
+    int64_t cap = 1;
+    while (cap < 2 * w) cap <<= 1;
+    first = malloc(sizeof(int64_t) * cap);
+    if (!live_col || !bad || !first) { free(live_col); free(bad); free(first); goto done; }
+    for (int64_t c = 0; c < w; c++) col_hash[c] = (int64_t)1469598103934665603ull;
+    for (int64_t s = 0; s < n; s++) {
+        const int32_t *row = trans + s * w;
+        for (int64_t c = 0; c < w; c++) {
+            int32_t t = row[c];
+            live_col[c] |= t >= 0;
+            col_hash[c] = (int64_t)(((uint64_t)col_hash[c] ^ (uint64_t)(t + 2)) * 1099511628211ull);
         }
-        col_of[c] = -1;
-        if (!live) continue;
-        for (int64_t d = 0; d < c && col_of[c] < 0; d++) {
-            if (col_of[d] < 0 || col_hash[d] != (int64_t)h) continue;
-            int64_t s = 0;
-            while (s < n && trans[s * w + c] == trans[s * w + d]) s++;
-            if (s == n) col_of[c] = col_of[d];
-        }
-        col_hash[c] = (int64_t)h;
-        if (col_of[c] < 0) col_of[c] = nc++;
     }
+    for (int64_t j = 0; j < cap; j++) first[j] = -1;
+    for (int64_t c = 0; c < w; c++) { /* col_of[c] = the first live column of its hash */
+        col_of[c] = -1;
+        if (!live_col[c]) continue;
+        int64_t j = (int64_t)((uint64_t)col_hash[c] >> 7) & (cap - 1);
+        while (first[j] >= 0 && col_hash[first[j]] != col_hash[c]) j = (j + 1) & (cap - 1);
+        if (first[j] < 0) first[j] = c;
+        col_of[c] = first[j];
+    }
+    for (int64_t s = 0; s < n; s++) {
+        const int32_t *row = trans + s * w;
+        for (int64_t c = 0; c < w; c++)
+            if (col_of[c] >= 0 && col_of[c] != c && row[c] != row[col_of[c]]) bad[c] = 1;
+    }
+    int64_t nc = 0;
+    for (int64_t c = 0; c < w; c++) { /* number the distinct columns in order */
+        if (col_of[c] < 0) continue;
+        if (col_of[c] == c || bad[c]) col_of[c] = -2 - nc++;  /* -2 - k: distinct column k */
+        else col_of[c] = col_of[col_of[c]];
+    }
+    for (int64_t c = 0; c < w; c++)
+        if (col_of[c] <= -2) col_of[c] = -2 - col_of[c];
+    free(live_col); free(bad); free(first);
     cols = malloc(sizeof(int64_t) * (nc > 0 ? nc : 1)); /* a source column of each distinct one */
     dist = malloc(sizeof(int64_t) * n);
     pred_off = calloc(n + 1, sizeof(int64_t));
@@ -736,51 +869,24 @@ static int64_t trim_minimize(const int32_t *trans, int64_t n, int64_t w, const u
     cls = malloc(sizeof(int64_t) * n);
     next = malloc(sizeof(int64_t) * n);
     table = malloc(sizeof(int64_t) * (kept * nc > 0 ? kept * nc : 1));
-    sig = malloc(sizeof(int64_t) * 2 * kept);
-    if (!cls || !next || !table || !sig) goto done;
+    if (!cls || !next || !table) goto done;
     for (int64_t i = 0; i < kept; i++) cls_of[order[i]] = i; /* old state -> kept index */
     for (int64_t i = 0; i < kept; i++)
         for (int64_t k = 0; k < nc; k++) {
             int32_t t = trans[order[i] * w + cols[k]];
             table[i * nc + k] = t >= 0 && dist[t] >= 0 ? cls_of[t] : -1;
         }
-    /* classes: the distance to acceptance, then refined by successors' classes (Moore) */
-    int64_t count = 0;
-    for (int64_t i = 0; i < kept; i++) cls[i] = minimize ? dist[order[i]] : i;
+    /* classes: the distance to acceptance, then refined by successors' classes */
+    for (int64_t i = 0; i < kept; i++) cls[i] = i;
     if (minimize) {
-        int64_t hash_cap = 1;
-        while (hash_cap < 2 * kept) hash_cap <<= 1;
-        int64_t *slot = malloc(sizeof(int64_t) * hash_cap);
-        if (!slot) goto done;
-        int64_t prev = -1;
-        for (;;) {
-            /* new class = first state with an equal (class, successor classes) signature */
-            for (int64_t j = 0; j < hash_cap; j++) slot[j] = -1;
-            count = 0;
-            for (int64_t i = 0; i < kept; i++) {
-                uint64_t h = (uint64_t)cls[i] * 0x9E3779B97F4A7C15ull;
-                for (int64_t k = 0; k < nc; k++) {
-                    int64_t t = table[i * nc + k];
-                    h = (h ^ (uint64_t)(t < 0 ? -1 : cls[t])) * 0xBF58476D1CE4E5B9ull;
-                }
-                int64_t j = (int64_t)(h >> 11) & (hash_cap - 1);
-                for (;;) {
-                    int64_t r = slot[j];
-                    if (r < 0) { slot[j] = i; next[i] = count++; sig[i] = (int64_t)j; break; }
-                    int same = cls[r] == cls[i];
-                    for (int64_t k = 0; same && k < nc; k++) {
-                        int64_t a = table[r * nc + k], b = table[i * nc + k];
-                        same = (a < 0 ? -1 : cls[a]) == (b < 0 ? -1 : cls[b]);
-                    }
-                    if (same) { next[i] = next[r]; break; }
-                    j = (j + 1) & (hash_cap - 1);
-                }
-            }
-            for (int64_t i = 0; i < kept; i++) cls[i] = next[i];
-            if (count == prev) break;
-            prev = count;
+        for (int64_t i = 0; i < n; i++) next[i] = -1; /* distance (below n) -> dense class */
+        int64_t classes = 0;
+        for (int64_t i = 0; i < kept; i++) {
+            int64_t d = dist[order[i]];
+            if (next[d] < 0) next[d] = classes++;
+            cls[i] = next[d];
         }
-        free(slot);
+        if (refine(table, kept, nc, cls, classes) < 0) goto done;
     }
     /* classes renumbered by their smallest member (kept order ascends with the old states) */
     for (int64_t i = 0; i < kept; i++) next[i] = -1;
@@ -792,38 +898,51 @@ static int64_t trim_minimize(const int32_t *trans, int64_t n, int64_t w, const u
         }
     }
     for (int64_t i = 0; i < kept; i++) cls_of[order[i]] = next[cls[i]];
+    if (out) /* the new table: each class's smallest member's row, renumbered (dead: -1) */
+        for (int64_t i = 0; i < m; i++) {
+            const int32_t *src = trans + rep[i] * w;
+            int32_t *dst = out + i * w;
+            for (int64_t c = 0; c < w; c++) dst[c] = src[c] >= 0 ? (int32_t)cls_of[src[c]] : -1;
+        }
     ret = m;
 done:
     free(col_hash); free(col_of); free(cols); free(dist); free(pred_off); free(pred); free(order); free(stack);
-    free(cls); free(next); free(table); free(sig);
+    free(cls); free(next); free(table);
     return ret;
 }
 
-/* trim_minimize(trans i32 [n, w], accept bool [n], minimize, cls_of i64 [n], rep i64 [n])
- * -> m (0: the start state is dead) */
+/* trim_minimize(trans i32 [n, w], accept bool [n], minimize, cls_of i64 [n], rep i64 [n],
+ *               out i32 [n, w] or None) -> m (0: the start state is dead) */
 static PyObject *py_trim_minimize(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "trim_minimize takes 5 arguments"); return NULL; }
-    Py_buffer trans, accept, cls_of, rep;
-    if (row_view(args[0], &trans, 0, 0) < 0) return NULL;
-    if (row_view(args[1], &accept, 0, 0) < 0) { PyBuffer_Release(&trans); return NULL; }
-    int64_t n = accept.len, w = n ? trans.len / 4 / n : 0;
+    if (nargs != 6) { PyErr_SetString(PyExc_TypeError, "trim_minimize takes 6 arguments"); return NULL; }
+    enum { N_VIEWS = 5 };
+    static const int arg_of[N_VIEWS] = {0, 1, 3, 4, 5};
+    Py_buffer views[N_VIEWS];
+    int has_out = args[5] != Py_None, got = 0;
+    for (; got < N_VIEWS; got++) {
+        views[got].obj = NULL;
+        if (arg_of[got] == 5 && !has_out) continue;
+        if (row_view(args[arg_of[got]], &views[got], 0, got >= 2) < 0) break;
+    }
     PyObject *out = NULL;
-    if (trans.len != n * w * 4) {
-        PyErr_SetString(PyExc_ValueError, "trim_minimize: trans must be int32 [len(accept), w]");
-    } else if (row_view(args[3], &cls_of, n * 8, 1) == 0) {
-        if (row_view(args[4], &rep, n * 8, 1) == 0) {
+    if (got == N_VIEWS) {
+        int64_t n = views[1].len, w = n ? views[0].len / 4 / n : 0;
+        if (views[0].len != n * w * 4 || views[2].len < n * 8 || views[3].len < n * 8
+            || (has_out && views[4].len < n * w * 4)) {
+            PyErr_SetString(PyExc_ValueError, "trim_minimize: trans must be int32 [len(accept), w], "
+                            "cls_of and rep int64 [len(accept)], out int32 like trans");
+        } else {
             int minimize = PyObject_IsTrue(args[2]);
             int64_t m;
             Py_BEGIN_ALLOW_THREADS
-            m = trim_minimize(trans.buf, n, w, accept.buf, minimize, cls_of.buf, rep.buf);
+            m = trim_minimize(views[0].buf, n, w, views[1].buf, minimize, views[2].buf, views[3].buf,
+                              has_out ? views[4].buf : NULL);
             Py_END_ALLOW_THREADS
             out = m < 0 ? PyErr_NoMemory() : PyLong_FromLongLong(m);
-            PyBuffer_Release(&rep);
         }
-        PyBuffer_Release(&cls_of);
     }
-    PyBuffer_Release(&trans);
-    PyBuffer_Release(&accept);
+    for (int i = 0; i < got; i++)
+        if (views[i].obj) PyBuffer_Release(&views[i]);
     return out;
 }
 

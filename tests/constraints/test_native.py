@@ -307,6 +307,50 @@ def test_the_c_fewest_bytes_are_the_python_distances(tokenizer_info):
     assert compared > 5000 and 0 < finite < compared
 
 
+def _chains(rng, chains: int, length: int, width: int):
+    """A DFA of ``chains`` paths of ``length`` bytes over a small alphabet into accepting ends,
+    with a few random cross edges: suffixes repeat, so telling states apart takes as many
+    rounds of refinement as the longest shared suffix."""
+    from constraints.fsm import DEAD, ByteDFA
+
+    n = 1 + chains * length + 1
+    trans = np.full((n, width), DEAD, dtype=np.int32)
+    accept = np.zeros(n, dtype=bool)
+    accept[n - 1] = True
+    for c in range(chains):
+        spell = rng.choice([97, 98], size=length)
+        prev = 0
+        for i in range(length):
+            q = 1 + c * length + i
+            trans[prev, spell[i] if prev else 100 + c] = q
+            prev = q
+        trans[prev, 99] = n - 1
+        accept[prev] = bool(rng.random() < 0.2)
+    for _ in range(chains):
+        a, b = rng.integers(1, n - 1, size=2)
+        trans[a, int(rng.choice([99, width - 1]))] = b
+    return ByteDFA(trans, accept)
+
+
+@needs_c
+def test_the_c_minimization_gives_the_python_one_on_long_chains():
+    """Long runs of alike states (the rule DFAs of objects whose property names share long
+    suffixes): the worklist refinement in C against Moore's rounds in Python, state for
+    state, and fewer states than trimming alone."""
+    from constraints.fsm import trim_and_minimize
+
+    rng = np.random.default_rng(3)
+    merged = 0
+    for trial in range(40):
+        dfa = _chains(rng, int(rng.integers(2, 12)), int(rng.integers(5, 120)), int(rng.choice([256, 270])))
+        got = trim_and_minimize(dfa)
+        with _python_only():
+            want = trim_and_minimize(dfa)
+        assert np.array_equal(got.trans, want.trans) and np.array_equal(got.accept, want.accept), trial
+        merged += trim_and_minimize(dfa, minimize=False).num_states - got.num_states
+    assert merged > 100
+
+
 @needs_c
 def test_the_c_subset_construction_keeps_the_budget():
     from constraints import CompileTimeoutError, GrammarTooComplexError
