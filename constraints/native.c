@@ -946,6 +946,54 @@ static PyObject *py_trim_minimize(PyObject *self, PyObject *const *args, Py_ssiz
     return out;
 }
 
+/* ---- the pushdown automaton's global table ------------------------------------------------ */
+
+/* stack_rules(tables [i32 [n_k, w_k >= 256]], out i32 [N, 256], one i32 [N]) -> None: the
+ * rules' byte columns one under the other, each rule's states moved by the rows above it
+ * (dead stays -1); one[g] = position g's only live byte, or -1 where none or several. */
+static PyObject *py_stack_rules(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "stack_rules takes 3 arguments"); return NULL; }
+    PyObject *seq = PySequence_Fast(args[0], "stack_rules: tables must be a sequence");
+    if (!seq) return NULL;
+    Py_buffer out, one;
+    if (row_view(args[1], &out, 0, 1) < 0) { Py_DECREF(seq); return NULL; }
+    if (row_view(args[2], &one, out.len / 256, 1) < 0) {
+        PyBuffer_Release(&out); Py_DECREF(seq); return NULL;
+    }
+    int64_t rows = out.len / 4 / 256, at = 0;
+    int ok = out.len % (4 * 256) == 0;
+    for (Py_ssize_t k = 0; ok && k < PySequence_Fast_GET_SIZE(seq); k++) {
+        Py_buffer t;
+        if (row_view(PySequence_Fast_GET_ITEM(seq, k), &t, 0, 0) < 0) { ok = -1; break; }
+        int64_t n = t.shape && t.ndim == 2 ? t.shape[0] : -1, w = n >= 0 ? t.shape[1] : 0;
+        if (n < 0 || w < 256 || t.itemsize != 4 || at + n > rows) {
+            PyBuffer_Release(&t);
+            ok = 0;
+            break;
+        }
+        const int32_t *src = t.buf;
+        int32_t *dst = (int32_t *)out.buf + at * 256, *first = (int32_t *)one.buf + at;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t q = 0; q < n; q++) {
+            int live = 0, byte = -1;
+            for (int64_t b = 0; b < 256; b++) {
+                int32_t x = src[q * w + b];
+                dst[q * 256 + b] = x >= 0 ? (int32_t)(x + at) : -1;
+                if (x >= 0 && live++ == 0) byte = (int)b;
+            }
+            first[q] = live == 1 ? byte : -1;
+        }
+        Py_END_ALLOW_THREADS
+        at += n;
+        PyBuffer_Release(&t);
+    }
+    if (ok == 1 && at != rows) ok = 0;
+    PyBuffer_Release(&out); PyBuffer_Release(&one); Py_DECREF(seq);
+    if (ok == 1) Py_RETURN_NONE;
+    if (ok == 0) PyErr_SetString(PyExc_ValueError, "stack_rules: tables must be int32 [n, >= 256] filling out");
+    return NULL;
+}
+
 /* ---- fewest bytes to acceptance --------------------------------------------------------- */
 
 typedef struct { int64_t d, q; } HeapItem;
@@ -1389,6 +1437,7 @@ static PyMethodDef methods[] = {
     {"walk_ends", (PyCFunction)(void (*)(void))py_walk_ends, METH_FASTCALL, "trie walk with end states"},
     {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},
     {"determinize", (PyCFunction)(void (*)(void))py_determinize, METH_FASTCALL, "fsm.determinize"},
+    {"stack_rules", (PyCFunction)(void (*)(void))py_stack_rules, METH_FASTCALL, "pushdown._global_table"},
     {"fewest_bytes", (PyCFunction)(void (*)(void))py_fewest_bytes, METH_FASTCALL, "completion.rule_distances"},
     {NULL, NULL, 0, NULL},
 };

@@ -60,7 +60,7 @@ class PushdownAutomaton(TokenAutomaton):
         self.rules = tuple(dfas)
         sizes = [d.num_states for d in dfas]
         offsets = np.concatenate(([0], np.cumsum(sizes)))
-        self._trans = _global_table(dfas, offsets.tolist())
+        self._trans, one = _global_table(dfas, offsets.tolist())
         accept = np.concatenate([d.accept for d in dfas])
         self._final = accept & (np.arange(len(accept)) < sizes[0])  # main accepts, stack empty
         self._returns = accept & ~self._final
@@ -79,8 +79,6 @@ class PushdownAutomaton(TokenAutomaton):
         self._branch = self._returns | calling
         self._calling = np.nonzero(calling)[0].tolist()  # positions with calls
         # Each position's one live byte, -1 where none or several (the trie walk's runs).
-        live = self._trans >= 0
-        one = np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1)
         self._one_byte = one.tolist()
         self._one_next = self._trans[np.arange(len(one)), np.maximum(one, 0)].tolist()  # where one >= 0
         self._branches = self._branch.tolist()
@@ -646,16 +644,23 @@ def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
                                     for f, d in zip(fragments, dfas)], unique)
 
 
-def _global_table(dfas: list[ByteDFA], offsets: list[int]) -> np.ndarray:
-    """The rules' byte columns stacked, each rule's states moved by its offset (DEAD stays):
-    one lookup per rule through a shifted index, the cheapest of the ways measured. int32:
-    shared leaves (formats, any value) are copied in whole, so bytes count."""
+def _global_table(dfas: list[ByteDFA], offsets: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The rules' byte columns stacked, each rule's states moved by its offset (DEAD stays),
+    and each position's only live byte (-1 where none or several): one pass in C where
+    built, else one lookup per rule through a shifted index (the cheapest numpy way
+    measured). int32: shared leaves (formats, any value) are copied in whole, so bytes count."""
     out = np.empty((offsets[-1], 256), dtype=np.int32)
+    mod = native.module()
+    if mod is not None:
+        one = np.empty(offsets[-1], dtype=np.int32)
+        mod.stack_rules([np.ascontiguousarray(d.trans, dtype=np.int32) for d in dfas], out, one)
+        return out, one
     for d, lo, hi in zip(dfas, offsets, offsets[1:]):
         shifted = np.arange(lo - 1, hi, dtype=np.int32)
         shifted[0] = DEAD
         np.take(shifted, d.trans[:, :256] + 1, out=out[lo:hi])
-    return out
+    live = out >= 0
+    return out, np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1)
 
 
 def _has_calls(dfa: ByteDFA) -> bool:

@@ -352,6 +352,32 @@ def test_the_c_minimization_gives_the_python_one_on_long_chains():
 
 
 @needs_c
+def test_the_c_global_table_is_the_numpy_one(tokenizer_info):
+    """The stacked table of real schemas' rules (leaves shared, call columns past 256 dropped)
+    and each position's only live byte, in C and in numpy."""
+    from constraints.pushdown import _global_table
+
+    compiler = GrammarCompiler(tokenizer_info)
+    rows = ones = 0
+    for text in _dev_schemas(2):
+        try:
+            automaton = compiler.compile_json_schema(text).automaton
+        except Exception:
+            continue
+        rules = getattr(automaton, "rules", None)
+        if rules is None:
+            continue
+        offsets = np.concatenate(([0], np.cumsum([d.num_states for d in rules]))).tolist()
+        got, got_one = _global_table(list(rules), offsets)
+        with _python_only():
+            want, want_one = _global_table(list(rules), offsets)
+        assert np.array_equal(got, want) and np.array_equal(got_one, want_one)
+        rows += len(got)
+        ones += int((got_one >= 0).sum())
+    assert rows > 1000 and 0 < ones < rows
+
+
+@needs_c
 def test_the_c_subset_construction_keeps_the_budget():
     from constraints import CompileTimeoutError, GrammarTooComplexError
     from constraints.budget import CompileBudget
