@@ -231,6 +231,9 @@ def _fill_runs(n: int, width: int, runs: list[tuple[int, int, int, int]]) -> np.
 
 def product(a: ByteDFA, b: ByteDFA, mode: str, budget: CompileBudget) -> ByteDFA:
     """Product automaton: mode 'and' = intersection, 'diff' = L(a) minus L(b)."""
+    mod = native.module()
+    if mod is not None:
+        return _native_product(mod, a, b, mode, budget)
     ids = {(0, 0): 0}
     order = [(0, 0)]
     rows = []
@@ -259,6 +262,21 @@ def product(a: ByteDFA, b: ByteDFA, mode: str, budget: CompileBudget) -> ByteDFA
     acc_b = [y >= 0 and bool(b.accept[y]) for _, y in order]
     accept = [x and (y if mode == "and" else not y) for x, y in zip(acc_a, acc_b)]
     return ByteDFA(np.stack(rows).astype(np.int32), np.array(accept, dtype=bool))
+
+
+def _native_product(mod, a: ByteDFA, b: ByteDFA, mode: str, budget: CompileBudget) -> ByteDFA:
+    """The product in C (native.c): the same states in the same order."""
+    found = mod.product(np.ascontiguousarray(a.trans, dtype=np.int32), np.ascontiguousarray(a.accept, dtype=bool),
+                        np.ascontiguousarray(b.trans, dtype=np.int32), np.ascontiguousarray(b.accept, dtype=bool),
+                        mode == "diff", budget.max_states, max(budget.deadline - time.monotonic(), 0.0))
+    if isinstance(found, int):  # -2: past max_states, -3: past the deadline
+        if found == -2:
+            budget.check_dfa_states(budget.max_states + 1)
+        budget.check_time()
+        raise CompileTimeoutError(f"constraint compilation exceeded {budget.timeout_s:.1f} s")
+    trans, accept = found
+    return ByteDFA(np.frombuffer(trans, dtype=np.int32).reshape(len(accept), 256).copy(),
+                   np.frombuffer(accept, dtype=bool).copy())
 
 
 def embed_dfa(nfa: NFA, start: int, dfa: ByteDFA) -> int:

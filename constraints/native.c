@@ -1299,6 +1299,137 @@ fail:
     return ret;
 }
 
+/* fsm.product: the pairs (state of a, state of b or -1 once b is dead) reachable from (0, 0),
+ * numbered as fsm.py numbers them (breadth first; a row's new pairs in ascending order of
+ * a * (nb + 1) + b + 1). mode 0: both live (intersection); 1: a live (a minus b). Returns the
+ * number of states, -1 out of memory, -2 past max_states, -3 past the time. */
+static int64_t product_pairs(const int32_t *ta, int64_t wa, const uint8_t *acc_a,
+                             const int32_t *tb, int64_t nb, int64_t wb, const uint8_t *acc_b, int diff,
+                             int64_t max_states, double seconds, int32_t **trans_out, uint8_t **accept_out) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t cap = 1024, n = 0, hash_cap = 4096, ret = -1;
+    int64_t *key = malloc(sizeof(int64_t) * cap), *slot = malloc(sizeof(int64_t) * hash_cap);
+    int32_t *trans = NULL;
+    int64_t row_keys[256], uniq[256];
+    if (!key || !slot) goto fail;
+    for (int64_t i = 0; i < hash_cap; i++) slot[i] = -1;
+    trans = malloc(sizeof(int32_t) * 256 * cap);
+    if (!trans) goto fail;
+    const int64_t span = nb + 1;
+#define LOOKUP(K, J) do {                                                                  \
+        (J) = (int64_t)(((uint64_t)(K) * 0x9E3779B97F4A7C15ull) >> 20) & (hash_cap - 1);     \
+        while (slot[(J)] >= 0 && key[slot[(J)]] != (K)) (J) = ((J) + 1) & (hash_cap - 1);    \
+    } while (0)
+    key[n++] = 0 * span + 0 + 1; /* (0, 0) */
+    { int64_t j; LOOKUP(key[0], j); slot[j] = 0; }
+    for (int64_t d = 0; d < n; d++) {
+        if ((d & 63) == 63) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if ((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9 > seconds) { ret = -3; goto fail; }
+        }
+        int64_t sa = key[d] / span, sb = key[d] % span - 1, m = 0;
+        const int32_t *ra = ta + sa * wa, *rb = sb >= 0 ? tb + sb * wb : NULL;
+        for (int c = 0; c < 256; c++) {
+            int32_t x = ra[c], y = rb ? rb[c] : -1;
+            row_keys[c] = x >= 0 && (diff || y >= 0) ? (int64_t)x * span + y + 1 : -1;
+            if (row_keys[c] >= 0) uniq[m++] = row_keys[c];
+        }
+        qsort(uniq, m, sizeof(int64_t), cmp_i64);
+        for (int64_t i = 0; i < m; i++) { /* new pairs in ascending order */
+            if (i && uniq[i] == uniq[i - 1]) continue;
+            int64_t j;
+            LOOKUP(uniq[i], j);
+            if (slot[j] >= 0) continue;
+            if (n >= max_states) { ret = -2; goto fail; }
+            if (n == cap) {
+                cap *= 2;
+                int64_t *k2 = realloc(key, sizeof(int64_t) * cap);
+                if (!k2) goto fail;
+                key = k2;
+                int32_t *t2 = realloc(trans, sizeof(int32_t) * 256 * cap);
+                if (!t2) goto fail;
+                trans = t2;
+            }
+            key[n] = uniq[i];
+            slot[j] = n++;
+            if (2 * n > hash_cap) { /* grow and rehash */
+                int64_t *s2 = malloc(sizeof(int64_t) * 2 * hash_cap);
+                if (!s2) goto fail;
+                free(slot);
+                slot = s2;
+                hash_cap *= 2;
+                for (int64_t x = 0; x < hash_cap; x++) slot[x] = -1;
+                for (int64_t x = 0; x < n; x++) { int64_t jj; LOOKUP(key[x], jj); slot[jj] = x; }
+            }
+        }
+        for (int c = 0; c < 256; c++) {
+            int32_t id = -1;
+            if (row_keys[c] >= 0) { int64_t j; LOOKUP(row_keys[c], j); id = (int32_t)slot[j]; }
+            trans[d * 256 + c] = id;
+        }
+    }
+#undef LOOKUP
+    uint8_t *accept = malloc(n ? n : 1);
+    if (!accept) goto fail;
+    for (int64_t d = 0; d < n; d++) {
+        int64_t sa = key[d] / span, sb = key[d] % span - 1;
+        int in_b = sb >= 0 && acc_b[sb];
+        accept[d] = acc_a[sa] && (diff ? !in_b : in_b);
+    }
+    free(key); free(slot);
+    *trans_out = trans;
+    *accept_out = accept;
+    return n;
+fail:
+    free(key); free(slot); free(trans);
+    return ret;
+}
+
+/* product(a_trans i32 [na, >= 256], a_accept bool [na], b_trans i32 [nb, >= 256], b_accept
+ * bool [nb], diff, max_states, seconds) -> (trans bytes [m, 256], accept bytes [m]) or an
+ * int: -2 past max_states, -3 past the time */
+static PyObject *py_product(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "product takes 7 arguments"); return NULL; }
+    int diff = PyObject_IsTrue(args[4]);
+    int64_t max_states = PyLong_AsLongLong(args[5]);
+    double seconds = PyFloat_AsDouble(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer v[4];
+    int got = 0;
+    for (; got < 4; got++)
+        if (row_view(args[got], &v[got], 0, 0) < 0) break;
+    PyObject *out = NULL;
+    if (got == 4) {
+        int64_t na = v[1].len, nb = v[3].len;
+        int64_t wa = na ? v[0].len / 4 / na : 0, wb = nb ? v[2].len / 4 / nb : 0;
+        int ok = na > 0 && nb > 0 && wa >= 256 && wb >= 256 && v[0].len == na * wa * 4 && v[2].len == nb * wb * 4;
+        const int32_t *ta = v[0].buf, *tb = v[2].buf;
+        for (int64_t q = 0; ok && q < na; q++)
+            for (int c = 0; c < 256 && ok; c++) ok = ta[q * wa + c] < na;
+        for (int64_t q = 0; ok && q < nb; q++)
+            for (int c = 0; c < 256 && ok; c++) ok = tb[q * wb + c] < nb;
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "product: tables must be int32 [len(accept), >= 256] of their own states");
+        } else {
+            int32_t *trans = NULL;
+            uint8_t *accept = NULL;
+            int64_t m;
+            Py_BEGIN_ALLOW_THREADS
+            m = product_pairs(ta, wa, v[1].buf, tb, nb, wb, v[3].buf, diff, max_states, seconds, &trans, &accept);
+            Py_END_ALLOW_THREADS
+            if (m >= 0)
+                out = Py_BuildValue("(y#y#)", (const char *)trans, (Py_ssize_t)(m * 256 * 4),
+                                    (const char *)accept, (Py_ssize_t)m);
+            else
+                out = m == -1 ? PyErr_NoMemory() : PyLong_FromLongLong(m);
+            free(trans); free(accept);
+        }
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    return out;
+}
+
 static int64_t *csr(const int32_t *src, int64_t m, int64_t n, int64_t **order_out) {
     int64_t *off = calloc(n + 1, sizeof(int64_t)), *order = malloc(sizeof(int64_t) * (m ? m : 1));
     int64_t *at = malloc(sizeof(int64_t) * (n + 1));
@@ -1438,6 +1569,7 @@ static PyMethodDef methods[] = {
     {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},
     {"determinize", (PyCFunction)(void (*)(void))py_determinize, METH_FASTCALL, "fsm.determinize"},
     {"stack_rules", (PyCFunction)(void (*)(void))py_stack_rules, METH_FASTCALL, "pushdown._global_table"},
+    {"product", (PyCFunction)(void (*)(void))py_product, METH_FASTCALL, "fsm.product"},
     {"fewest_bytes", (PyCFunction)(void (*)(void))py_fewest_bytes, METH_FASTCALL, "completion.rule_distances"},
     {NULL, NULL, 0, NULL},
 };

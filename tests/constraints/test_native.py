@@ -378,6 +378,47 @@ def test_the_c_global_table_is_the_numpy_one(tokenizer_info):
 
 
 @needs_c
+def test_the_c_product_is_the_python_one():
+    """Intersections and differences, state for state: random DFAs, and the string leaves'
+    own products (a plain body with formats, excluded formats and a pattern search)."""
+    from constraints.budget import CompileBudget
+    from constraints.fsm import determinize, product, trim_and_minimize
+    from constraints.json_leaves import FORMATS, regex_leaf, search_dfa
+
+    def both(a, b, mode):
+        got = product(a, b, mode, CompileBudget())
+        with _python_only():
+            want = product(a, b, mode, CompileBudget())
+        assert np.array_equal(got.trans, want.trans) and np.array_equal(got.accept, want.accept), mode
+        return got.num_states
+
+    rng = np.random.default_rng(9)
+    states = 0
+    for trial in range(100):
+        a, b = (trim_and_minimize(determinize(_random_nfa(rng, int(rng.integers(2, 20)), 256), 0,
+                                              int(rng.integers(0, 6)), CompileBudget())) for _ in range(2))
+        states += both(a, b, "and") + both(a, b, "diff")
+    plain = regex_leaf('[^"\\\\\\x00-\\x1f]*')
+    for fmt in ("date-time", "email", "uri", "ipv4"):
+        states += both(plain, regex_leaf(FORMATS[fmt]), "and") + both(plain, regex_leaf(FORMATS[fmt]), "diff")
+    states += both(plain, search_dfa("^[A-Z][a-z]+(-[0-9]{2,4})?$", CompileBudget()), "and")
+    assert states > 2000
+
+
+@needs_c
+def test_the_c_product_keeps_the_budget():
+    from constraints import GrammarTooComplexError
+    from constraints.budget import CompileBudget
+    from constraints.fsm import product
+    from constraints.json_leaves import FORMATS, regex_leaf
+
+    a, b = regex_leaf("[0-9tT:.zZ+-]*"), regex_leaf(FORMATS["date-time"])
+    assert product(a, b, "diff", CompileBudget()).num_states > 20
+    with pytest.raises(GrammarTooComplexError):
+        product(a, b, "diff", CompileBudget(max_states=20))
+
+
+@needs_c
 def test_the_c_subset_construction_keeps_the_budget():
     from constraints import CompileTimeoutError, GrammarTooComplexError
     from constraints.budget import CompileBudget
