@@ -281,30 +281,37 @@ def _native_product(mod, a: ByteDFA, b: ByteDFA, mode: str, budget: CompileBudge
 
 def embed_dfa(nfa: NFA, start: int, dfa: ByteDFA) -> int:
     """Copy a DFA into the NFA as a fragment from `start`; returns the fragment's end state."""
-    base = nfa.num_states
-    for _ in range(dfa.num_states):
-        nfa.new_state()
-    end = nfa.new_state()
+    base = nfa.new_states(dfa.num_states + 1)
+    end = base + dfa.num_states
     nfa.add_eps(start, base)
-    for s, runs in enumerate(_dfa_runs(dfa)):
-        for lo, hi, d in runs:
-            nfa.add_edge(base + s, lo, hi, base + d)
-        if dfa.accept[s]:
-            nfa.add_eps(base + s, end)
+    src, lo, hi, dst = _dfa_runs(dfa)
+    nfa.edge_src.extend([base + q for q in src])
+    nfa.edge_lo.extend(lo)
+    nfa.edge_hi.extend(hi)
+    nfa.edge_dst.extend([base + q for q in dst])
+    accepting = np.nonzero(dfa.accept)[0].tolist()
+    nfa.eps_src.extend([base + q for q in accepting])
+    nfa.eps_dst.extend([end] * len(accepting))
     return end
 
 
 @lru_cache(maxsize=256)
-def _dfa_runs(dfa: ByteDFA) -> tuple[list[tuple[int, int, int]], ...]:
-    # Shared sub-automata (string bodies, numbers) are embedded many times: runs computed once.
-    return tuple(_byte_runs(dfa.trans[s]) for s in range(dfa.num_states))
-
-
-def _byte_runs(row: np.ndarray) -> list[tuple[int, int, int]]:
-    change = np.nonzero(np.diff(row))[0] + 1
-    starts = np.concatenate(([0], change))
-    ends = np.concatenate((change - 1, [255]))
-    return [(int(lo), int(hi), int(row[lo])) for lo, hi in zip(starts, ends) if row[lo] >= 0]
+def _dfa_runs(dfa: ByteDFA) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The table's byte runs as edges (state, lo, hi, target), state by state, ascending:
+    all rows at once. Shared sub-automata (string bodies, numbers) are embedded many times,
+    so this is computed once per DFA."""
+    t = dfa.trans[:, :256]
+    starts = np.ones(t.shape, dtype=bool)
+    starts[:, 1:] = t[:, 1:] != t[:, :-1]
+    src, lo = np.nonzero(starts)
+    hi = np.empty_like(lo)
+    hi[:-1] = lo[1:] - 1
+    last = np.ones(len(src), dtype=bool)  # a row's last run ends at byte 255
+    last[:-1] = src[1:] != src[:-1]
+    hi[last] = 255
+    dst = t[src, lo]
+    live = dst >= 0
+    return src[live].tolist(), lo[live].tolist(), hi[live].tolist(), dst[live].tolist()
 
 
 def trim_and_minimize(dfa: ByteDFA, minimize: bool = True) -> ByteDFA:

@@ -131,3 +131,29 @@ def test_determinize_overlapping_and_disjoint_ranges():
     accepted = {bytes([a, b]) for a in range(256) for b in range(256) if dfa.matches(bytes([a, b]))}
     assert accepted == {bytes([a, b]) for a in range(ord("a"), ord("z") + 1) for b in b"01"}
     assert dfa.matches(b"m") and not dfa.matches(b"a") and not dfa.matches(b"m2")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_embedded_dfa_keeps_its_language(seed):
+    """embed_dfa copies a table's byte runs (ranges of one target, split where the target
+    changes) into an NFA fragment; determinized again it accepts the same words. A run cut
+    one byte short, or an accepting state without its way to the fragment's end, fails."""
+    from constraints.fsm import embed_dfa
+
+    dfa = _random_dfa(seed, 12)
+    accept = dfa.accept.copy()
+    accept[max(dfa.trans[0, list(b"abc")])] = True  # some one-byte word is accepted
+    dfa = ByteDFA(np.ascontiguousarray(dfa.trans[:, :CALL_BASE]), accept)
+    nfa = NFA(CompileBudget())
+    start = nfa.new_state()
+    end = embed_dfa(nfa, nfa.new_state() if seed % 2 else start, dfa)
+    if seed % 2:
+        nfa.add_eps(start, 1)
+    again = determinize(nfa, start, end, CompileBudget())
+    byte_symbols = [s for s in SYMBOLS if s < CALL_BASE] + [ord("b") + 4, ord("b") + 9]
+    accepted = 0
+    for k in range(5):
+        for word in itertools.product(byte_symbols, repeat=k):
+            assert _accepts(again, word) == _accepts(dfa, word), word
+            accepted += _accepts(dfa, word)
+    assert accepted > 0
