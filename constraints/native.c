@@ -768,51 +768,68 @@ static int64_t trim_minimize(const int32_t *trans, int64_t n, int64_t w, const u
     int64_t *col_hash = malloc(sizeof(int64_t) * (w > 0 ? w : 1));
     int64_t *col_of = malloc(sizeof(int64_t) * (w > 0 ? w : 1));
     int64_t *cols = NULL, *dist = NULL, *pred_off = NULL, *pred = NULL, *order = NULL, *cls = NULL,
-            *next = NULL, *table = NULL, *stack = NULL;
+            *next = NULL, *table = NULL, *stack = NULL, *run_of = NULL;
+    int64_t runs = 0;
     if (!col_hash || !col_of) goto done;
     /* distinct live columns: col_of[c] = its distinct column, or -1 (dead in every state).
-     * Row by row (the table is row-major): a hash per column, then each column is matched to
-     * the first one of its hash and the match checked in a second pass; a column whose check
-     * fails (a hash collision) stays a distinct column of its own, which costs work, not
-     * correctness. */
-    uint8_t *live_col = calloc(w > 0 ? w : 1, 1), *bad = calloc(w > 0 ? w : 1, 1);
-    int64_t *first = NULL;
+     * First the runs of adjacent columns that no row tells apart (one compare per cell), then
+     * the runs' first columns hashed row by row, each run matched to the first run of its
+     * hash and the match checked in a second pass. Equal columns left apart (not adjacent,
+     * or a hash collision) cost work, not correctness. */
+    uint8_t *cut = calloc(w + 1, 1), *live_col = calloc(w + 1, 1), *bad = calloc(w + 1, 1);
+    int64_t *first = NULL, *match = NULL;
+    run_of = malloc(sizeof(int64_t) * (w + 1));
     int64_t cap = 1;
     while (cap < 2 * w) cap <<= 1;
     first = malloc(sizeof(int64_t) * cap);
-    if (!live_col || !bad || !first) { free(live_col); free(bad); free(first); goto done; }
-    for (int64_t c = 0; c < w; c++) col_hash[c] = (int64_t)1469598103934665603ull;
+    match = malloc(sizeof(int64_t) * (w + 1));
+    if (!cut || !live_col || !bad || !run_of || !first || !match) {
+        free(cut); free(live_col); free(bad); free(first); free(match);
+        goto done;
+    }
+    if (w) cut[0] = 1;
     for (int64_t s = 0; s < n; s++) {
         const int32_t *row = trans + s * w;
-        for (int64_t c = 0; c < w; c++) {
-            int32_t t = row[c];
-            live_col[c] |= t >= 0;
-            col_hash[c] = (int64_t)(((uint64_t)col_hash[c] ^ (uint64_t)(t + 2)) * 1099511628211ull);
+        for (int64_t c = 1; c < w; c++) cut[c] |= row[c] != row[c - 1];
+    }
+    for (int64_t c = 0; c < w; c++) { /* run_of[r] = run r's first column; cut[c] its run */
+        if (cut[c]) run_of[runs++] = c;
+        col_of[c] = runs - 1;
+    }
+    for (int64_t r = 0; r < runs; r++) col_hash[r] = (int64_t)1469598103934665603ull;
+    for (int64_t s = 0; s < n; s++) {
+        const int32_t *row = trans + s * w;
+        for (int64_t r = 0; r < runs; r++) {
+            int32_t t = row[run_of[r]];
+            live_col[r] |= t >= 0;
+            col_hash[r] = (int64_t)(((uint64_t)col_hash[r] ^ (uint64_t)(t + 2)) * 1099511628211ull);
         }
     }
     for (int64_t j = 0; j < cap; j++) first[j] = -1;
-    for (int64_t c = 0; c < w; c++) { /* col_of[c] = the first live column of its hash */
-        col_of[c] = -1;
-        if (!live_col[c]) continue;
-        int64_t j = (int64_t)((uint64_t)col_hash[c] >> 7) & (cap - 1);
-        while (first[j] >= 0 && col_hash[first[j]] != col_hash[c]) j = (j + 1) & (cap - 1);
-        if (first[j] < 0) first[j] = c;
-        col_of[c] = first[j];
+    for (int64_t r = 0; r < runs; r++) { /* match[r] = the first live run of its hash */
+        match[r] = -1;
+        if (!live_col[r]) continue;
+        int64_t j = (int64_t)((uint64_t)col_hash[r] >> 7) & (cap - 1);
+        while (first[j] >= 0 && col_hash[first[j]] != col_hash[r]) j = (j + 1) & (cap - 1);
+        if (first[j] < 0) first[j] = r;
+        match[r] = first[j];
     }
     for (int64_t s = 0; s < n; s++) {
         const int32_t *row = trans + s * w;
-        for (int64_t c = 0; c < w; c++)
-            if (col_of[c] >= 0 && col_of[c] != c && row[c] != row[col_of[c]]) bad[c] = 1;
+        for (int64_t r = 0; r < runs; r++)
+            if (match[r] >= 0 && match[r] != r && row[run_of[r]] != row[run_of[match[r]]]) bad[r] = 1;
     }
     int64_t nc = 0;
-    for (int64_t c = 0; c < w; c++) { /* number the distinct columns in order */
-        if (col_of[c] < 0) continue;
-        if (col_of[c] == c || bad[c]) col_of[c] = -2 - nc++;  /* -2 - k: distinct column k */
-        else col_of[c] = col_of[col_of[c]];
+    for (int64_t r = 0; r < runs; r++) { /* number the distinct columns in order */
+        if (match[r] < 0) continue;
+        if (match[r] == r || bad[r]) match[r] = -2 - nc++;  /* -2 - k: distinct column k */
+        else match[r] = match[match[r]];
     }
-    for (int64_t c = 0; c < w; c++)
-        if (col_of[c] <= -2) col_of[c] = -2 - col_of[c];
-    free(live_col); free(bad); free(first);
+    for (int64_t c = 0; c < w; c++) {
+        int64_t k = match[col_of[c]];
+        col_of[c] = k <= -2 ? -2 - k : -1;
+    }
+    free(cut); free(live_col); free(bad); free(first); free(match);
     cols = malloc(sizeof(int64_t) * (nc > 0 ? nc : 1)); /* a source column of each distinct one */
     dist = malloc(sizeof(int64_t) * n);
     pred_off = calloc(n + 1, sizeof(int64_t));
@@ -898,16 +915,19 @@ static int64_t trim_minimize(const int32_t *trans, int64_t n, int64_t w, const u
         }
     }
     for (int64_t i = 0; i < kept; i++) cls_of[order[i]] = next[cls[i]];
-    if (out) /* the new table: each class's smallest member's row, renumbered (dead: -1) */
-        for (int64_t i = 0; i < m; i++) {
+    if (out) /* the new table: each class's smallest member's row, renumbered (dead: -1), */
+        for (int64_t i = 0; i < m; i++) { /* one lookup per run: every row is constant on it */
             const int32_t *src = trans + rep[i] * w;
             int32_t *dst = out + i * w;
-            for (int64_t c = 0; c < w; c++) dst[c] = src[c] >= 0 ? (int32_t)cls_of[src[c]] : -1;
+            for (int64_t r = 0; r < runs; r++) {
+                int32_t t = src[run_of[r]], v = t >= 0 ? (int32_t)cls_of[t] : -1;
+                for (int64_t c = run_of[r], e = r + 1 < runs ? run_of[r + 1] : w; c < e; c++) dst[c] = v;
+            }
         }
     ret = m;
 done:
     free(col_hash); free(col_of); free(cols); free(dist); free(pred_off); free(pred); free(order); free(stack);
-    free(cls); free(next); free(table);
+    free(cls); free(next); free(table); free(run_of);
     return ret;
 }
 
