@@ -994,14 +994,19 @@ static PyObject *py_stack_rules(PyObject *self, PyObject *const *args, Py_ssize_
         const int32_t *src = t.buf;
         int32_t *dst = (int32_t *)out.buf + at * 256, *first = (int32_t *)one.buf + at;
         Py_BEGIN_ALLOW_THREADS
+        const int32_t shift = (int32_t)at;
         for (int64_t q = 0; q < n; q++) {
-            int live = 0, byte = -1;
-            for (int64_t b = 0; b < 256; b++) {
-                int32_t x = src[q * w + b];
-                dst[q * 256 + b] = x >= 0 ? (int32_t)(x + at) : -1;
-                if (x >= 0 && live++ == 0) byte = (int)b;
+            const int32_t *row = src + q * w;
+            int32_t *to = dst + q * 256, live = 0;
+            for (int b = 0; b < 256; b++) { /* branch-free: vectorizes */
+                int32_t x = row[b], keep = x >> 31; /* -1 where dead, else 0 */
+                to[b] = (x + shift) | keep;
+                live += 1 + keep;
             }
-            first[q] = live == 1 ? byte : -1;
+            int byte = -1;
+            if (live == 1)
+                for (int b = 0; b < 256 && byte < 0; b++) if (row[b] >= 0) byte = b;
+            first[q] = byte;
         }
         Py_END_ALLOW_THREADS
         at += n;
