@@ -1164,6 +1164,20 @@ static int ints_push(Ints *v, int32_t x) {
     return 0;
 }
 
+static int ints_fill(Ints *v, int64_t k, int32_t x) { /* k copies of x */
+    if (v->len + k > v->cap) {
+        int64_t cap = v->cap ? v->cap : 1024;
+        while (cap < v->len + k) cap *= 2;
+        int32_t *data = realloc(v->data, sizeof(int32_t) * cap);
+        if (!data) return -1;
+        v->data = data;
+        v->cap = cap;
+    }
+    for (int64_t i = 0; i < k; i++) v->data[v->len + i] = x;
+    v->len += k;
+    return 0;
+}
+
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
@@ -1247,7 +1261,7 @@ static int64_t subset_construction(Nfa *a, int32_t start, int32_t final, int64_t
             set_off[n_sets + 1] = sets.len;                                                \
             slot[j_] = n_sets;                                                             \
             (ID) = n_sets++;                                                               \
-            for (int64_t w_ = 0; w_ < width; w_++) if (ints_push(&trans, -1)) goto fail;   \
+            if (ints_fill(&trans, width, -1)) goto fail;                                   \
             if (2 * n_sets > hash_cap) {                                                   \
                 int64_t cap_ = 2 * hash_cap;                                               \
                 int64_t *s_ = malloc(sizeof(int64_t) * cap_);                              \

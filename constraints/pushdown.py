@@ -668,12 +668,19 @@ def _has_calls(dfa: ByteDFA) -> bool:
 
 
 def _drop_empty_calls(dfas: list[ByteDFA]) -> list[ByteDFA]:
-    """Least fixpoint of 'rule k matches some string'; calls of empty rules become dead edges.
-    A rule matches some string when acceptance is within finite reach of its start through
-    bytes and calls of rules that do (completion.rule_distances, in C where built). Leaves
-    (no calls) are kept as they are: they are shared between automata. Rules are visited
-    callees first (they are found after their callers), so a fixpoint without recursion
-    takes one sweep and a confirming one over the rules still empty."""
+    """Least fixpoint of 'rule k matches some string'; calls of empty rules become dead edges;
+    rules with calls trimmed and minimized. A rule matches some string when acceptance is
+    within finite reach of its start through bytes and calls of rules that do
+    (completion.rule_distances, in C where built), read on the minimized rules. Leaves (no
+    calls) are kept as they are: they are shared between automata. Rules are visited callees
+    first (they are found after their callers), so a fixpoint without recursion takes one
+    sweep and a confirming one over the rules still empty. A rule calling an empty one (rare)
+    is minimized again from its own DFA with those calls cut."""
+    def minimized(d: ByteDFA, live: set[int] | None = None) -> ByteDFA:
+        return trim_and_minimize(d if live is None else _mask_calls(d, live),
+                                 minimize=d.num_states <= MINIMIZE_MAX_STATES)
+
+    out = [minimized(d) if _has_calls(d) else d for d in dfas]
     live = {k for k, d in enumerate(dfas[1:]) if not _has_calls(d) and not _leaf_is_empty(d)}
     pending = [k for k, d in enumerate(dfas[1:]) if _has_calls(d)]
     costs = np.full(len(dfas) - 1, UNREACHABLE, dtype=np.int64)
@@ -682,12 +689,19 @@ def _drop_empty_calls(dfas: list[ByteDFA]) -> list[ByteDFA]:
     while changed:
         changed = False
         for k in reversed(pending):
-            if k not in live and rule_distances(dfas[1 + k], _ALL_BYTES, costs)[0] < UNREACHABLE:
+            if k not in live and rule_distances(out[1 + k], _ALL_BYTES, costs)[0] < UNREACHABLE:
                 live.add(k)
                 costs[k] = 1
                 changed = True
-    return [trim_and_minimize(_mask_calls(d, live), minimize=d.num_states <= MINIMIZE_MAX_STATES)
-            if _has_calls(d) else d for d in dfas]
+    # A call edge the trim already cut led to a dead end: cutting it too changes nothing, so
+    # the minimized rule tells which rules to do again.
+    return [minimized(d, live) if _has_calls(d) and _calls_outside(o, live) else o
+            for d, o in zip(dfas, out)]
+
+
+def _calls_outside(dfa: ByteDFA, live: set[int]) -> bool:
+    called = np.nonzero((dfa.trans[:, CALL_BASE:] >= 0).any(axis=0))[0].tolist()
+    return any(k not in live for k in called)
 
 
 _ALL_BYTES = np.ones(256, dtype=bool)

@@ -283,3 +283,25 @@ def test_a_recursive_ref_beside_keywords_its_target_already_says(byte_compiler):
     grammar = byte_compiler.compile_json_schema(schema)
     for text, valid in [(b'{"kids":[null]}', True), (b'{"kids":[{}]}', False), (b'{"kids":["a"]}', False)]:
         assert accepted_by_masks(grammar, text) == valid, text
+
+
+NEVER = {  # "x" may only hold an object that requires itself: no finite instance
+    "$defs": {"never": {"type": "object", "properties": {"a": {"$ref": "#/$defs/never"}},
+                        "required": ["a"]}},
+    "type": "object",
+    "properties": {"x": {"$ref": "#/$defs/never"}, "y": {"type": "integer"}},
+    "additionalProperties": False,
+}
+
+
+def test_a_rule_without_finite_instances_is_never_entered(byte_compiler):
+    """The call of an empty rule is cut from its caller, so no mask leads into it: after
+    '{"' only "y" may follow (a mask allowing "x" would lead into a dead end that no byte
+    budget can close)."""
+    automaton = byte_compiler.compile_json_schema(NEVER).automaton
+    state = automaton.advance(automaton.initial, b'{"')
+    assert state is not None
+    allowed = {automaton.info.token_bytes[t] for t in automaton.allowed_token_ids(state).tolist()}
+    assert b"y" in allowed and b"x" not in allowed
+    assert accepted_by_masks(byte_compiler.compile_json_schema(NEVER), b'{"y":1}')
+    assert not accepted_by_masks(byte_compiler.compile_json_schema(NEVER), b'{"x":{}}')
