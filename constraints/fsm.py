@@ -40,7 +40,20 @@ class ByteDFA:
         return s >= 0 and bool(self.accept[s])
 
     def is_empty(self) -> bool:
-        return not bool(self.accept[_reachable(self)].any())
+        mod = native.module()
+        if mod is None:
+            return not bool(self.accept[_reachable(self)].any())
+        # No accepting state within reach of the start (call columns count as edges): the
+        # fewest-bytes search of completion.py, in C.
+        trans = np.ascontiguousarray(self.trans, dtype=np.int32)
+        dist = np.empty(self.num_states, dtype=np.int64)
+        mod.fewest_bytes(trans, np.ascontiguousarray(self.accept, dtype=bool), _ALL_BYTES,
+                         np.ones(trans.shape[1] - 256, dtype=np.int64), _FAR, dist)
+        return bool(dist[0] >= _FAR)
+
+
+_ALL_BYTES = np.ones(256, dtype=bool)
+_FAR = np.iinfo(np.int64).max // 4
 
 
 def _reachable(dfa: ByteDFA) -> np.ndarray:

@@ -419,6 +419,27 @@ def test_the_c_product_keeps_the_budget():
 
 
 @needs_c
+def test_emptiness_in_c_is_the_python_reachability():
+    """ByteDFA.is_empty through the C fewest-bytes search against the Python reachability:
+    random DFAs (some with call columns, some accepting nothing reachable)."""
+    from constraints.budget import CompileBudget
+    from constraints.fsm import ByteDFA, determinize
+
+    rng = np.random.default_rng(13)
+    seen = {True: 0, False: 0}
+    for trial in range(300):
+        n, width = int(rng.integers(2, 25)), int(rng.choice([256, 262]))
+        dfa = determinize(_random_nfa(rng, n, width), 0, int(rng.integers(0, n)), CompileBudget(), width=width)
+        if trial % 3 == 0:  # keep few accepting states, often out of reach
+            dfa = ByteDFA(dfa.trans, dfa.accept & (rng.random(dfa.num_states) < 0.2))
+        got = dfa.is_empty()
+        with _python_only():
+            assert dfa.is_empty() == got, trial
+        seen[got] += 1
+    assert min(seen.values()) > 20
+
+
+@needs_c
 def test_the_c_subset_construction_keeps_the_budget():
     from constraints import CompileTimeoutError, GrammarTooComplexError
     from constraints.budget import CompileBudget
