@@ -48,6 +48,8 @@ typedef struct {
     const int64_t *first;  /* [257] tokens starting with byte b: first[b] .. first[b + 1] */
     const int64_t *ids;    /* [N] token id */
     int64_t id_end;        /* 1 + the largest id: a packed row holds at least this many bits */
+    int32_t *sub_end;      /* [off[N]] sub_end[off[i] + d - 1]: the first token after i that does
+                              not start with token i's first d bytes (a dead prefix's subtree end) */
 } Vocab;
 
 typedef struct { int32_t g, node; } Config;
@@ -294,7 +296,10 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
             if (w->overflow) return -1;
             if (dead_at == 1) break; /* the first byte itself: the whole range is dead */
             valid = k;
-            if (k < len) continue;
+            if (k < len) { /* every token sharing the dead prefix: skipped at once */
+                if (dead_at <= len) i = v->sub_end[v->off[i] + dead_at - 1] - 1;
+                continue;
+            }
             set_bit(row, v->ids[i]);
             if (ends) {
                 memcpy(scratch, arena + at[len], sizeof(Config) * stepped[len]);
@@ -389,6 +394,10 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
                 in_count[n_in] = count[len];
                 in_end[n_in] = accept[state[len]];
                 n_in++;
+            } else if (k >= 1 && state[k] < 0 && !exits[k - 1]) {
+                /* the first k bytes are dead and no exit lies before: so for every token
+                 * sharing them (each would walk to the same dead end, exiting nowhere) */
+                i = v->sub_end[v->off[i] + k - 1] - 1;
             }
         }
     }
@@ -423,6 +432,7 @@ static void free_pda(PyObject *capsule) {
 static void free_vocab(PyObject *capsule) {
     VocabCapsule *c = PyCapsule_GetPointer(capsule, "vocab");
     for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
+    free(c->v.sub_end);
     free(c);
 }
 
@@ -466,9 +476,23 @@ static PyObject *py_vocab_tables(PyObject *self, PyObject *const *args, Py_ssize
     c->v.ids = c->views[4].buf;
     for (Py_ssize_t i = 0; i < c->views[4].len / 8; i++)
         if (c->v.ids[i] >= c->v.id_end) c->v.id_end = c->v.ids[i] + 1;
+    /* subtree ends, last token first: token i + 1 shares d bytes with i exactly when its lcp
+     * is at least d, and then so does everything in its own subtree of depth d */
+    int64_t n_tok = c->views[4].len / 8;
+    c->v.sub_end = malloc(sizeof(int32_t) * (c->v.off[n_tok] ? c->v.off[n_tok] : 1));
+    if (!c->v.sub_end) {
+        for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
+        free(c);
+        return PyErr_NoMemory();
+    }
+    for (int64_t i = n_tok - 1; i >= 0; i--)
+        for (int64_t d = 1; d <= c->v.off[i + 1] - c->v.off[i]; d++)
+            c->v.sub_end[c->v.off[i] + d - 1] = i + 1 == n_tok || c->v.lcp[i + 1] < d
+                ? (int32_t)(i + 1) : c->v.sub_end[c->v.off[i + 1] + d - 1];
     PyObject *out = PyCapsule_New(c, "vocab", free_vocab);
     if (!out) {
         for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
+        free(c->v.sub_end);
         free(c);
     }
     return out;
