@@ -107,7 +107,7 @@ class ClosingDistance:
         self._graph = _ByteGraph(automaton)
         self._vocab = automaton.info.ids_by_bytes
         self._prefixes = automaton.info.layout.prefix_starts()  # read for membership only
-        self._max_token_len = int(automaton.info.layout.lengths.max(initial=0))
+        self._max_token_len = automaton.info.layout.max_len
         self._single_bytes = automaton.info.single_byte_tokens
         self._fewest: dict[int, int | None] = {}  # interned state -> min_bytes_to_accept
         # state -> (value, plus margin): no budget row while remaining - 1 >= value (+ margin);

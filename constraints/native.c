@@ -992,17 +992,21 @@ static PyObject *py_trim_minimize(PyObject *self, PyObject *const *args, Py_ssiz
 
 /* ---- the pushdown automaton's global table ------------------------------------------------ */
 
-/* stack_rules(tables [i32 [n_k, w_k >= 256]], out i32 [N, 256], one i32 [N]) -> None: the
- * rules' byte columns one under the other, each rule's states moved by the rows above it
- * (dead stays -1); one[g] = position g's only live byte, or -1 where none or several. */
+/* stack_rules(tables [i32 [n_k, w_k >= 256]], out i32 [N, 256], one i32 [N], one_next i32 [N])
+ * -> None: the rules' byte columns one under the other, each rule's states moved by the rows
+ * above it (dead stays -1); one[g] = position g's only live byte, or -1 where none or several;
+ * one_next[g] = out[g, one[g]] (byte 0's cell where one[g] is -1). */
 static PyObject *py_stack_rules(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "stack_rules takes 3 arguments"); return NULL; }
+    if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "stack_rules takes 4 arguments"); return NULL; }
     PyObject *seq = PySequence_Fast(args[0], "stack_rules: tables must be a sequence");
     if (!seq) return NULL;
-    Py_buffer out, one;
+    Py_buffer out, one, one_next;
     if (row_view(args[1], &out, 0, 1) < 0) { Py_DECREF(seq); return NULL; }
     if (row_view(args[2], &one, out.len / 256, 1) < 0) {
         PyBuffer_Release(&out); Py_DECREF(seq); return NULL;
+    }
+    if (row_view(args[3], &one_next, out.len / 256, 1) < 0) {
+        PyBuffer_Release(&out); PyBuffer_Release(&one); Py_DECREF(seq); return NULL;
     }
     int64_t rows = out.len / 4 / 256, at = 0;
     int ok = out.len % (4 * 256) == 0;
@@ -1017,6 +1021,7 @@ static PyObject *py_stack_rules(PyObject *self, PyObject *const *args, Py_ssize_
         }
         const int32_t *src = t.buf;
         int32_t *dst = (int32_t *)out.buf + at * 256, *first = (int32_t *)one.buf + at;
+        int32_t *after = (int32_t *)one_next.buf + at;
         Py_BEGIN_ALLOW_THREADS
         const int32_t shift = (int32_t)at;
         for (int64_t q = 0; q < n; q++) {
@@ -1031,13 +1036,14 @@ static PyObject *py_stack_rules(PyObject *self, PyObject *const *args, Py_ssize_
             if (live == 1)
                 for (int b = 0; b < 256 && byte < 0; b++) if (row[b] >= 0) byte = b;
             first[q] = byte;
+            after[q] = to[byte >= 0 ? byte : 0];
         }
         Py_END_ALLOW_THREADS
         at += n;
         PyBuffer_Release(&t);
     }
     if (ok == 1 && at != rows) ok = 0;
-    PyBuffer_Release(&out); PyBuffer_Release(&one); Py_DECREF(seq);
+    PyBuffer_Release(&out); PyBuffer_Release(&one); PyBuffer_Release(&one_next); Py_DECREF(seq);
     if (ok == 1) Py_RETURN_NONE;
     if (ok == 0) PyErr_SetString(PyExc_ValueError, "stack_rules: tables must be int32 [n, >= 256] filling out");
     return NULL;

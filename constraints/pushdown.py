@@ -60,7 +60,7 @@ class PushdownAutomaton(TokenAutomaton):
         self.rules = tuple(dfas)
         sizes = [d.num_states for d in dfas]
         offsets = np.concatenate(([0], np.cumsum(sizes)))
-        self._trans, one = _global_table(dfas, offsets.tolist())
+        self._trans, one, one_next = _global_table(dfas, offsets.tolist())
         accept = np.concatenate([d.accept for d in dfas])
         self._final = accept & (np.arange(len(accept)) < sizes[0])  # main accepts, stack empty
         self._returns = accept & ~self._final
@@ -80,17 +80,17 @@ class PushdownAutomaton(TokenAutomaton):
         self._calling = np.nonzero(calling)[0].tolist()  # positions with calls
         # Each position's one live byte, -1 where none or several (the trie walk's runs).
         self._one_byte = one.tolist()
-        self._one_next = self._trans[np.arange(len(one)), np.maximum(one, 0)].tolist()  # where one >= 0
+        self._one_next = one_next.tolist()  # where one >= 0
         self._branches = self._branch.tolist()
         self._closures: dict[State, frozenset[Config]] = {}
         self._steps: dict[tuple[State, int], State | None] = {}
         self._forced: dict[State, bytes] = {}
-        self._max_token_len = int(info.layout.lengths.max(initial=0))
+        self._max_token_len = info.layout.max_len
         self._bytes_after: dict[State, list[int]] = {}
         self._live: dict[int, list[int]] = {}  # position -> its live bytes
         self._byte_groups: dict[frozenset[int], list[list[int]]] = {}  # positions -> byte_classes
         self._depths: dict[State, int] = {}
-        self._eos_row = pack_token_ids(np.array(info.eos_token_ids, dtype=np.int64), info.vocab_size)
+        self._eos_row = info.eos_row
         # g -> [(stack suffix the walk read, token ids)]: a deeper stack with the same suffix
         # has the same tokens, so masks do not go cold with every level of nesting.
         self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray]]] = {}
@@ -131,7 +131,7 @@ class PushdownAutomaton(TokenAutomaton):
         # Leaf positions that walk the vocabulary alike share one row (the key of their
         # config rows): a long leaf (a pattern under a maxLength) has few walks of its own.
         self._row_key = list(range(len(accept)))
-        reach = int(info.layout.lengths.max(initial=0))
+        reach = info.layout.max_len
         for k, d in enumerate(dfas):
             if k and counted[k] is None and not _has_calls(d) and d.num_states >= SHARED_WALK_STATES:
                 reps = (offsets[k] + equivalent_within(d, reach)).tolist()
@@ -644,23 +644,25 @@ def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
                                     for f, d in zip(fragments, dfas)], unique)
 
 
-def _global_table(dfas: list[ByteDFA], offsets: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def _global_table(dfas: list[ByteDFA], offsets: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rules' byte columns stacked, each rule's states moved by its offset (DEAD stays),
-    and each position's only live byte (-1 where none or several): one pass in C where
-    built, else one lookup per rule through a shifted index (the cheapest numpy way
-    measured). int32: shared leaves (formats, any value) are copied in whole, so bytes count."""
+    each position's only live byte (-1 where none or several) and where it leads (where
+    none or several: byte 0's cell): one pass in C where built, else one lookup per rule
+    through a shifted index (the cheapest numpy way measured). int32: shared leaves
+    (formats, any value) are copied in whole, so bytes count."""
     out = np.empty((offsets[-1], 256), dtype=np.int32)
     mod = native.module()
     if mod is not None:
-        one = np.empty(offsets[-1], dtype=np.int32)
-        mod.stack_rules([np.ascontiguousarray(d.trans, dtype=np.int32) for d in dfas], out, one)
-        return out, one
+        one, one_next = np.empty(offsets[-1], dtype=np.int32), np.empty(offsets[-1], dtype=np.int32)
+        mod.stack_rules([np.ascontiguousarray(d.trans, dtype=np.int32) for d in dfas], out, one, one_next)
+        return out, one, one_next
     for d, lo, hi in zip(dfas, offsets, offsets[1:]):
         shifted = np.arange(lo - 1, hi, dtype=np.int32)
         shifted[0] = DEAD
         np.take(shifted, d.trans[:, :256] + 1, out=out[lo:hi])
     live = out >= 0
-    return out, np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1)
+    one = np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1)
+    return out, one, out[np.arange(len(one)), np.maximum(one, 0)]
 
 
 def _has_calls(dfa: ByteDFA) -> bool:

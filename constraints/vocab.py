@@ -63,6 +63,11 @@ class VocabLayout:
     _starts: dict[bytes, int] | None = None
     _lex_arrays: LexArrays | None = None
 
+    @property
+    def max_len(self) -> int:
+        """The longest token's bytes (the layout ascends by length)."""
+        return int(self.lengths[-1]) if len(self.lengths) else 0
+
     def lexicographic(self) -> tuple[list[bytes], np.ndarray, np.ndarray]:
         """(token bytes sorted, their token ids, their layout positions): the tokens with a
         given prefix are one contiguous run of the sorted list (a flattened token trie)."""
@@ -132,6 +137,7 @@ class TokenizerInfo:
     unique_item_features: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _ids_by_bytes: dict[bytes, int] | None = field(default=None, init=False, repr=False, compare=False)
     _single_bytes: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    _eos_row: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
@@ -146,6 +152,17 @@ class TokenizerInfo:
             out.flags.writeable = False
             self._single_bytes = out
         return self._single_bytes
+
+    @property
+    def eos_row(self) -> np.ndarray:
+        """The EOS tokens as a packed int32 row (built once, read-only)."""
+        if self._eos_row is None:
+            from .bitmask import pack_token_ids
+
+            row = pack_token_ids(np.array(self.eos_token_ids, dtype=np.int64), self.vocab_size)
+            row.flags.writeable = False
+            self._eos_row = row
+        return self._eos_row
 
     @property
     def ids_by_bytes(self) -> dict[bytes, int]:

@@ -353,8 +353,8 @@ def test_the_c_minimization_gives_the_python_one_on_long_chains():
 
 @needs_c
 def test_the_c_global_table_is_the_numpy_one(tokenizer_info):
-    """The stacked table of real schemas' rules (leaves shared, call columns past 256 dropped)
-    and each position's only live byte, in C and in numpy."""
+    """The stacked table of real schemas' rules (leaves shared, call columns past 256 dropped),
+    each position's only live byte and where it leads, in C and in numpy."""
     from constraints.pushdown import _global_table
 
     compiler = GrammarCompiler(tokenizer_info)
@@ -368,10 +368,11 @@ def test_the_c_global_table_is_the_numpy_one(tokenizer_info):
         if rules is None:
             continue
         offsets = np.concatenate(([0], np.cumsum([d.num_states for d in rules]))).tolist()
-        got, got_one = _global_table(list(rules), offsets)
+        got, got_one, got_next = _global_table(list(rules), offsets)
         with _python_only():
-            want, want_one = _global_table(list(rules), offsets)
+            want, want_one, want_next = _global_table(list(rules), offsets)
         assert np.array_equal(got, want) and np.array_equal(got_one, want_one)
+        assert np.array_equal(got_next, want_next)
         rows += len(got)
         ones += int((got_one >= 0).sum())
     assert rows > 1000 and 0 < ones < rows
