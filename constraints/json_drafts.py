@@ -36,23 +36,38 @@ _DEFAULT_BASE = "https://sglang-lite.invalid/schema.json"
 _ANCHOR = re.compile(r"[A-Za-z_][-A-Za-z0-9._:]*$")
 
 
+# Each subschema keyword's positions, in the order subschemas() yields them (ONE, MANY, MAP;
+# "items" is both a schema and, in old drafts, a list of them).
+_POSITIONS: dict[str, list[tuple[int, str]]] = {}
+for _rank, (_key, _kind) in enumerate([*((k, "one") for k in ONE), *((k, "many") for k in MANY),
+                                       *((k, "map") for k in MAP)]):
+    _POSITIONS.setdefault(_key, []).append((_rank, _kind))
+
+
 def subschemas(node: dict):
-    """(keyword, key or index or None, subschema) for each subschema position of ``node``."""
-    for key in ONE:
-        sub = node.get(key)
-        if isinstance(sub, (dict, bool)):
-            yield key, None, sub
-    for key in MANY:
-        subs = node.get(key)
-        if isinstance(subs, list):
-            for i, sub in enumerate(subs):
-                yield key, i, sub
-    for key in MAP:
-        subs = node.get(key)
-        if isinstance(subs, dict):
-            for name, sub in subs.items():
-                if isinstance(sub, (dict, bool)):
-                    yield key, name, sub
+    """(keyword, key or index or None, subschema) for each subschema position of ``node``:
+    ONE's keywords first, then MANY's, then MAP's, each in its tuple's order. Found from the
+    node's own keys (a few) rather than by looking up every keyword."""
+    found = [pos for key in node if key in _POSITIONS for pos in _POSITIONS[key]]
+    if len(found) > 1:
+        found.sort()
+    for rank, kind in found:
+        key = _KEYWORDS[rank]
+        sub = node[key]
+        if kind == "one":
+            if isinstance(sub, (dict, bool)):
+                yield key, None, sub
+        elif kind == "many":
+            if isinstance(sub, list):
+                for i, item in enumerate(sub):
+                    yield key, i, item
+        elif isinstance(sub, dict):
+            for name, item in sub.items():
+                if isinstance(item, (dict, bool)):
+                    yield key, name, item
+
+
+_KEYWORDS = (*ONE, *MANY, *MAP)
 
 
 def draft_of(root) -> int | None:

@@ -211,3 +211,45 @@ def test_real_schemas_refused_before_now_generate_valid_values(byte_compiler, na
     assert outs
     for text in outs:
         assert validator.is_valid(json.loads(text)), text
+
+
+def _subschemas_by_lookup(node: dict):
+    """The reference: every subschema keyword looked up in turn (ONE, MANY, MAP order)."""
+    from constraints.json_drafts import MANY, MAP, ONE
+
+    for key in ONE:
+        if isinstance(node.get(key), (dict, bool)):
+            yield key, None, node[key]
+    for key in MANY:
+        if isinstance(node.get(key), list):
+            yield from ((key, i, sub) for i, sub in enumerate(node[key]))
+    for key in MAP:
+        if isinstance(node.get(key), dict):
+            yield from ((key, k, sub) for k, sub in node[key].items() if isinstance(sub, (dict, bool)))
+
+
+@pytest.mark.skipif(not BENCH.exists(), reason="jsonschemabench-dev not present")
+def test_subschema_positions_come_in_keyword_order():
+    """subschemas() finds positions from a node's own keys, then orders them as the keyword
+    tuples do: the same positions, same order, same objects as looking every keyword up, at
+    every dict of the dev sample (and with the keys of a node reversed)."""
+    from constraints.json_drafts import subschemas
+
+    seen = 0
+
+    def walk(x):
+        nonlocal seen
+        if isinstance(x, dict):
+            for node in (x, dict(reversed(list(x.items())))):
+                got = [(k, i, id(v)) for k, i, v in subschemas(node)]
+                assert got == [(k, i, id(v)) for k, i, v in _subschemas_by_lookup(node)]
+                seen += len(got) > 1
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    for path in sorted(BENCH.rglob("*.json")):
+        walk(json.loads(path.read_text()))
+    assert seen > 1000
