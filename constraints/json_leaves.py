@@ -6,6 +6,7 @@ Schemas are composed by embedding these (see DESIGN.md: one giant regex per sche
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from contextlib import contextmanager
@@ -264,7 +265,8 @@ def pattern_matches(pattern: str, text: str) -> bool:
     return search_dfa(pattern, leaf_budget()).matches(text.encode())
 
 
+@lru_cache(maxsize=8192)
 def json_string(text: str) -> bytes:
-    import json
-
+    """``text`` as a JSON string literal (UTF-8, no \\u escapes but the required ones).
+    Cached: property names and enum strings recur across the schemas of a process."""
     return json.dumps(text, ensure_ascii=False).encode()
