@@ -217,16 +217,20 @@ def _native_determinize(mod, nfa: NFA, start: int, final: int, budget: CompileBu
     absorb[list(absorbing)] = True
     arrays = [np.array(a, dtype=np.int32) for a in (nfa.edge_src, nfa.edge_lo, nfa.edge_hi, nfa.edge_dst,
                                                     nfa.eps_src, nfa.eps_dst)]
-    found = mod.determinize(nfa.num_states, start, final, *arrays, absorb, width, budget.max_states,
-                            max(budget.deadline - time.monotonic(), 0.0))
-    if isinstance(found, int):  # -2: past max_states, -3: past the deadline
+    return _built(mod.determinize(nfa.num_states, start, final, *arrays, absorb, width, budget.max_states,
+                                  max(budget.deadline - time.monotonic(), 0.0)), width, budget)
+
+
+def _built(found, width: int, budget: CompileBudget) -> ByteDFA:
+    """A C construction's (trans bytes, accept bytes) as a DFA, or its budget error: -2 past
+    max_states, -3 past the deadline."""
+    if isinstance(found, int):
         if found == -2:
             budget.check_dfa_states(budget.max_states + 1)
         budget.check_time()
         raise CompileTimeoutError(f"constraint compilation exceeded {budget.timeout_s:.1f} s")
     trans, accept = found
-    n = len(accept)
-    return ByteDFA(np.frombuffer(trans, dtype=np.int32).reshape(n, width),
+    return ByteDFA(np.frombuffer(trans, dtype=np.int32).reshape(len(accept), width),
                    np.frombuffer(accept, dtype=bool))
 
 
@@ -279,17 +283,10 @@ def product(a: ByteDFA, b: ByteDFA, mode: str, budget: CompileBudget) -> ByteDFA
 
 def _native_product(mod, a: ByteDFA, b: ByteDFA, mode: str, budget: CompileBudget) -> ByteDFA:
     """The product in C (native.c): the same states in the same order."""
-    found = mod.product(np.ascontiguousarray(a.trans, dtype=np.int32), np.ascontiguousarray(a.accept, dtype=bool),
-                        np.ascontiguousarray(b.trans, dtype=np.int32), np.ascontiguousarray(b.accept, dtype=bool),
-                        mode == "diff", budget.max_states, max(budget.deadline - time.monotonic(), 0.0))
-    if isinstance(found, int):  # -2: past max_states, -3: past the deadline
-        if found == -2:
-            budget.check_dfa_states(budget.max_states + 1)
-        budget.check_time()
-        raise CompileTimeoutError(f"constraint compilation exceeded {budget.timeout_s:.1f} s")
-    trans, accept = found
-    return ByteDFA(np.frombuffer(trans, dtype=np.int32).reshape(len(accept), 256).copy(),
-                   np.frombuffer(accept, dtype=bool).copy())
+    return _built(mod.product(np.ascontiguousarray(a.trans, dtype=np.int32), np.ascontiguousarray(a.accept, dtype=bool),
+                              np.ascontiguousarray(b.trans, dtype=np.int32), np.ascontiguousarray(b.accept, dtype=bool),
+                              mode == "diff", budget.max_states, max(budget.deadline - time.monotonic(), 0.0)),
+                  256, budget)
 
 
 def embed_dfa(nfa: NFA, start: int, dfa: ByteDFA) -> int:

@@ -16,7 +16,6 @@ vocabulary is walked as a trie. Rows are cached per state and the stack suffix t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np

@@ -288,7 +288,7 @@ def test_the_c_fewest_bytes_are_the_python_distances(tokenizer_info):
         compared += len(got)
         finite += int((got < UNREACHABLE).sum())
 
-    for trial in range(200):
+    for _ in range(200):
         n, width = int(rng.integers(2, 30)), int(rng.choice([256, 262]))
         dfa = determinize(_random_nfa(rng, n, width), 0, int(rng.integers(0, n)), CompileBudget(), width=width)
         alphabet = rng.random(256) < rng.choice([1.0, 0.5, 0.05])
@@ -395,7 +395,7 @@ def test_the_c_product_is_the_python_one():
 
     rng = np.random.default_rng(9)
     states = 0
-    for trial in range(100):
+    for _ in range(100):
         a, b = (trim_and_minimize(determinize(_random_nfa(rng, int(rng.integers(2, 20)), 256), 0,
                                               int(rng.integers(0, 6)), CompileBudget())) for _ in range(2))
         states += both(a, b, "and") + both(a, b, "diff")
