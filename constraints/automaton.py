@@ -62,6 +62,11 @@ class TokenAutomaton(ABC):
         a lower bound on them; None where unknown (the closing search then looks itself)."""
         return None
 
+    def max_bytes_to_accept(self, alphabet: np.ndarray) -> int | None:
+        """At least min_bytes_to_accept of every state the automaton can reach (exact values,
+        not lower bounds); None where unbounded or unknown."""
+        return None
+
     def shortest_completion(self, state: State, alphabet: np.ndarray) -> bytes | None:
         """Bytes of ``alphabet`` of min_bytes_to_accept's length after which ``state``
         accepts, where the automaton can name them without a search (None: it cannot)."""
@@ -155,6 +160,11 @@ class DFAAutomaton(TokenAutomaton):
         if dist is None:
             dist = self._distances[alphabet.tobytes()] = leaf_distances(self.dfa, alphabet)
         return None if dist[state] >= UNREACHABLE else int(dist[state])
+
+    def max_bytes_to_accept(self, alphabet: np.ndarray) -> int | None:
+        self.min_bytes_to_accept(0, alphabet)  # the distances, cached
+        most = int(self._distances[alphabet.tobytes()].max(initial=0))
+        return None if most >= UNREACHABLE else most
 
     def can_continue(self, state: int) -> bool:
         return bool((self.dfa.trans[state] >= 0).any())

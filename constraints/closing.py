@@ -123,6 +123,7 @@ class ClosingDistance:
         self._lock = threading.RLock()
         self._margin = MARGIN  # grows to twice the largest one-token rise seen (see Margin)
         self._exhausted = False  # a search met MAX_SEARCH_STATES: no more searches (bound inf)
+        self._most_bytes: int | None | bool = False  # automaton.max_bytes_to_accept, once read
 
     def bound(self, state: State) -> float:
         """Tokens (EOS included) that suffice to terminate from ``state``, looking one token
@@ -150,6 +151,8 @@ class ClosingDistance:
         none fits (the budget was already short), the tokens closest to terminating."""
         fits = self._fits.get(state)  # read without the lock: one dict lookup
         if fits is None:
+            if remaining - 1 >= self._every_state_fits() and not getattr(self.automaton, "pruned", False):
+                return None  # no state of the grammar is that far from its end: nothing to check
             fits = self._first_fits(state)
         if fits is not None and remaining - 1 >= fits[0] + (self._margin if fits[1] else 0):
             return None
@@ -199,6 +202,17 @@ class ClosingDistance:
             return None
         fits = self._fits[state] = (fewest + 1, True)
         return fits
+
+    def _every_state_fits(self) -> float:
+        """The tokens left (less this one) from which the search-free bound of every state
+        the automaton can reach, what _first_fits would read (its fewest bytes, each a token
+        by itself, plus EOS), fits with the margin. inf where that maximum is unknown
+        (recursion, unreachable distances, no EOS)."""
+        most = self._most_bytes
+        if most is False:
+            most = self._most_bytes = (self.automaton.max_bytes_to_accept(self._single_bytes)
+                                       if len(self._eos) else None)
+        return math.inf if most is None else most + 1 + self._margin
 
     # -- bounds ---------------------------------------------------------------------------
     def _bound(self, sid: int) -> float:

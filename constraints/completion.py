@@ -193,6 +193,7 @@ class GrammarDistances:
         self.segments: dict = {}  # return position -> its frame's way to the end (pushdown.py)
         # (position, main frame) -> the way from there to its frame's end (pushdown.py)
         self.frame_ways: dict = {}
+        self.most: int | None | bool = False  # pushdown.max_bytes_to_accept, once computed
 
     def stack_cost(self, stack: tuple[int, ...]) -> int:
         """Bytes to finish every caller on ``stack`` (count frames, negative, cost nothing)."""

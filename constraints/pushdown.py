@@ -254,6 +254,58 @@ class PushdownAutomaton(TokenAutomaton):
         best = min(self._config_bytes(c, dist) for c in state)
         return None if best >= UNREACHABLE else best
 
+    def max_bytes_to_accept(self, alphabet: np.ndarray) -> int | None:
+        """The most min_bytes_to_accept can be over every configuration the grammar can
+        reach: a position's distance plus the characters a counted leaf may still need, plus
+        the most its callers' return positions can add (the longest way down the call graph
+        from the main rule). None where calls recurse (stacks are unbounded), a distance is
+        unreachable, or configurations were ever dropped (then min_bytes_to_accept is None)."""
+        if self.pruned:
+            return None
+        dist = self._grammar_distances(alphabet)
+        if dist.most is False:
+            dist.most = self._most_bytes(dist)
+        return dist.most
+
+    def _most_bytes(self, dist: GrammarDistances) -> int | None:
+        offsets = self._offsets.tolist()
+        rule_of = np.searchsorted(self._offsets, np.arange(len(self._calls)), side="right") - 1
+        down: dict[int, list[tuple[int, int]]] = {}  # rule -> (callee rule, return position's cost)
+        for g in self._calling:
+            for start, ret, _ in self._calls[g]:
+                down.setdefault(int(rule_of[g]), []).append((int(rule_of[start]), dist.dist_of[ret]))
+        # Rules reachable from the main one, callees after callers (depth first, without
+        # recursion in Python: the call graph can be as deep as the rules are many).
+        order: list[int] = []
+        state = {0: 1}  # 1 on the depth-first path, 2 done
+        path = [(0, iter(down.get(0, ())))]
+        while path:
+            a, callees = path[-1]
+            for b, _ in callees:
+                if state.get(b) == 1:
+                    return None  # a call recurses: stacks are unbounded
+                if b not in state:
+                    state[b] = 1
+                    path.append((b, iter(down.get(b, ()))))
+                    break
+            else:
+                state[a] = 2
+                order.append(a)
+                path.pop()
+        above = {0: 0}  # rule -> the most its callers' returns cost (longest way from main)
+        for a in reversed(order):  # callers before callees
+            for b, cost in down.get(a, ()):
+                above[b] = max(above.get(b, 0), above[a] + cost)
+        most = 0
+        for k, extra in above.items():
+            lo, hi = offsets[k], offsets[k + 1]
+            here = dist.dist[lo:hi] + np.where(self._in_counted_mask[lo:hi], self._count_lo[lo:hi], 0)
+            top = int(here.max(initial=0))
+            if top >= UNREACHABLE or extra >= UNREACHABLE:
+                return None
+            most = max(most, top + extra)
+        return most
+
     def token_ends(self, state: State) -> tuple[np.ndarray, np.ndarray, list[State]] | None:
         """Every token allowed from ``state``, which of ``ends`` each leads to, and ``ends``:
         the states ``advance`` gives, all found in one walk (C); None where that walk is not

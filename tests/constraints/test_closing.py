@@ -287,3 +287,70 @@ def test_the_levels_after_the_search_free_check_reuse_its_vocabulary_walk(compil
     other = fresh._graph.intern(auto.advance(state, b"y"))
     fresh._most_after(other)
     assert len(walks) == 2
+
+
+NESTED = {"type": "object", "required": ["a", "b"], "additionalProperties": False,
+          # "c" may be {}, but once its "ab" is begun it costs more than any state outside c:
+          # the most fewest bytes are inside a string inside c, its callers' returns included.
+          "properties": {"c": {"type": "object", "additionalProperties": False,
+                               "properties": {"ab": {"type": "string", "minLength": 12}}},
+                         "a": {"type": "array", "maxItems": 3,
+                               "items": {"type": "object", "required": ["ab"], "additionalProperties": False,
+                                         "properties": {"ab": {"type": "string", "minLength": 2}}}},
+                         "b": {"type": "object", "required": ["ab"], "additionalProperties": False,
+                               "properties": {"ab": {"type": "integer"}}}}}
+# Every byte a token by itself, as in byte-level BPE: a string's multi-byte characters can
+# finish one byte at a time, so every position's fewest bytes are finite.
+NESTED_VOCAB = list(VOCAB) + [b"[", b"]", b",", b"0", b'"ab"', b'":"', b"},{"] + [
+    bytes([b]) for b in range(256) if bytes([b]) not in VOCAB + [b"[", b"]", b",", b"0"]]
+
+
+def _reachable_states(auto, limit: int) -> set:
+    states, todo = {auto.initial}, [auto.initial]
+    while todo and len(states) < limit:
+        s = todo.pop()
+        for t in _tokens(auto.info):
+            n = auto.advance(s, auto.info.token_bytes[t])
+            if n is not None and n not in states:
+                states.add(n)
+                todo.append(n)
+    return states
+
+
+@pytest.mark.parametrize("schema", [NESTED, *PUSHDOWN], ids=["nested", "maxLength", "minLength"])
+def test_the_grammars_most_fewest_bytes_bounds_every_reachable_state(schema):
+    """max_bytes_to_accept is at least min_bytes_to_accept at every reachable state (the
+    callers' returns and a counted string's missing characters included) and reached by
+    one of them; None where a call recurses."""
+    auto = GrammarCompiler(TokenizerInfo(NESTED_VOCAB, (EOS,), frozenset({EOS}))).compile_json_schema(schema).automaton
+    alphabet = auto.info.single_byte_tokens
+    most = auto.max_bytes_to_accept(alphabet)
+    states = _reachable_states(auto, 800)
+    if schema is NESTED:  # inside a multi-byte character of the counted string in "c"
+        states |= {auto.advance(auto.initial, p) for p in (b'{"c":{"ab":"\xe6', b'{"c":{"ab":"x\xe6\x97')}
+    fewest = [auto.min_bytes_to_accept(s, alphabet) for s in states]
+    assert most is not None and len(fewest) > 20
+    assert max(fewest) <= most and max(fewest) >= most - 2  # reached, give or take a return's slack
+    recursive = {"type": "object", "properties": {"n": {"$ref": "#"}}, "additionalProperties": False}
+    auto = GrammarCompiler(auto.info).compile_json_schema(recursive).automaton
+    assert auto.max_bytes_to_accept(alphabet) is None
+
+
+@pytest.mark.parametrize("schema", [NESTED, *PUSHDOWN], ids=["nested", "maxLength", "minLength"])
+def test_budget_rows_are_the_same_with_the_grammar_wide_shortcut(schema):
+    """Far from the budget the closing answers 'every token fits' from the grammar's most
+    fewest bytes, without a per-state bound: at every reachable state and at budgets around
+    that threshold, the rows equal those of a closing without the shortcut."""
+    info = TokenizerInfo(NESTED_VOCAB, (EOS,), frozenset({EOS}))
+    auto = GrammarCompiler(info).compile_json_schema(schema).automaton
+    with_it, without = ClosingDistance(auto), ClosingDistance(auto)
+    without._every_state_fits = lambda: math.inf
+    edge = with_it._every_state_fits()
+    assert not math.isinf(edge)
+    compared = 0
+    for s in _reachable_states(auto, 300):
+        for remaining in (1, 3, 8, int(edge) - 1, int(edge), int(edge) + 1, 2 * int(edge)):
+            a, b = with_it.budget_row(s, remaining), without.budget_row(s, remaining)
+            assert (a is None) == (b is None) and (a is None or np.array_equal(a.numpy(), b.numpy()))
+            compared += 1
+    assert compared > 200
