@@ -232,6 +232,19 @@ def test_every_pushdown_walk_through_budget_rows_finishes_within_the_budget(comp
     _assert_every_walk_finishes(compiler.compile_json_schema(schema), extra_budgets=2)
 
 
+def _reachable_states(auto, limit: int) -> set:
+    """States reached token by token from the start (depth first), up to ``limit``."""
+    states, todo = {auto.initial}, [auto.initial]
+    while todo and len(states) < limit:
+        s = todo.pop()
+        for t in _tokens(auto.info):
+            n = auto.advance(s, auto.info.token_bytes[t])
+            if n is not None and n not in states:
+                states.add(n)
+                todo.append(n)
+    return states
+
+
 def test_completion_segments_from_kept_frame_ways_equal_fresh_descents():
     """A descent stops at the first frame position whose way to the frame's end it kept
     from an earlier state: at every reachable state, in any order, the segments are those a
@@ -245,14 +258,7 @@ def test_completion_segments_from_kept_frame_ways_equal_fresh_descents():
     vocab = list(VOCAB) + [b"[", b"]", b",", b"0", b'"ab"', b'":"', b"},{"]
     auto = GrammarCompiler(TokenizerInfo(vocab, (EOS,), frozenset({EOS}))).compile_json_schema(schema).automaton
     alphabet = ClosingDistance(auto)._single_bytes
-    states, todo = {auto.initial}, [auto.initial]
-    while todo and len(states) < 400:
-        s = todo.pop()
-        for t in _tokens(auto.info):
-            n = auto.advance(s, auto.info.token_bytes[t])
-            if n is not None and n not in states:
-                states.add(n)
-                todo.append(n)
+    states = _reachable_states(auto, 400)
     dist = auto._grammar_distances(alphabet)
     order = list(states)
     np.random.default_rng(0).shuffle(order)
@@ -303,18 +309,6 @@ NESTED = {"type": "object", "required": ["a", "b"], "additionalProperties": Fals
 # finish one byte at a time, so every position's fewest bytes are finite.
 NESTED_VOCAB = list(VOCAB) + [b"[", b"]", b",", b"0", b'"ab"', b'":"', b"},{"] + [
     bytes([b]) for b in range(256) if bytes([b]) not in VOCAB + [b"[", b"]", b",", b"0"]]
-
-
-def _reachable_states(auto, limit: int) -> set:
-    states, todo = {auto.initial}, [auto.initial]
-    while todo and len(states) < limit:
-        s = todo.pop()
-        for t in _tokens(auto.info):
-            n = auto.advance(s, auto.info.token_bytes[t])
-            if n is not None and n not in states:
-                states.add(n)
-                todo.append(n)
-    return states
 
 
 @pytest.mark.parametrize("schema", [NESTED, *PUSHDOWN], ids=["nested", "maxLength", "minLength"])
