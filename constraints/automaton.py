@@ -87,9 +87,7 @@ class TokenAutomaton(ABC):
                 words = pack_token_ids(self.allowed_token_ids(state), self.info.vocab_size)
             self._continues[state] = bool(words.any())
             if self.is_accepting(state):
-                bits = words.view(np.uint32)
-                for eos in self.info.eos_token_ids:
-                    bits[eos >> 5] |= np.uint32(1 << (eos & 31))
+                np.bitwise_or(words, self.info.eos_row, out=words)
             row = torch.from_numpy(words)
             self._rows[state] = row
         return row

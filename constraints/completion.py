@@ -19,10 +19,8 @@ import heapq
 import numpy as np
 
 from . import native
-from .fsm import ByteDFA
+from .fsm import UNREACHABLE, ByteDFA, native_distances
 from .nfa import CALL_BASE
-
-UNREACHABLE = np.iinfo(np.int64).max // 4
 
 
 def leaf_distances(dfa: ByteDFA, alphabet: np.ndarray) -> np.ndarray:
@@ -30,7 +28,7 @@ def leaf_distances(dfa: ByteDFA, alphabet: np.ndarray) -> np.ndarray:
     (UNREACHABLE if none)."""
     mod = native.module()
     if mod is not None:
-        return _native_distances(mod, dfa, alphabet, _NO_COSTS)
+        return native_distances(mod, dfa, alphabet, _NO_COSTS)
     src, dst = _byte_edges(dfa.trans, alphabet)
     return _backward_distances(dfa.num_states, src, dst, np.ones(len(src), dtype=np.int64),
                                dfa.accept)
@@ -41,7 +39,7 @@ def rule_distances(dfa: ByteDFA, alphabet: np.ndarray, callee_costs: np.ndarray)
     ``callee_costs[k]`` (the fewest bytes rule k matches; UNREACHABLE = not yet known)."""
     mod = native.module()
     if mod is not None:
-        return _native_distances(mod, dfa, alphabet, callee_costs)
+        return native_distances(mod, dfa, alphabet, callee_costs)
     src, dst = _byte_edges(dfa.trans, alphabet)
     weight = np.ones(len(src), dtype=np.int64)
     calls = dfa.trans[:, CALL_BASE:CALL_BASE + len(callee_costs)]
@@ -55,16 +53,6 @@ def rule_distances(dfa: ByteDFA, alphabet: np.ndarray, callee_costs: np.ndarray)
 
 
 _NO_COSTS = np.zeros(0, dtype=np.int64)
-
-
-def _native_distances(mod, dfa: ByteDFA, alphabet: np.ndarray, costs: np.ndarray) -> np.ndarray:
-    """The same Dijkstra in C (native.c): no edge arrays built in numpy, no heap in Python."""
-    dist = np.empty(dfa.num_states, dtype=np.int64)
-    mod.fewest_bytes(np.ascontiguousarray(dfa.trans, dtype=np.int32),
-                     np.ascontiguousarray(dfa.accept, dtype=bool),
-                     np.ascontiguousarray(alphabet, dtype=bool),
-                     np.ascontiguousarray(costs, dtype=np.int64), UNREACHABLE, dist)
-    return dist
 
 
 _HEAP_MAX_EDGES = 50_000  # below this, a plain heap is faster than array steps per level

@@ -43,17 +43,25 @@ class ByteDFA:
         mod = native.module()
         if mod is None:
             return not bool(self.accept[_reachable(self)].any())
-        # No accepting state within reach of the start (call columns count as edges): the
-        # fewest-bytes search of completion.py, in C.
-        trans = np.ascontiguousarray(self.trans, dtype=np.int32)
-        dist = np.empty(self.num_states, dtype=np.int64)
-        mod.fewest_bytes(trans, np.ascontiguousarray(self.accept, dtype=bool), _ALL_BYTES,
-                         np.ones(trans.shape[1] - 256, dtype=np.int64), _FAR, dist)
-        return bool(dist[0] >= _FAR)
+        # No accepting state within reach of the start (call columns count as edges).
+        calls = np.ones(self.trans.shape[1] - 256, dtype=np.int64)
+        return bool(native_distances(mod, self, ALL_BYTES, calls)[0] >= UNREACHABLE)
 
 
-_ALL_BYTES = np.ones(256, dtype=bool)
-_FAR = np.iinfo(np.int64).max // 4
+UNREACHABLE = np.iinfo(np.int64).max // 4  # no accepting state within reach (completion.py)
+ALL_BYTES = np.ones(256, dtype=bool)
+ALL_BYTES.flags.writeable = False
+
+
+def native_distances(mod, dfa: ByteDFA, alphabet: np.ndarray, costs: np.ndarray) -> np.ndarray:
+    """completion.rule_distances in C (native.c): Dijkstra backwards from the accepting
+    states, a byte of ``alphabet`` costing 1 and call column 256 + k ``costs[k]``."""
+    dist = np.empty(dfa.num_states, dtype=np.int64)
+    mod.fewest_bytes(np.ascontiguousarray(dfa.trans, dtype=np.int32),
+                     np.ascontiguousarray(dfa.accept, dtype=bool),
+                     np.ascontiguousarray(alphabet, dtype=bool),
+                     np.ascontiguousarray(costs, dtype=np.int64), UNREACHABLE, dist)
+    return dist
 
 
 def _reachable(dfa: ByteDFA) -> np.ndarray:

@@ -27,7 +27,7 @@ from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
 from .completion import UNREACHABLE, GrammarDistances, rule_distances
 from .errors import UnsupportedSchemaError
-from .fsm import DEAD, ByteDFA, determinize, equivalent_within, trim_and_minimize
+from .fsm import ALL_BYTES, DEAD, ByteDFA, determinize, equivalent_within, trim_and_minimize
 from .leaves import CountedLeaf, leaf_walk
 from .nfa import CALL_BASE
 from .pda_trie import trie_walk
@@ -742,7 +742,7 @@ def _drop_empty_calls(dfas: list[ByteDFA]) -> list[ByteDFA]:
     while changed:
         changed = False
         for k in reversed(pending):
-            if k not in live and rule_distances(out[1 + k], _ALL_BYTES, costs)[0] < UNREACHABLE:
+            if k not in live and rule_distances(out[1 + k], ALL_BYTES, costs)[0] < UNREACHABLE:
                 live.add(k)
                 costs[k] = 1
                 changed = True
@@ -756,8 +756,6 @@ def _calls_outside(dfa: ByteDFA, live: set[int]) -> bool:
     called = np.nonzero((dfa.trans[:, CALL_BASE:] >= 0).any(axis=0))[0].tolist()
     return any(k not in live for k in called)
 
-
-_ALL_BYTES = np.ones(256, dtype=bool)
 
 
 @lru_cache(maxsize=4096)
