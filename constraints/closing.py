@@ -138,7 +138,10 @@ class ClosingDistance:
         or no bound is known (inf). Searched only where the search-free bound, the fewest bytes
         that are tokens by themselves plus EOS (at least ``bound``), is above ``tokens``: a
         request's budget is checked at admission without walking the vocabulary, and the
-        search runs, if ever, on the fill that comes near the budget."""
+        search runs, if ever, on the fill that comes near the budget. The grammar's
+        far-from-budget threshold (_every_state_fits) is found here too, at admission, so
+        no fill of the scheduler's pays for it."""
+        self._every_state_fits()
         most = self._first_fits(state)  # also what the first fill from state reads
         if most is not None and tokens >= most[0]:
             return True

@@ -268,20 +268,28 @@ class PushdownAutomaton(TokenAutomaton):
         return dist.most
 
     def _most_bytes(self, dist: GrammarDistances) -> int | None:
-        offsets = self._offsets.tolist()
-        rule_of = np.searchsorted(self._offsets, np.arange(len(self._calls)), side="right") - 1
-        down: dict[int, list[tuple[int, int]]] = {}  # rule -> (callee rule, return position's cost)
+        offsets = self._offsets
+        callers: list[int] = []
+        callees: list[int] = []
+        returns: list[int] = []
         for g in self._calling:
             for start, ret, _ in self._calls[g]:
-                down.setdefault(int(rule_of[g]), []).append((int(rule_of[start]), dist.dist_of[ret]))
+                callers.append(g)
+                callees.append(start)
+                returns.append(ret)
+        rule_of = (np.searchsorted(offsets, np.array(callers + callees, dtype=np.int64), side="right") - 1).tolist()
+        down: dict[int, list[tuple[int, int]]] = {}  # rule -> (callee rule, return position's cost)
+        dist_of = dist.dist_of
+        for a, b, ret in zip(rule_of, rule_of[len(callers):], returns):
+            down.setdefault(a, []).append((b, dist_of[ret]))
         # Rules reachable from the main one, callees after callers (depth first, without
         # recursion in Python: the call graph can be as deep as the rules are many).
         order: list[int] = []
         state = {0: 1}  # 1 on the depth-first path, 2 done
         path = [(0, iter(down.get(0, ())))]
         while path:
-            a, callees = path[-1]
-            for b, _ in callees:
+            a, callees_of = path[-1]
+            for b, _ in callees_of:
                 if state.get(b) == 1:
                     return None  # a call recurses: stacks are unbounded
                 if b not in state:
@@ -296,14 +304,14 @@ class PushdownAutomaton(TokenAutomaton):
         for a in reversed(order):  # callers before callees
             for b, cost in down.get(a, ()):
                 above[b] = max(above.get(b, 0), above[a] + cost)
+        # Each rule's costliest position: its distance plus a counted leaf's missing characters.
+        here = dist.dist + np.where(self._in_counted_mask, self._count_lo, 0)
+        top = np.maximum.reduceat(here, offsets[:-1]).tolist()  # no rule is empty
         most = 0
         for k, extra in above.items():
-            lo, hi = offsets[k], offsets[k + 1]
-            here = dist.dist[lo:hi] + np.where(self._in_counted_mask[lo:hi], self._count_lo[lo:hi], 0)
-            top = int(here.max(initial=0))
-            if top >= UNREACHABLE or extra >= UNREACHABLE:
+            if top[k] >= UNREACHABLE or extra >= UNREACHABLE:
                 return None
-            most = max(most, top + extra)
+            most = max(most, top[k] + extra)
         return most
 
     def token_ends(self, state: State) -> tuple[np.ndarray, np.ndarray, list[State]] | None:

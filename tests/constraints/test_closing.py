@@ -350,3 +350,29 @@ def test_budget_rows_are_the_same_with_the_grammar_wide_shortcut(schema):
             assert (a is None) == (b is None) and (a is None or np.array_equal(a.numpy(), b.numpy()))
             compared += 1
     assert compared > (50 if isinstance(schema, str) else 200)
+
+
+def test_admission_finds_the_far_from_budget_threshold_so_no_fill_does():
+    """The grammar-wide threshold (the most fewest bytes over every reachable state) costs a
+    walk of the call graph: the admission check computes it, and a later fill far from the
+    budget reads it without computing it again."""
+    info = TokenizerInfo(NESTED_VOCAB, (EOS,), frozenset({EOS}))
+    grammar = GrammarCompiler(info).compile_json_schema(NESTED)
+    auto = grammar.automaton
+    calls = []
+    most = type(auto).max_bytes_to_accept
+
+    def counted(self, alphabet):
+        calls.append(1)
+        return most(self, alphabet)
+
+    auto.max_bytes_to_accept = counted.__get__(auto)
+    assert grammar.matcher().finishes_within(500)
+    assert calls == [1]
+    matcher = grammar.matcher()
+    bitmask = allocate_token_bitmask(1, info.vocab_size)
+    matcher.fill_next_token_bitmask(bitmask, 0, max_tokens=500)
+    assert matcher.accept_token(info.ids_by_bytes[b"{"])
+    matcher.fill_next_token_bitmask(bitmask, 0, max_tokens=499)
+    assert calls == [1]  # read, not computed again
+    assert closing_for(auto)._every_state_fits() == most(auto, auto.info.single_byte_tokens) + 1 + closing_for(auto)._margin
