@@ -50,6 +50,11 @@ typedef struct {
     int64_t id_end;        /* 1 + the largest id: a packed row holds at least this many bits */
     int32_t *sub_end;      /* [off[N]] sub_end[off[i] + d - 1]: the first token after i that does
                               not start with token i's first d bytes (a dead prefix's subtree end) */
+    uint64_t (*below)[2];  /* [off[N]] the bytes after depth d of tokens i .. that subtree's end:
+                              bit b of word b / 64 for an ASCII byte b; bit 0 also for any byte
+                              of 128 and up (see Runs) */
+    uint8_t *height;       /* [off[N]] the most bytes after depth d of those tokens (255: or more) */
+    int32_t max_len;       /* the longest token's bytes */
 } Vocab;
 
 typedef struct { int32_t g, node; } Config;
@@ -346,11 +351,105 @@ static int64_t walk_list(Work *w, const Pda *p, const Vocab *v, int64_t n0, cons
  * from the states its common prefix with the one before reached. Returns the inside count
  * (-1: the exit buffer of cap entries is full); the exit count goes to *n_ex. With a packed
  * row (and no starts) the inside tokens are set in it instead of listed. */
+static inline void add_byte(uint64_t *set, uint8_t b) {
+    if (b < 128) set[b >> 6] |= 1ull << (b & 63);
+    else set[0] |= 1;
+}
+
+/* Runs of a leaf DFA, for walks that set a whole subtree at once: from state s, every string
+ * of at most len[s] bytes of class[s] (Vocab.below's form; bit 0: NUL and every byte of 128
+ * and up) stays alive and meets no accepting state. Made per state when first met: the
+ * target most ASCII bytes lead to (a state that is not accepting), the bytes leading there,
+ * and the same from it (so a self-loop's run is unbounded and a chain's as long as the chain,
+ * its class the bytes every step of it takes). */
+#define RUN_UNBOUNDED 0x7fffffff
+#define WHOLE_FROM 4 /* subtrees of fewer tokens are walked (their runs would cost more) */
+typedef struct {
+    const int32_t *trans;
+    int64_t stride;
+    const uint8_t *accept;
+    uint64_t (*cls)[2];
+    int32_t *len;
+    uint8_t *status; /* 0 not made, 1 being made (on the path), 2 made */
+    int32_t *path, *next;
+    int32_t enough;  /* the longest token: a run this long is as good as unbounded */
+} Runs;
+
+static int32_t run_target(const Runs *r, int32_t s, uint64_t *bytes) {
+    const int32_t *t = r->trans + (int64_t)s * r->stride;
+    int32_t best = -1, most = 0, seen[128], count[128], n_seen = 0;
+    for (int b = 0; b < 128; b++) { /* the target of the most ASCII bytes (ties: the first met) */
+        if (t[b] < 0) continue;
+        int j = 0;
+        while (j < n_seen && seen[j] != t[b]) j++;
+        if (j == n_seen) { seen[n_seen] = t[b]; count[n_seen++] = 0; }
+        if (++count[j] > most) { most = count[j]; best = t[b]; }
+    }
+    bytes[0] = bytes[1] = 0;
+    if (best < 0 || r->accept[best]) return -1;
+    for (int b = 1; b < 128; b++)
+        if (t[b] == best) bytes[b >> 6] |= 1ull << (b & 63);
+    int high = t[0] == best;
+    for (int b = 128; b < 256 && high; b++) high = t[b] == best;
+    bytes[0] |= (uint64_t)high;
+    return best;
+}
+
+static void make_run(Runs *r, int32_t s) {
+    /* Runs longer than the longest token are as good as unbounded: a path is followed at
+     * most twice that far, and of its states only those at least that far from where it
+     * stopped are kept made (the others are made again, further, when met). */
+    int64_t n = 0, cap = 2 * (int64_t)r->enough;
+    int cut = 0;
+    for (int32_t cur = s; !r->status[cur];) { /* follow the targets to a made state, an end or a cycle */
+        if (n == cap) { cut = 1; break; }
+        r->status[cur] = 1;
+        r->path[n] = cur;
+        cur = r->next[n++] = run_target(r, cur, r->cls[cur]);
+        if (cur < 0) break;
+    }
+    int64_t last = n;
+    while (n--) { /* last first: each state's target is made, or on the path (a cycle: no run after) */
+        int32_t q = r->path[n], t = r->next[n];
+        if (t < 0) {
+            r->len[q] = 0;
+        } else if (t == q) {
+            r->len[q] = RUN_UNBOUNDED;
+        } else if (r->status[t] != 2 || r->len[t] == 0) {
+            r->len[q] = 1;
+        } else {
+            r->cls[q][0] &= r->cls[t][0];
+            r->cls[q][1] &= r->cls[t][1];
+            r->len[q] = r->len[t] == RUN_UNBOUNDED ? RUN_UNBOUNDED : r->len[t] + 1;
+        }
+        if (!r->len[q] || !(r->cls[q][0] | r->cls[q][1])) { r->cls[q][0] = r->cls[q][1] = 0; r->len[q] = 0; }
+        r->status[q] = 2;
+    }
+    for (int64_t k = cut ? last - r->enough : last; k < last; k++)
+        if (k >= 1) r->status[r->path[k]] = 0;
+}
+
 static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *accept, const uint8_t *starts,
                          const Vocab *v, int32_t q, int64_t *in_i, int64_t *in_count, uint8_t *in_end,
                          int64_t *ex_i, int64_t *ex_col, int64_t *ex_count, int64_t cap, int64_t *n_ex,
-                         uint32_t *row) {
+                         uint32_t *row, int64_t n_states) {
     enum { DEPTH = 512 };
+    /* Row mode: a subtree whose bytes below all lie in the run of the (non-accepting) state
+     * reached, no deeper than it, with no exit on the way, is inside whole: its tokens are set
+     * without walking them (a string body's state keeps most of the vocabulary this way). */
+    Runs runs = {trans, stride, accept, NULL, NULL, NULL, NULL, NULL, v->max_len > 0 ? v->max_len : 1};
+    if (row && !starts && v->below && v->height) {
+        size_t n = (size_t)(n_states ? n_states : 1), steps = 2 * (size_t)runs.enough + 1;
+        runs.cls = malloc(sizeof *runs.cls * n);
+        runs.len = malloc(sizeof *runs.len * n);
+        runs.path = malloc(sizeof *runs.path * (n < steps ? n : steps));
+        runs.next = malloc(sizeof *runs.next * (n < steps ? n : steps));
+        runs.status = calloc(n, 1);
+        if (!runs.cls || !runs.len || !runs.path || !runs.next || !runs.status) {
+            free(runs.cls); free(runs.len); free(runs.path); free(runs.next); free(runs.status);
+            runs.status = NULL;
+        }
+    }
     int32_t state[DEPTH + 1];
     int64_t count[DEPTH + 1], exits[DEPTH + 1]; /* exits[k]: accepting depths in 1..k */
     int64_t n_in = 0, k_ex = 0;
@@ -363,23 +462,40 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
         for (int64_t i = v->first[b]; i < v->first[b + 1]; i++) {
             const uint8_t *bytes = v->bytes + v->off[i];
             int64_t len = v->off[i + 1] - v->off[i];
-            if (len > DEPTH) return -1;
+            if (len > DEPTH) { n_in = -1; goto done; }
             int64_t l = i == v->first[b] ? 0 : v->lcp[i];
             int64_t k = l < reached ? l : reached; /* state[k] may be dead: so is this token */
+            int whole = 0;
             while (k < len && state[k] >= 0) {
                 int32_t cur = state[k];
                 count[k + 1] = count[k] + (starts ? starts[(int64_t)cur * 256 + bytes[k]] : 0);
-                state[k + 1] = trans[(int64_t)cur * stride + bytes[k]];
-                exits[k + 1] = exits[k] + (state[k + 1] >= 0 && accept[state[k + 1]]);
+                int32_t next = state[k + 1] = trans[(int64_t)cur * stride + bytes[k]];
+                exits[k + 1] = exits[k] + (next >= 0 && accept[next]);
                 k++;
+                int64_t at = v->off[i] + k - 1;
+                if (runs.status && next >= 0 && !exits[k] && v->sub_end[at] - i >= WHOLE_FROM) {
+                    if (runs.status[next] != 2) make_run(&runs, next);
+                    if (runs.len[next] && v->height[at] <= runs.len[next]
+                        && !(v->below[at][0] & ~runs.cls[next][0]) && !(v->below[at][1] & ~runs.cls[next][1])) {
+                        whole = 1;
+                        break;
+                    }
+                }
             }
             reached = k;
+            if (whole) {
+                int64_t end = v->sub_end[v->off[i] + k - 1];
+                for (int64_t j = i; j < end; j++) set_bit(row, v->ids[j]);
+                n_in += end - i;
+                i = end - 1;
+                continue;
+            }
             int64_t alive_to = state[k] >= 0 ? k : k - 1; /* deepest live depth on this token */
             int64_t last = alive_to < len - 1 ? alive_to : len - 1; /* exits need bytes left */
             if (last >= 1 && exits[last]) {
                 for (int64_t j = 1; j <= last; j++) {
                     if (!accept[state[j]]) continue;
-                    if (k_ex >= cap) return -1;
+                    if (k_ex >= cap) { n_in = -1; goto done; }
                     ex_i[k_ex] = i;
                     ex_col[k_ex] = j;
                     ex_count[k_ex] = count[j];
@@ -402,6 +518,10 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
         }
     }
     *n_ex = k_ex;
+done:
+    if (runs.status) {
+        free(runs.cls); free(runs.len); free(runs.path); free(runs.next); free(runs.status);
+    }
     return n_in;
 }
 
@@ -433,6 +553,8 @@ static void free_vocab(PyObject *capsule) {
     VocabCapsule *c = PyCapsule_GetPointer(capsule, "vocab");
     for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
     free(c->v.sub_end);
+    free(c->v.below);
+    free(c->v.height);
     free(c);
 }
 
@@ -489,10 +611,41 @@ static PyObject *py_vocab_tables(PyObject *self, PyObject *const *args, Py_ssize
         for (int64_t d = 1; d <= c->v.off[i + 1] - c->v.off[i]; d++)
             c->v.sub_end[c->v.off[i] + d - 1] = i + 1 == n_tok || c->v.lcp[i + 1] < d
                 ? (int32_t)(i + 1) : c->v.sub_end[c->v.off[i + 1] + d - 1];
+    /* the bytes below each depth, the same way: token i's own bytes after d, and those of the
+     * next token's subtree where it shares the first d bytes (none: walks go byte by byte) */
+    size_t positions = (size_t)(c->v.off[n_tok] ? c->v.off[n_tok] : 1);
+    c->v.below = malloc(sizeof *c->v.below * positions);
+    c->v.height = malloc(positions);
+    if (!c->v.below || !c->v.height) {  /* walks go byte by byte without them */
+        free(c->v.below); free(c->v.height);
+        c->v.below = NULL; c->v.height = NULL;
+    }
+    for (int64_t i = n_tok - 1; i >= 0 && c->v.below; i--) {
+        uint64_t own[2] = {0, 0};
+        int64_t len = c->v.off[i + 1] - c->v.off[i];
+        if (len > c->v.max_len) c->v.max_len = (int32_t)len;
+        for (int64_t d = len; d >= 1; d--) {
+            int64_t at = c->v.off[i] + d - 1;
+            uint64_t *out = c->v.below[at];
+            int64_t h = len - d;
+            out[0] = own[0];
+            out[1] = own[1];
+            if (i + 1 < n_tok && c->v.lcp[i + 1] >= d) {
+                int64_t after = c->v.off[i + 1] + d - 1;
+                out[0] |= c->v.below[after][0];
+                out[1] |= c->v.below[after][1];
+                if (c->v.height[after] > h) h = c->v.height[after];
+            }
+            c->v.height[at] = (uint8_t)(h < 255 ? h : 255);
+            add_byte(own, c->v.bytes[at]);
+        }
+    }
     PyObject *out = PyCapsule_New(c, "vocab", free_vocab);
     if (!out) {
         for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
         free(c->v.sub_end);
+        free(c->v.below);
+        free(c->v.height);
         free(c);
     }
     return out;
@@ -630,7 +783,7 @@ static PyObject *py_walk_leaf(PyObject *self, PyObject *const *args, Py_ssize_t 
             Py_BEGIN_ALLOW_THREADS
             n_in = leaf_walk(views[0].buf, stride, views[1].buf, has_starts ? views[2].buf : NULL, v,
                              (int32_t)q, views[3].buf, views[4].buf, views[5].buf, views[6].buf,
-                             views[7].buf, views[8].buf, cap, &n_ex, has_row ? views[9].buf : NULL);
+                             views[7].buf, views[8].buf, cap, &n_ex, has_row ? views[9].buf : NULL, states);
             Py_END_ALLOW_THREADS
             out = n_in < 0 ? Py_NewRef(Py_None) : Py_BuildValue("LL", (long long)n_in, (long long)n_ex);
         }

@@ -3,6 +3,7 @@ fall back where they give up, and the package works without a C compiler."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -150,10 +151,14 @@ def _as_sets(walked) -> tuple[set, set]:
 
 
 @needs_c
-@pytest.mark.parametrize("leaf", ["uri", "email", "date-time", "^[a-z][a-z0-9_-]{2,12}$", "number", "counted"])
+@pytest.mark.parametrize("leaf", ["uri", "email", "date-time", "^[a-z][a-z0-9_-]{2,12}$", "number", "counted",
+                                  "plain", "chain", "^[a-z ]*x"])
 def test_the_c_leaf_walk_gives_the_numpy_walk(tokenizer_info, leaf):
     """Every state of real leaves (formats, a pattern, a number, a counted plain string):
-    the same tokens inside, with the same character counts and ends, and the same exits."""
+    the same tokens inside, with the same character counts and ends, and the same exits.
+    A plain string body (a self-loop), a pattern under a maxLength (a chain of 30 states,
+    shorter than some tokens) and a loop that may end anywhere (accepting states inside the
+    run) are where the row walk sets whole subtrees without walking them."""
     from constraints import leaves
     from constraints.json_leaves import regex_leaf, string_dfa
     from constraints.numbers import NUMBER
@@ -164,6 +169,10 @@ def test_the_c_leaf_walk_gives_the_numpy_walk(tokenizer_info, leaf):
     elif leaf == "counted":
         counted = leaves.CountedLeaf.of_plain_string(string_dfa(0, None, None, None), 1, 4)
         dfa, starts = counted.dfa, counted.starts_char
+    elif leaf == "plain":
+        dfa = string_dfa(0, None, None, None)
+    elif leaf == "chain":
+        dfa = string_dfa(2, 30, "^[A-Za-z0-9 ,.'-]+$", None)
     elif leaf.startswith("^"):
         dfa = string_dfa(0, None, leaf, None)
     else:
@@ -184,6 +193,48 @@ def test_the_c_leaf_walk_gives_the_numpy_walk(tokenizer_info, leaf):
             assert np.array_equal(row, pack_token_ids(inside, tokenizer_info.vocab_size)), f"state {q}"
             assert {(int(p), int(c)) for p, c in zip(exit_pos, exit_col)} == {(p, c) for p, c, _ in want[1]}
     assert walked > 50
+
+
+# Every string of up to 5 bytes over a small alphabet (and a few longer runs): the trie's
+# subtrees are wide and deep, so the row walk's whole-subtree shortcut is taken everywhere.
+_SMALL_ALPHABET = [b"a", b"b", b"_", b";", b"\xc3\xa9"]
+_SMALL_VOCAB = sorted({b"".join(t) for n in range(1, 6) for t in itertools.product(_SMALL_ALPHABET, repeat=n)}
+                      | {b"a" * 12, b"ab" * 7, b"b" * 9 + b";", b"_" * 11}
+                      # subtrees with only a and b below, deep in a pattern's way
+                      | {p + b"".join(t) for p in (b"a_aaaa", b";aaaa") for n in (1, 2)
+                         for t in itertools.product((b"a", b"b"), repeat=n)})
+
+
+@needs_c
+@pytest.mark.parametrize("pattern", [
+    r"[ab]+(_[^;]*;)?",  # accepting states, then a run that is not: exits before a whole subtree
+    r";aaaa[^;][^b;]*;",  # the class narrows after one step: a run keeps the bytes of every step
+    r";aaaa[^;]+",  # a run into an accepting loop: exits on the way, never whole
+    r"(ab)*;",  # a cycle of two states: no run beyond it
+    r"[ab_]{0,3};",  # a chain shorter than the tokens: only shallow subtrees fit
+    r"[ab][a]*_?b{0,6};",  # the classes narrow along the way: a run keeps the bytes of every step
+    r"(a|\xe9|_)*;",  # a two-byte character inside the loop: non-ASCII bytes never run
+])
+def test_the_c_row_walk_sets_whole_subtrees_as_the_numpy_walk_finds_them(pattern):
+    """On a vocabulary of every short string over a few bytes, every state of each leaf: the
+    packed inside row and the exits of the C row walk are those of the numpy walk."""
+    from constraints import TokenizerInfo, leaves
+    from constraints.json_leaves import regex_leaf
+
+    info = TokenizerInfo(_SMALL_VOCAB + [b"</s>"], (len(_SMALL_VOCAB),), frozenset({len(_SMALL_VOCAB)}))
+    dfa = regex_leaf(pattern)
+    layout = info.layout
+    inside_total = 0
+    for q in range(dfa.num_states):
+        first = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
+        want = _as_sets(leaves._walk(layout, dfa, q, None, first))
+        row, (exit_pos, exit_col) = native.leaf_row(native.module(), dfa.trans, dfa.accept,
+                                                    layout.lexicographic_arrays(), q, info.vocab_size)
+        inside = np.array(sorted(layout.token_ids[p] for p, _, _ in want[0]), dtype=np.int64)
+        assert np.array_equal(row, pack_token_ids(inside, info.vocab_size)), f"state {q}"
+        assert {(int(p), int(c)) for p, c in zip(exit_pos, exit_col)} == {(p, c) for p, c, _ in want[1]}, f"state {q}"
+        inside_total += len(inside)
+    assert inside_total > 10
 
 
 @needs_c
