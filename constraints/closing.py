@@ -285,10 +285,18 @@ class ClosingDistance:
     def _enter(self, way: _Way, pos: int, sid: int) -> None:
         """``sid`` is the state at ``pos`` of ``way``: it and the states at the cuts of the
         fewest-token spelling from there get their bound (each one's witness is the next
-        token of the spelling), and remember the way for their tight rows."""
+        token of the spelling), and remember the way for their tight rows. It stops at a
+        state already entered on a way at least as cheap (the closing of the same structure
+        seen from a state a token earlier): that one has its bound and a witness already, and
+        so, from it, has every state after it."""
+        first = True
         while pos not in way.states:
+            cost = way.cost[pos] + way.end_cost
+            if not first and sid in self._ways and self._bounds.get(sid, math.inf) <= cost:
+                return
+            first = False
             way.states[pos] = sid
-            self._lower(sid, way.cost[pos] + way.end_cost)
+            self._lower(sid, cost)
             self._ways.setdefault(sid, (way, pos))
             if pos == len(way.data):
                 return

@@ -376,3 +376,46 @@ def test_admission_finds_the_far_from_budget_threshold_so_no_fill_does():
     matcher.fill_next_token_bitmask(bitmask, 0, max_tokens=499)
     assert calls == [1]  # read, not computed again
     assert closing_for(auto)._every_state_fits() == most(auto, auto.info.single_byte_tokens) + 1 + closing_for(auto)._margin
+
+
+@pytest.mark.parametrize("schema", [NESTED, *PUSHDOWN, *LONGER_IS_FEWER, *EXACT])
+def test_every_cached_bound_keeps_a_witness_after_walks_near_the_budget(schema):
+    """Walks that stay near their budget search from state after state, each way entered
+    only until it meets a state a cheaper or equal way entered before: afterwards every
+    cached bound still has a witness (the state terminates at that cost, or an allowed token
+    leads to a state whose cached bound is at most one less)."""
+    import random
+
+    info = TokenizerInfo(NESTED_VOCAB, (EOS,), frozenset({EOS}))
+    if isinstance(schema, str):
+        info = TokenizerInfo(list(VOCAB) + [b""] * 10, (EOS,), frozenset({EOS}))
+        grammar = GrammarCompiler(info).compile_regex(schema)
+    else:
+        grammar = GrammarCompiler(info).compile_json_schema(schema)
+    auto = grammar.automaton
+    closing = closing_for(auto)
+    bitmask = allocate_token_bitmask(1, info.vocab_size)
+    start = int(grammar.matcher().min_tokens_to_finish())
+    for seed in range(12):
+        rng, m = random.Random(seed), grammar.matcher()
+        budget = start + seed % 4
+        while not m.is_terminated() and budget > 0:
+            m.fill_next_token_bitmask(bitmask, 0, max_tokens=budget)
+            allowed = np.nonzero(unpack_bitmask(bitmask[0], info.vocab_size))[0].tolist()
+            token = rng.choice(allowed)
+            if token == EOS:
+                break
+            assert m.accept_token(token)
+            budget -= 1
+    index = {s: sid for sid, s in enumerate(closing._graph.states)}
+    checked = 0
+    for sid, bound in closing._bounds.items():
+        if math.isinf(bound):
+            continue
+        state = closing._graph.states[sid]
+        if _termination(auto, state) <= bound:
+            continue
+        after = (auto.advance(state, info.token_bytes[t]) for t in _tokens(info))
+        assert any(n is not None and closing._bounds.get(index.get(n), math.inf) <= bound - 1 for n in after), sid
+        checked += 1
+    assert checked >= (2 if isinstance(schema, str) else 10)
