@@ -56,7 +56,8 @@ def _load():
         return None
     source = _SOURCE.read_bytes()
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    tag = hashlib.sha256(source + compiler.encode() + include.encode() + suffix.encode()).hexdigest()[:16]
+    tag = hashlib.sha256(source + compiler.encode() + include.encode() + suffix.encode()
+                         + " ".join(_CFLAGS).encode()).hexdigest()[:16]
     path = _cache_dir() / tag / f"{_NAME}{suffix}"
     try:
         if not path.exists():
@@ -85,6 +86,12 @@ def _cache_dir() -> Path:
     return Path(root) / "native"
 
 
+# -O3: the per-cell loops (stacking rule tables, a vocabulary walk's byte sets) vectorize
+# there, not at -O2 (stacking a grammar's 749 rows of 256 cells: 210 -> 45 us measured).
+# No -march=native: the built file is cached on disk and may outlive the CPU it was built on.
+_CFLAGS = ("-O3",)
+
+
 def _build(compiler: str, include: str, path: Path) -> None:
     """Compile to a temporary file beside ``path``, then rename: processes building at
     once each write their own and the last rename wins (the files are the same)."""
@@ -92,7 +99,7 @@ def _build(compiler: str, include: str, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        subprocess.run([compiler, "-O2", "-shared", "-fPIC", f"-I{include}", "-o", tmp, str(_SOURCE)],
+        subprocess.run([compiler, *_CFLAGS, "-shared", "-fPIC", f"-I{include}", "-o", tmp, str(_SOURCE)],
                        check=True, capture_output=True, timeout=_BUILD_TIMEOUT_S)
         os.replace(tmp, path)
     finally:
