@@ -258,6 +258,26 @@ static int64_t end_set(EndSets *e, Config *cfg, int64_t n) {
  * as they are (rule positions whose calls the caller walks itself). With ends: the set of
  * configurations each surviving token's last byte reached (before closure: the automaton's
  * own state after the token). */
+/* A vocabulary subtree below a lone configuration at a plain position (no call, no return,
+ * no character count) whose bytes below all loop on that position is allowed whole, every
+ * token of it ending in that same configuration (see Vocab.below). Subtrees of fewer tokens
+ * than this are walked. */
+#define WHOLE_FROM 4
+
+/* The bytes that lead from plain position g back to itself, in Vocab.below's form (bit 0:
+ * NUL and every byte of 128 and up); none where g is not plain (a counted position's
+ * bytes change its count, a call or a return adds configurations). */
+static void pda_loop(const Pda *p, int32_t g, uint64_t *out) {
+    out[0] = out[1] = 0;
+    if ((p->flags[g] & (RETURNS | IN_COUNTED)) || p->call_off[g] != p->call_off[g + 1]) return;
+    const int32_t *t = p->trans + (int64_t)g * 256;
+    for (int b = 1; b < 128; b++)
+        if (t[b] == g) out[b >> 6] |= 1ull << (b & 63);
+    int high = t[0] == g;
+    for (int b = 128; b < 256 && high; b++) high = t[b] == g;
+    out[0] |= (uint64_t)high;
+}
+
 static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int close_first, uint32_t *row,
                          EndSets *ends) {
     Config *arena = w->arena;
@@ -270,6 +290,9 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
     at[0] = 0;
     at[1] = n0;
     uint8_t live[256] = {0}; /* first bytes some configuration steps on */
+    int32_t loop_of[64]; /* pda_loop of the positions met, direct-mapped by g % 64 */
+    uint64_t loops[64][2];
+    for (int j = 0; j < 64; j++) loop_of[j] = -1;
     for (int64_t i = 0; i < n0; i++) {
         const int32_t *t = p->trans + (int64_t)arena[i].g * 256;
         for (int b = 0; b < 256; b++) live[b] |= t[b] >= 0;
@@ -285,6 +308,7 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
             dead_at = INT64_MAX;
             int64_t k = l < valid ? l : valid;
             const uint8_t *bytes = v->bytes + v->off[i];
+            int whole = 0;
             while (k < len) {
                 if (at[k + 1] + SET_CAP > ARENA_CAP || k + 2 >= 260) { w->overflow = 1; break; }
                 Config *next = arena + at[k + 1];
@@ -297,8 +321,30 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
                 if (!m) { dead_at = k + 1; break; }
                 at[k + 2] = at[k + 1] + m;
                 k++;
+                if (m == 1 && v->below && v->sub_end[v->off[i] + k - 1] - i >= WHOLE_FROM) {
+                    int32_t g = arena[at[k]].g, slot = g & 63;
+                    if (loop_of[slot] != g) { pda_loop(p, g, loops[slot]); loop_of[slot] = g; }
+                    const uint64_t *sub = v->below[v->off[i] + k - 1];
+                    if ((loops[slot][0] | loops[slot][1]) && !(sub[0] & ~loops[slot][0])
+                        && !(sub[1] & ~loops[slot][1])) { whole = 1; break; }
+                }
             }
             if (w->overflow) return -1;
+            if (whole) { /* every token below ends in the one configuration at depth k */
+                int64_t end = v->sub_end[v->off[i] + k - 1], id = -1;
+                if (ends) {
+                    scratch[0] = arena[at[k]];
+                    id = end_set(ends, scratch, 1);
+                    if (id < 0) { w->overflow = 1; return -1; }
+                }
+                for (int64_t j = i; j < end; j++) {
+                    set_bit(row, v->ids[j]);
+                    if (ends) ends->id[j] = (int32_t)id;
+                }
+                valid = k;
+                i = end - 1;
+                continue;
+            }
             if (dead_at == 1) break; /* the first byte itself: the whole range is dead */
             valid = k;
             if (k < len) { /* every token sharing the dead prefix: skipped at once */
@@ -363,7 +409,6 @@ static inline void add_byte(uint64_t *set, uint8_t b) {
  * and the same from it (so a self-loop's run is unbounded and a chain's as long as the chain,
  * its class the bytes every step of it takes). */
 #define RUN_UNBOUNDED 0x7fffffff
-#define WHOLE_FROM 4 /* subtrees of fewer tokens are walked (their runs would cost more) */
 typedef struct {
     const int32_t *trans;
     int64_t stride;

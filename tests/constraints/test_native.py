@@ -551,3 +551,32 @@ def test_counted_rows_from_the_rows_by_count_are_the_filtered_walks(tokenizer_in
                 assert np.array_equal(walk.inside_row(need, room, tokenizer_info), want), (q, need, room)
                 checked += int(fits.sum())
     assert checked > 100_000
+
+
+@needs_c
+@pytest.mark.parametrize("schema", SCHEMAS + [{"type": "array", "items": {"type": "string"}},
+                                              {"type": "object", "additionalProperties": {"type": "string"}}])
+def test_token_ends_equal_the_byte_graph_walk(tokenizer_info, schema):
+    """The C walk's end states (where a plain string body's subtrees are taken whole, every
+    token of one ending where it began) against the closing's byte-table walk of the
+    vocabulary, at every state of random walks: the same tokens, each ending in the same
+    state."""
+    from constraints.closing import ClosingDistance
+
+    pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+    graph = ClosingDistance(pda)._graph
+    compared = 0
+    for seed in range(3):
+        rng, state = np.random.default_rng(seed), pda.initial
+        for _ in range(10):
+            token_ids, index, ends = pda.token_ends(state)
+            want_ids, want_ends = graph.walk_vocab(graph.intern(state))
+            order = np.argsort(want_ids)
+            assert np.array_equal(np.sort(token_ids), want_ids[order])
+            got = dict(zip(token_ids.tolist(), (ends[k] for k in index.tolist())))
+            assert all(got[t] == graph.states[e] for t, e in zip(want_ids.tolist(), want_ends.tolist()))
+            compared += len(token_ids)
+            if not len(token_ids):
+                break
+            state = pda.advance(state, tokenizer_info.token_bytes[int(rng.choice(token_ids))])
+    assert compared > 50
