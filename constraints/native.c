@@ -1785,6 +1785,47 @@ static PyObject *stack_tuple(const Work *w, int32_t node) {
 /* walk_ends(pda, vocab, configs, row, end_id i32 [N]) -> (depth, [frozenset of (stack, g)])
  * or -1 (fall back): the trie walk from the closed configurations; end_id[i] (lexicographic
  * token i, -1 left where it dies) indexes the list of the distinct states tokens end in. */
+/* advance_bytes(pda, configs, data bytes) -> frozenset of (stack tuple, position): the state
+ * after data as the automaton's own steps give it (the configurations the last byte
+ * reached); None where a byte leaves no configuration, -1 where the walk gives up (a step
+ * past max_configs configurations, or the stack pool full: step in Python instead). */
+static PyObject *py_advance_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "advance_bytes takes 3 arguments"); return NULL; }
+    const Pda *p = PyCapsule_GetPointer(args[0], "pda");
+    if (!p) return NULL;
+    Py_buffer data;
+    if (PyObject_GetBuffer(args[2], &data, PyBUF_SIMPLE) < 0) return NULL;
+    Work *w = workspace();
+    if (!w) { PyBuffer_Release(&data); return PyErr_NoMemory(); }
+    int64_t n = start_configs(w, args[1]);
+    if (n == -1) { PyBuffer_Release(&data); return NULL; }
+    Config *cur = w->arena, *next = w->arena + SET_CAP;
+    int64_t stepped = n;
+    const uint8_t *bytes = data.buf;
+    int dead = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; n > 0 && k < data.len && !w->overflow; k++) {
+        n = closure(w, p, cur, n, SET_CAP);
+        if (w->overflow) break;
+        stepped = step(w, p, cur, n, bytes[k], next);
+        if (!stepped && !w->overflow) { dead = 1; break; }
+        Config *t = cur; cur = next; next = t;
+        n = stepped;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (n < 0 || w->overflow) return PyLong_FromLong(-1);
+    if (dead) Py_RETURN_NONE;
+    PyObject *set = PyFrozenSet_New(NULL);
+    for (int64_t i = 0; set && i < stepped; i++) {
+        PyObject *stack = stack_tuple(w, cur[i].node);
+        PyObject *cfg = stack ? Py_BuildValue("(Ni)", stack, cur[i].g) : NULL;
+        if (!cfg || PySet_Add(set, cfg) < 0) { Py_XDECREF(cfg); Py_CLEAR(set); }
+        else Py_DECREF(cfg);
+    }
+    return set;
+}
+
 static PyObject *py_walk_ends(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "walk_ends takes 5 arguments"); return NULL; }
     const Pda *p;
@@ -1831,6 +1872,7 @@ static PyMethodDef methods[] = {
     {"walk_trie", (PyCFunction)(void (*)(void))py_walk_trie, METH_FASTCALL, "trie walk"},
     {"walk_list", (PyCFunction)(void (*)(void))py_walk_list, METH_FASTCALL, "walk of given tokens"},
     {"walk_leaf", (PyCFunction)(void (*)(void))py_walk_leaf, METH_FASTCALL, "walk of a leaf DFA"},
+    {"advance_bytes", (PyCFunction)(void (*)(void))py_advance_bytes, METH_FASTCALL, "a state after bytes"},
     {"rows_by_count", (PyCFunction)(void (*)(void))py_rows_by_count, METH_FASTCALL, "cumulative rows by count"},
     {"walk_ends", (PyCFunction)(void (*)(void))py_walk_ends, METH_FASTCALL, "trie walk with end states"},
     {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},

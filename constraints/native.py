@@ -167,6 +167,12 @@ class PdaWalker:
         alive = np.nonzero(end >= 0)[0]
         return self._lex.ids[alive], end[alive].astype(np.int64), found[1]
 
+    def advance(self, configs, data: bytes):
+        """The state after ``data`` (a frozenset of (stack, position), as the automaton's own
+        steps give it), None where ``data`` dies, False where the C walk gives up."""
+        found = self._mod.advance_bytes(self._pda, configs, data)
+        return False if isinstance(found, int) else found
+
     def tokens(self, configs, positions: np.ndarray, cols: np.ndarray):
         """Layout positions ``positions``, each from byte ``cols[i]`` on, walked from the
         configurations: (packed row of the survivors, which survive, shallowest depth met)."""

@@ -45,6 +45,9 @@ SHARED_WALK_STATES = 256  # leaves of this many states have their positions' wal
 
 
 _FRAME_WAYS_MAX = 1 << 16  # descents' ways kept per grammar and alphabet
+# Longer byte strings are stepped in C (a closing's completion checked by walking it): shorter
+# ones (a token) step through _step's cache, cheaper than a call that builds its result.
+_NATIVE_ADVANCE_FROM = 16
 
 
 class PushdownAutomaton(TokenAutomaton):
@@ -227,6 +230,11 @@ class PushdownAutomaton(TokenAutomaton):
 
     # -- TokenAutomaton ---------------------------------------------------------------------
     def advance(self, state: State, data: bytes) -> State | None:
+        if len(data) >= _NATIVE_ADVANCE_FROM and not self.pruned:
+            walker = self._native_walker()
+            found = False if walker is None else walker.advance(list(state), data)
+            if found is not False:
+                return found or None
         for b in data:
             state = self._step(state, b)
             if state is None:

@@ -580,3 +580,42 @@ def test_token_ends_equal_the_byte_graph_walk(tokenizer_info, schema):
                 break
             state = pda.advance(state, tokenizer_info.token_bytes[int(rng.choice(token_ids))])
     assert compared > 50
+
+
+@needs_c
+@pytest.mark.parametrize("schema", SCHEMAS, ids=["counted-formats", "counted-array", "two-counted", "recursion", "ambiguous"])
+def test_the_c_advance_over_many_bytes_is_the_python_steps(tokenizer_info, schema):
+    """A state after a long byte string (a closing's completion, runs of allowed tokens,
+    strings that die on the way), stepped in C, is the state the automaton's own steps give
+    (counts, calls and returns on the stack included), or None alike."""
+    pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+    walker = pda._native_walker()
+
+    def python_steps(state, data):
+        for b in data:
+            state = pda._step(state, b)
+            if state is None:
+                return None
+        return state
+
+    rng = np.random.default_rng(5)
+    compared = dead = 0
+    for _ in range(4):
+        state = pda.initial
+        for _ in range(25):
+            allowed = np.flatnonzero(unpack_bitmask(pda.mask_words(state), tokenizer_info.vocab_size))
+            allowed = allowed[~np.isin(allowed, tokenizer_info.eos_token_ids)]
+            if not len(allowed):
+                break
+            tokens = [int(t) for t in rng.choice(allowed, size=6)]
+            data = b"".join(tokenizer_info.token_bytes[t] for t in tokens)  # often dies after the first
+            completion = pda.shortest_completion(state, tokenizer_info.single_byte_tokens) or b""
+            for probe in (data, completion, completion + b" ", data[:1] + completion):
+                if not probe:
+                    continue
+                got = walker.advance(list(state), probe)
+                assert got is not False and got == python_steps(state, probe)
+                compared += 1
+                dead += got is None
+            state = pda.advance(state, tokenizer_info.token_bytes[tokens[0]])
+    assert compared > 40 and 0 < dead < compared
