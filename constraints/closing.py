@@ -86,6 +86,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from . import native
 from .automaton import State, TokenAutomaton
 from .bitmask import pack_token_ids
 
@@ -428,13 +429,20 @@ class ClosingDistance:
             shift = len(last) - n
             cost[n - shared:] = last_cost[len(last) - shared:]
             step[n - shared:] = [j - shift for j in last_step[len(last) - shared:]]
-        for i in range(n - shared - 1, -1, -1):
-            for j in range(i + 1, min(n, i + self._max_token_len) + 1):
-                piece = data[i:j]
-                if piece not in prefixes:
-                    break
-                if cost[j] + 1 < cost[i] and piece in vocab:
-                    cost[i], step[i] = cost[j] + 1, j
+        mod = native.module() if n > shared else None
+        if mod is not None:  # the same program in C, over the vocabulary's sorted spellings
+            cost_at, step_at = np.array(cost, dtype=np.float64), np.array(step, dtype=np.int64)
+            native.spell_suffixes(mod, self.automaton.info.layout.lexicographic_arrays(), data,
+                                  cost_at, step_at, n - shared)
+            cost, step = cost_at.tolist(), step_at.tolist()
+        else:
+            for i in range(n - shared - 1, -1, -1):
+                for j in range(i + 1, min(n, i + self._max_token_len) + 1):
+                    piece = data[i:j]
+                    if piece not in prefixes:
+                        break
+                    if cost[j] + 1 < cost[i] and piece in vocab:
+                        cost[i], step[i] = cost[j] + 1, j
         self._last_spelled = (data, cost, step)
         return cost, step
 

@@ -1785,6 +1785,53 @@ static PyObject *stack_tuple(const Work *w, int32_t node) {
 /* walk_ends(pda, vocab, configs, row, end_id i32 [N]) -> (depth, [frozenset of (stack, g)])
  * or -1 (fall back): the trie walk from the closed configurations; end_id[i] (lexicographic
  * token i, -1 left where it dies) indexes the list of the distinct states tokens end in. */
+/* spell_suffixes(vocab, data bytes, cost f64 [n + 1], step i64 [n + 1], upto): for i from upto - 1
+ * down to 0, the fewest tokens that spell data[i:] (cost[i], inf where none do) and where the
+ * first token of one such spelling ends (step[i]), from the entries at i + 1 .. n (those at
+ * upto .. n come filled). The tokens that are prefixes of data[i:] are found by narrowing the
+ * lexicographic order byte by byte (a prefix sorts before its extensions). Ties keep the
+ * shortest first token, as the Python loop does. */
+static int64_t lower_at(const Vocab *v, int64_t lo, int64_t hi, int64_t d, int c) {
+    while (lo < hi) { /* first token in [lo, hi) whose byte d is >= c (none: -1) */
+        int64_t mid = lo + (hi - lo) / 2, len = v->off[mid + 1] - v->off[mid];
+        int x = d < len ? v->bytes[v->off[mid] + d] : -1;
+        if (x < c) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+static PyObject *py_spell_suffixes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "spell_suffixes takes 5 arguments"); return NULL; }
+    const Vocab *v = PyCapsule_GetPointer(args[0], "vocab");
+    if (!v) return NULL;
+    Py_ssize_t upto = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer data, cost, step;
+    if (PyObject_GetBuffer(args[1], &data, PyBUF_SIMPLE) < 0) return NULL;
+    if (row_view(args[2], &cost, (data.len + 1) * 8, 1) < 0) { PyBuffer_Release(&data); return NULL; }
+    if (row_view(args[3], &step, (data.len + 1) * 8, 1) < 0) {
+        PyBuffer_Release(&data); PyBuffer_Release(&cost); return NULL;
+    }
+    const uint8_t *d = data.buf;
+    double *c = cost.buf;
+    int64_t *st = step.buf, n = data.len;
+    if (upto > n) upto = n;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = upto - 1; i >= 0; i--) {
+        int64_t lo = v->first[d[i]], hi = v->first[d[i] + 1];
+        for (int64_t j = i + 1; lo < hi; j++) { /* [lo, hi): the tokens starting with d[i:j] */
+            int64_t depth = j - i;
+            if (v->off[lo + 1] - v->off[lo] == depth && c[j] + 1 < c[i]) { c[i] = c[j] + 1; st[i] = j; }
+            if (j == n) break;
+            lo = lower_at(v, lo, hi, depth, d[j]);
+            hi = lower_at(v, lo, hi, depth, d[j] + 1);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data); PyBuffer_Release(&cost); PyBuffer_Release(&step);
+    Py_RETURN_NONE;
+}
+
 /* advance_bytes(pda, configs, data bytes) -> frozenset of (stack tuple, position): the state
  * after data as the automaton's own steps give it (the configurations the last byte
  * reached); None where a byte leaves no configuration, -1 where the walk gives up (a step
@@ -1873,6 +1920,7 @@ static PyMethodDef methods[] = {
     {"walk_list", (PyCFunction)(void (*)(void))py_walk_list, METH_FASTCALL, "walk of given tokens"},
     {"walk_leaf", (PyCFunction)(void (*)(void))py_walk_leaf, METH_FASTCALL, "walk of a leaf DFA"},
     {"advance_bytes", (PyCFunction)(void (*)(void))py_advance_bytes, METH_FASTCALL, "a state after bytes"},
+    {"spell_suffixes", (PyCFunction)(void (*)(void))py_spell_suffixes, METH_FASTCALL, "fewest tokens per suffix"},
     {"rows_by_count", (PyCFunction)(void (*)(void))py_rows_by_count, METH_FASTCALL, "cumulative rows by count"},
     {"walk_ends", (PyCFunction)(void (*)(void))py_walk_ends, METH_FASTCALL, "trie walk with end states"},
     {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},

@@ -218,6 +218,13 @@ def leaf_walk(mod, trans: np.ndarray, accept: np.ndarray, starts: np.ndarray | N
             (lex.pos[ex_i[:n_ex]], ex_col[:n_ex].copy(), ex_count[:n_ex].copy()))
 
 
+def spell_suffixes(mod, lex, data: bytes, cost: np.ndarray, step: np.ndarray, upto: int) -> None:
+    """Fill cost[i] (fewest tokens spelling data[i:], float64, inf where none) and step[i]
+    (the end of the first token of one such spelling, int64) for i < upto, from the entries
+    at upto .. len(data), which come filled."""
+    mod.spell_suffixes(_vocab(mod, lex), data, cost, step, upto)
+
+
 def leaf_row(mod, trans: np.ndarray, accept: np.ndarray, lex, q: int, vocab_size: int):
     """leaf_walk without character counts, the inside tokens as a packed row (no per-token
     lists to build): (row, (exit positions, columns)); None where the exit buffers are full."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -619,3 +620,29 @@ def test_the_c_advance_over_many_bytes_is_the_python_steps(tokenizer_info, schem
                 dead += got is None
             state = pda.advance(state, tokenizer_info.token_bytes[tokens[0]])
     assert compared > 40 and 0 < dead < compared
+
+
+@needs_c
+def test_the_c_suffix_spellings_are_the_python_ones(tokenizer_info):
+    """The closing's fewest-token spelling of every suffix (cost and first token's end) in C
+    equals the Python program over the vocabulary's dict of spellings: on JSON-like ways,
+    random bytes (suffixes no token spells: inf alike) and, continuing a shared tail, only
+    the head."""
+    from constraints.closing import ClosingDistance
+
+    pda = GrammarCompiler(tokenizer_info).compile_json_schema(SCHEMAS[0]).automaton
+    rng = np.random.default_rng(11)
+    ways = [b'"}],"tags":["ab"]}', b'0,"sub":{"k":null}}', "é\"}]}\n".encode() * 3,
+            bytes(rng.integers(0, 256, size=40, dtype=np.uint8)), b"\xff\xfe" + b"a" * 90]
+    ways += [bytes(rng.choice(list(b'{}[]":,0123 abcXYZ\\n'), size=30)) for _ in range(30)]
+    unspelled = 0
+    for data in ways:
+        native_side, python_side = ClosingDistance(pda), ClosingDistance(pda)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(native, "module", lambda: None)
+            want = python_side._suffix_spellings(data)
+            want_tail = python_side._suffix_spellings(b"x" + data)  # only the new head computed
+        assert native_side._suffix_spellings(data) == want
+        assert native_side._suffix_spellings(b"x" + data) == want_tail
+        unspelled += sum(math.isinf(c) for c in want[0])
+    assert unspelled > 0
