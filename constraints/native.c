@@ -1785,6 +1785,47 @@ static PyObject *stack_tuple(const Work *w, int32_t node) {
 /* walk_ends(pda, vocab, configs, row, end_id i32 [N]) -> (depth, [frozenset of (stack, g)])
  * or -1 (fall back): the trie walk from the closed configurations; end_id[i] (lexicographic
  * token i, -1 left where it dies) indexes the list of the distinct states tokens end in. */
+/* descent_byte(trans i32 [S, 256], dist i64 [S], alphabet bool [256], inc bool [S, 256],
+ * returns bool [S], g, counting) -> the first byte of alphabet from g one byte closer to
+ * the rule's end (dist one less); counting (a counted leaf still needs characters): the first
+ * that starts a character and keeps the distance, else one closer that neither starts a
+ * character nor returns. -1: none. */
+static PyObject *py_descent_byte(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "descent_byte takes 7 arguments"); return NULL; }
+    long g = PyLong_AsLong(args[5]);
+    int counting = PyObject_IsTrue(args[6]);
+    if (PyErr_Occurred() || counting < 0) return NULL;
+    Py_buffer v[5];
+    int got = 0;
+    for (; got < 5; got++)
+        if (row_view(args[got], &v[got], 0, 0) < 0) break;
+    PyObject *out = NULL;
+    if (got == 5) {
+        int64_t states = v[1].len / 8;
+        if (v[0].len != states * 256 * 4 || v[2].len < 256 || v[3].len != states * 256 || v[4].len != states
+            || g < 0 || g >= states) {
+            PyErr_SetString(PyExc_ValueError, "descent_byte: bad tables");
+        } else {
+            const int32_t *row = (const int32_t *)v[0].buf + g * 256;
+            const int64_t *dist = v[1].buf;
+            const uint8_t *alpha = v[2].buf, *inc = (const uint8_t *)v[3].buf + g * 256, *ret = v[4].buf;
+            int found = -1;
+            for (int b = 0; b < 256 && found < 0; b++) {
+                int32_t t = row[b];
+                if (t < 0 || !alpha[b]) continue;
+                if (counting ? inc[b] && dist[t] == dist[g] : dist[t] == dist[g] - 1) found = b;
+            }
+            for (int b = 0; counting && b < 256 && found < 0; b++) {
+                int32_t t = row[b];
+                if (t >= 0 && alpha[b] && dist[t] == dist[g] - 1 && !inc[b] && !ret[t]) found = b;
+            }
+            out = PyLong_FromLong(found);
+        }
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    return out;
+}
+
 /* spell_suffixes(vocab, data bytes, cost f64 [n + 1], step i64 [n + 1], upto): for i from upto - 1
  * down to 0, the fewest tokens that spell data[i:] (cost[i], inf where none do) and where the
  * first token of one such spelling ends (step[i]), from the entries at i + 1 .. n (those at
@@ -1921,6 +1962,7 @@ static PyMethodDef methods[] = {
     {"walk_leaf", (PyCFunction)(void (*)(void))py_walk_leaf, METH_FASTCALL, "walk of a leaf DFA"},
     {"advance_bytes", (PyCFunction)(void (*)(void))py_advance_bytes, METH_FASTCALL, "a state after bytes"},
     {"spell_suffixes", (PyCFunction)(void (*)(void))py_spell_suffixes, METH_FASTCALL, "fewest tokens per suffix"},
+    {"descent_byte", (PyCFunction)(void (*)(void))py_descent_byte, METH_FASTCALL, "a byte one closer to the end"},
     {"rows_by_count", (PyCFunction)(void (*)(void))py_rows_by_count, METH_FASTCALL, "cumulative rows by count"},
     {"walk_ends", (PyCFunction)(void (*)(void))py_walk_ends, METH_FASTCALL, "trie walk with end states"},
     {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},

@@ -438,16 +438,21 @@ class PushdownAutomaton(TokenAutomaton):
         if move is not False:
             return move
         row = self._trans[g]
-        live = (row >= 0) & alphabet
-        d = np.where(live, dist.dist[np.maximum(row, 0)], UNREACHABLE)
-        closer = live & (d == dist.dist[g] - 1)
-        if counting:  # a character that keeps the distance, else progress that does not close
-            ok = np.nonzero(live & self._inc[g] & (d == dist.dist[g]))[0]
-            if not len(ok):
-                ok = np.nonzero(closer & ~self._inc[g] & ~self._returns[np.maximum(row, 0)])[0]
+        mod = native.module()
+        if mod is not None:  # the same search in C, without five arrays of 256
+            b = mod.descent_byte(self._trans, dist.dist, alphabet, self._inc, self._returns, g, counting)
+            move = (b, int(row[b])) if b >= 0 else None
         else:
-            ok = np.nonzero(closer)[0]
-        move = (int(ok[0]), int(row[ok[0]])) if len(ok) else None
+            live = (row >= 0) & alphabet
+            d = np.where(live, dist.dist[np.maximum(row, 0)], UNREACHABLE)
+            closer = live & (d == dist.dist[g] - 1)
+            if counting:  # a character that keeps the distance, else progress that does not close
+                ok = np.nonzero(live & self._inc[g] & (d == dist.dist[g]))[0]
+                if not len(ok):
+                    ok = np.nonzero(closer & ~self._inc[g] & ~self._returns[np.maximum(row, 0)])[0]
+            else:
+                ok = np.nonzero(closer)[0]
+            move = (int(ok[0]), int(row[ok[0]])) if len(ok) else None
         if move is None and not counting:
             for start, ret, counted in self._calls[g]:
                 k = int(np.searchsorted(self._offsets, start, side="right")) - 1

@@ -646,3 +646,35 @@ def test_the_c_suffix_spellings_are_the_python_ones(tokenizer_info):
         assert native_side._suffix_spellings(b"x" + data) == want_tail
         unspelled += sum(math.isinf(c) for c in want[0])
     assert unspelled > 0
+
+
+@needs_c
+def test_the_c_descent_byte_is_the_numpy_one(tokenizer_info):
+    """The completion descent's next byte (one closer to the rule's end; in a counted leaf
+    still short of characters, one that starts a character and keeps the distance) from
+    every position of real grammars, counting and not, over two alphabets: C equals numpy."""
+    from constraints import pushdown
+
+    narrow = tokenizer_info.single_byte_tokens.copy()
+    narrow[[ord(c) for c in " !#$%&'()*+0"]] = False  # a counted string's first choices
+    alphabets = [tokenizer_info.single_byte_tokens, np.ones(256, dtype=bool), narrow]
+    checked = moved = 0
+    for schema in SCHEMAS + _dev_schemas(1):
+        try:
+            pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+        except Exception:  # noqa: BLE001 - a refused schema is not this test's concern
+            continue
+        for alphabet in alphabets:
+            dist = pda._grammar_distances(alphabet)
+            for g in range(len(pda._final)):
+                for counting in (False, True):
+                    dist.moves.clear()
+                    got = pda._descent_move(g, counting, dist, alphabet)
+                    dist.moves.clear()
+                    with pytest.MonkeyPatch.context() as mp:
+                        mp.setattr(pushdown.native, "module", lambda: None)
+                        want = pda._descent_move(g, counting, dist, alphabet)
+                    assert got == want, (g, counting)
+                    checked += 1
+                    moved += want is not None and want[0] >= 0
+    assert checked > 1000 and moved > 200
