@@ -1796,11 +1796,9 @@ static PyObject *py_descent_byte(PyObject *self, PyObject *const *args, Py_ssize
     int counting = PyObject_IsTrue(args[6]);
     if (PyErr_Occurred() || counting < 0) return NULL;
     Py_buffer v[5];
-    int got = 0;
-    for (; got < 5; got++)
-        if (row_view(args[got], &v[got], 0, 0) < 0) break;
+    if (get_views(args, v, 5) < 0) return NULL;
     PyObject *out = NULL;
-    if (got == 5) {
+    {
         int64_t states = v[1].len / 8;
         if (v[0].len != states * 256 * 4 || v[2].len < 256 || v[3].len != states * 256 || v[4].len != states
             || g < 0 || g >= states) {
@@ -1822,7 +1820,7 @@ static PyObject *py_descent_byte(PyObject *self, PyObject *const *args, Py_ssize
             out = PyLong_FromLong(found);
         }
     }
-    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    for (int i = 0; i < 5; i++) PyBuffer_Release(&v[i]);
     return out;
 }
 
