@@ -264,18 +264,24 @@ static int64_t end_set(EndSets *e, Config *cfg, int64_t n) {
  * than this are walked. */
 #define WHOLE_FROM 4
 
-/* The bytes that lead from plain position g back to itself, in Vocab.below's form (bit 0:
- * NUL and every byte of 128 and up); none where g is not plain (a counted position's
- * bytes change its count, a call or a return adds configurations). */
+/* The bytes of a 256-wide table row that lead to ``target``, in Vocab.below's form: bit b of
+ * word b / 64 for an ASCII byte b, bit 0 only where NUL and every byte of 128 and up do. */
+static void bytes_to(const int32_t *row, int32_t target, uint64_t *out) {
+    out[0] = out[1] = 0;
+    for (int b = 1; b < 128; b++)
+        if (row[b] == target) out[b >> 6] |= 1ull << (b & 63);
+    int high = row[0] == target;
+    for (int b = 128; b < 256 && high; b++) high = row[b] == target;
+    out[0] |= (uint64_t)high;
+}
+
+/* The bytes that lead from plain position g back to itself (bytes_to); none where g is not
+ * plain (a counted position's bytes change its count, a call or a return adds
+ * configurations). */
 static void pda_loop(const Pda *p, int32_t g, uint64_t *out) {
     out[0] = out[1] = 0;
     if ((p->flags[g] & (RETURNS | IN_COUNTED)) || p->call_off[g] != p->call_off[g + 1]) return;
-    const int32_t *t = p->trans + (int64_t)g * 256;
-    for (int b = 1; b < 128; b++)
-        if (t[b] == g) out[b >> 6] |= 1ull << (b & 63);
-    int high = t[0] == g;
-    for (int b = 128; b < 256 && high; b++) high = t[b] == g;
-    out[0] |= (uint64_t)high;
+    bytes_to(p->trans + (int64_t)g * 256, g, out);
 }
 
 static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int close_first, uint32_t *row,
@@ -432,11 +438,7 @@ static int32_t run_target(const Runs *r, int32_t s, uint64_t *bytes) {
     }
     bytes[0] = bytes[1] = 0;
     if (best < 0 || r->accept[best]) return -1;
-    for (int b = 1; b < 128; b++)
-        if (t[b] == best) bytes[b >> 6] |= 1ull << (b & 63);
-    int high = t[0] == best;
-    for (int b = 128; b < 256 && high; b++) high = t[b] == best;
-    bytes[0] |= (uint64_t)high;
+    bytes_to(t, best, bytes);
     return best;
 }
 
