@@ -3,7 +3,7 @@
 
 ``compile_sm90.py`` compiles each kernel from a hand-written signature. This script instead
 calls the launchers (``decode_attention``, ``extend_attention``, ``store_kv``, the sampler,
-rmsnorm, silu_and_mul, rope) on CPU tensors of the engine's real shapes and dtypes, with a stand-in driver that
+rmsnorm, silu_and_mul, rope, the quantized matmuls) on CPU tensors of the engine's real shapes and dtypes, with a stand-in driver that
 reports an sm_90 target, and turns every launch into a warm-up (compile, never run). So the
 JIT's own binder picks the signature and specializations (int32/int64 index tensors, strides
 equal to 1 or divisible by 16, pointer alignment) exactly as it will on an H100/H200, and the
@@ -96,6 +96,18 @@ def _sampling(vocab: int) -> None:
         apply_token_bitmask_inplace_triton(logits, mask)
 
 
+def _quant_mm(n: int, k: int) -> None:
+    from sglang_lite_kernels.quant_mm import fp8_mm, int4_mm, int4_rows_mm, int8_mm
+
+    for rows in (1, 8, 64):
+        x = torch.zeros(rows, k, dtype=torch.bfloat16)
+        int4_mm(x, torch.zeros(n, k // 2, dtype=torch.uint8), torch.zeros(k // 32, n, 2, dtype=torch.bfloat16), 32)
+        int4_rows_mm(x, torch.zeros(n, k // 2, dtype=torch.uint8), torch.ones(n, k // 32, dtype=torch.bfloat16),
+                     torch.zeros(n, k // 32, dtype=torch.bfloat16))
+        int8_mm(x, torch.zeros(n, k, dtype=torch.int8), torch.ones(n))
+        fp8_mm(x, torch.zeros(n, k, dtype=torch.float8_e4m3fn), torch.ones(n, k // 32))
+
+
 def main() -> None:
     _install()
     # Llama-3.2-1B, SmolLM2-135M, a head_dim-128 model, MQA; fp32/fp16 as the GPU kernel tests use.
@@ -119,6 +131,8 @@ def main() -> None:
         tables = torch.zeros(2, 8192, head_dim // 2)
         apply_rope_(q.view(3, hq, head_dim), k.view(3, hkv, head_dim), tables[0], tables[1],
                     torch.zeros(3, dtype=torch.int64))
+    for n, k in ((1728, 576), (576, 1536), (49152, 576), (28672, 4096)):  # SmolLM2, Llama-3-8B
+        _quant_mm(n, k)
     for name, shared in sorted(_compiled.items()):
         print(f"ok {name} (max shared {shared} B)")
 
