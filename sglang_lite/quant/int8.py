@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from sglang_lite.quant.cuda_kernels import on_cuda_kernel
 from sglang_lite.quant.int4 import Int4Weight
+from sglang_lite_kernels.quant_mm import int8_mm
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -48,6 +50,8 @@ class Int8Weight:
     def mm(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] <= self.KERNEL_MAX_ROWS and x.device.type == "cpu":
             return torch._weight_int8pack_mm(x.contiguous(), self.q, self.scale.to(x.dtype))
+        if on_cuda_kernel(x):
+            return int8_mm(x.contiguous(), self.q, self.scale)
         # The scale is per output channel, so it applies to the product.
         return F.linear(x, self.q.to(x.dtype)) * self.scale.to(x.dtype)
 
@@ -91,7 +95,7 @@ class GroupInt8Weight:
         return self.hi.nbytes + self.lo.nbytes
 
     def mm(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] <= Int4Weight.KERNEL_MAX_ROWS and x.device.type == "cpu":
+        if x.shape[0] <= Int4Weight.KERNEL_MAX_ROWS and x.device.type == "cpu" or on_cuda_kernel(x):
             return self.hi.mm(x) + self.lo.mm(x)
         return F.linear(x, self.dequantize(x.dtype))
 

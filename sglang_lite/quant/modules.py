@@ -40,7 +40,13 @@ class QuantEmbedding(nn.Module):
 
 
 def packed_to(weight, device: torch.device):
-    """``weight`` with every tensor (nested packed weights too) on ``device``."""
+    """``weight`` with every tensor (nested packed weights too) on ``device``; an int4 weight
+    bound for CUDA takes the layout by rows that the GPU kernel reads (``Int4RowsWeight``)."""
+    from sglang_lite.quant.int4 import Int4Weight
+    from sglang_lite.quant.int4_rows import Int4RowsWeight
+
+    if isinstance(weight, Int4Weight) and torch.device(device).type == "cuda":
+        weight = Int4RowsWeight.of(weight)
     moved = {}
     for f in dataclasses.fields(weight):
         v = getattr(weight, f.name)
