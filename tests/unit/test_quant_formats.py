@@ -188,3 +188,22 @@ def test_embedded_gguf_blocks_match_the_gguf_package():
         assert torch.allclose(packed.dequantize(torch.float32), ref, rtol=0, atol=1e-6)
         _check_mm(packed, torch.float32)
     assert seen == {"Q4_1", "Q8_0", "F32"}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_int4_by_rows_is_the_same_weight(shape, dtype):
+    """The layout an int4 weight takes on CUDA (Int4RowsWeight): the same codes and scales,
+    the zero point z - 8 s rounded once into the scales' dtype; rows and mm agree with it."""
+    from sglang_lite.quant.int4_rows import Int4RowsWeight
+    from sglang_lite.quant.modules import packed_to
+
+    packed = Int4Weight.quantize(_weight(*shape), 32, dtype)
+    rows = Int4RowsWeight.of(packed)
+    assert (rows.out_features, rows.in_features) == (packed.out_features, packed.in_features)
+    ref = packed.dequantize(torch.float32)
+    slack = 1e-6 if dtype == torch.float32 else 2**-8 * ref.abs().max().item()  # two bf16 roundings of z
+    assert (rows.dequantize(torch.float32) - ref).abs().max().item() <= slack
+    _check_rows(rows, dtype)
+    _check_mm(rows, dtype)
+    assert packed_to(packed, torch.device("cpu")).__class__ is Int4Weight  # only CUDA relayouts
