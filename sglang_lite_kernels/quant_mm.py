@@ -295,7 +295,10 @@ def _launch(kernel, x, n, grid_mn, args, strides, num_warps, **meta):
     if m and n:
         kernel[(*grid_mn, split)](x, *args, out, m, n, k, per, x.stride(0), *strides, n,
                                   num_warps=num_warps, **meta)
-    return out if split == 1 else out.sum(0).to(x.dtype)
+    if split == 1:
+        return out
+    # one reduction that sums in fp32 and writes x's dtype (sum then cast was two launches)
+    return torch.sum(out, 0, out=torch.empty((m, n), dtype=x.dtype, device=x.device))
 
 
 def _use_gemv(gemv: bool | None, m: int) -> bool:
