@@ -146,9 +146,8 @@ class EngineConfig:
         if dense_above is None:
             dense_above = DEFAULT_DENSE_WEIGHTS_ABOVE if cfg.quantization == "auto" and quantization != "none" else 0
         backend = cfg.attention_backend
-        if backend == "auto":  # the triton kernels read the pool in the model's own dtype
-            backend = ("invariant" if cfg.deterministic
-                       else "triton" if on_gpu and kv_dtype == _canonical(dtype) else "torch")
+        if backend == "auto":  # the triton kernels read every KV format (8-bit codes with scales too)
+            backend = "invariant" if cfg.deterministic else "triton" if on_gpu else "torch"
         budgets = {}
         if cfg.num_continuous_decode_steps is None:
             budgets["num_continuous_decode_steps"] = 8 if on_gpu else 1
@@ -180,10 +179,7 @@ class EngineConfig:
         self._validate_dense_weights()
         if self.attention_backend == "triton" and not self.device.startswith("cuda"):
             raise ValueError("attention_backend: 'triton' needs a CUDA device")
-        kv_dtype = resolve_kv_cache_dtype(self.kv_cache_dtype, self.dtype)
-        if self.attention_backend == "triton" and kv_dtype != _canonical(self.dtype):
-            raise ValueError(f"kv_cache_dtype: {self.kv_cache_dtype!r} needs attention_backend='torch' "
-                             f"(the triton kernels read a KV pool in the model's dtype, {self.dtype})")
+        resolve_kv_cache_dtype(self.kv_cache_dtype, self.dtype)  # a clear error for an unknown one
         for name in ("page_size", "max_running_requests", "max_prefill_tokens", "chunked_prefill_size",
                      "max_queue_size", "stream_interval"):
             if int(getattr(self, name)) < 1:
@@ -268,9 +264,6 @@ class EngineConfig:
     def torch_device(self) -> torch.device:
         return torch.device(self.device)
 
-
-def _canonical(dtype: str) -> str:
-    return str(_DTYPES[dtype]).removeprefix("torch.")
 
 
 def _auto_quantization(model: str | None) -> str:

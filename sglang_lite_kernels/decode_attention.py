@@ -83,12 +83,40 @@ def decode_attention_ref(q, k_buffer, v_buffer, req_to_token, req_pool_indices, 
 
 
 @triton.jit
+def load_kv(ptrs, mask, scale_ptrs, n_mask, dtype: tl.constexpr, SCALED: tl.constexpr):
+    """A [BLOCK_N, BLOCK_D] tile of k or v in ``dtype`` (q's): the pool's values, or with SCALED
+    its 8-bit codes times each token's scale (one a token and kv head, ``kv_format``)."""
+    x = tl.load(ptrs, mask=mask, other=0.0)
+    if SCALED:
+        scale = tl.load(scale_ptrs, mask=n_mask, other=0.0).to(tl.float32)
+        return (x.to(tl.float32) * scale[:, None]).to(dtype)
+    return x.to(dtype)
+
+
+def scale_args(k_buffer, k_scale, v_scale) -> tuple:
+    """(k scales, v scales, their slot strides, SCALED) for the kernels: the scales of an 8-bit
+    pool ([S, Hkv] each, heads contiguous), or the buffer itself as an unread stand-in."""
+    if (k_scale is None) != (v_scale is None):
+        raise ValueError("k_scale, v_scale: give both (an 8-bit pool) or neither")
+    if k_scale is None:
+        return k_buffer, k_buffer, 0, 0, False
+    for name, t in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if t.shape != k_buffer.shape[:2] or t.stride(1) != 1 or t.device != k_buffer.device:
+            raise ValueError(f"{name}: expected [{k_buffer.shape[0]}, {k_buffer.shape[1]}] with heads contiguous "
+                             f"on {k_buffer.device}, got {tuple(t.shape)} strides {t.stride()} on {t.device}")
+    if k_buffer.dtype not in (torch.int8, torch.float8_e4m3fn):
+        raise ValueError(f"k_scale: scales go with 8-bit codes (int8, float8_e4m3fn), not {k_buffer.dtype}")
+    return k_scale, v_scale, k_scale.stride(0), v_scale.stride(0), True
+
+
+@triton.jit
 def _decode_stage1(
     q_ptr, k_ptr, v_ptr, req_to_token_ptr, req_pool_ptr, seq_lens_ptr, mid_o_ptr, mid_lse_ptr,
     sm_scale, stride_qb, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_rt,
-    stride_mob, stride_moh, stride_mos, stride_mlb, stride_mlh,
+    stride_mob, stride_moh, stride_mos, stride_mlb, stride_mlh, ks_ptr, vs_ptr, stride_ksn, stride_vsn,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    SCALED: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
@@ -115,13 +143,15 @@ def _decode_stage1(
         n_mask = pos < end
         slots = tl.load(req_to_token_ptr + row * stride_rt + pos, mask=n_mask, other=0).to(tl.int64)
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_ptr + slots[:, None] * stride_kn + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
-        qk = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * sm_scale  # [BLOCK_H, BLOCK_N]
+        k = load_kv(k_ptr + slots[:, None] * stride_kn + kvh * stride_kh + d[None, :], kv_mask,
+                    ks_ptr + slots * stride_ksn + kvh, n_mask, q.dtype, SCALED)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_H, BLOCK_N]
         qk = tl.where(n_mask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         p = tl.exp(qk - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
-        v = tl.load(v_ptr + slots[:, None] * stride_vn + kvh * stride_vh + d[None, :], mask=kv_mask, other=0.0)
+        v = load_kv(v_ptr + slots[:, None] * stride_vn + kvh * stride_vh + d[None, :], kv_mask,
+                    vs_ptr + slots * stride_vsn + kvh, n_mask, q.dtype, SCALED)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         l_i = l_i * alpha + tl.sum(p, 1)
         m_i = m_new
@@ -164,12 +194,15 @@ def default_num_kv_splits(batch: int, num_kv_heads: int, device: torch.device) -
 
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                     num_kv_splits: int | None = None, block_n: int = 64, out=None):
+                     num_kv_splits: int | None = None, block_n: int = 64, out=None,
+                     k_scale=None, v_scale=None):
     """Triton flash-decoding; same contract as ``decode_attention_ref``. -> [B, Hq, D].
 
     ``num_kv_splits`` defaults to ``default_num_kv_splits``; ``out`` may be preallocated.
+    ``k_scale`` / ``v_scale`` [S, Hkv]: the buffers hold 8-bit codes, a value is code x scale.
     """
     _check_decode_args(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
+    *scales, scaled = scale_args(k_buffer, k_scale, v_scale)
     if not HAS_TRITON:
         raise RuntimeError("decode_attention: triton is not installed")
     batch, num_heads, head_dim = q.shape
@@ -195,10 +228,10 @@ def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, mid_o, mid_lse,
         sm_scale, q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1),
         v_buffer.stride(0), v_buffer.stride(1), req_to_token.stride(0),
-        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
+        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1), *scales,
         GROUP=group, HEAD_DIM=head_dim, NUM_SPLITS=num_kv_splits,
         BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_D=block_d, BLOCK_N=block_n,
-        PRECISION=precision,
+        PRECISION=precision, SCALED=scaled,
     )
     _decode_stage2[(batch, num_heads)](
         mid_o, mid_lse, out, mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),

@@ -18,6 +18,8 @@ from sglang_lite_kernels.decode_attention import (
     _check_contiguous_vectors,
     _check_paged_common,
     _gather_kv,
+    load_kv,
+    scale_args,
 )
 
 
@@ -53,9 +55,9 @@ def extend_attention_ref(q, k_buffer, v_buffer, req_to_token, req_pool_indices,
 def _extend_kernel(
     q_ptr, o_ptr, k_ptr, v_ptr, req_to_token_ptr, req_pool_ptr, prefix_lens_ptr, extend_lens_ptr,
     extend_start_ptr, sm_scale, stride_qt, stride_qh, stride_ot, stride_oh,
-    stride_kn, stride_kh, stride_vn, stride_vh, stride_rt,
+    stride_kn, stride_kh, stride_vn, stride_vh, stride_rt, ks_ptr, vs_ptr, stride_ksn, stride_vsn,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_D: tl.constexpr, PRECISION: tl.constexpr, SCALED: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -84,15 +86,17 @@ def _extend_kernel(
         n_mask = pos < kv_end
         slots = tl.load(req_to_token_ptr + row * stride_rt + pos, mask=n_mask, other=0).to(tl.int64)
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_ptr + slots[:, None] * stride_kn + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
-        qk = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * sm_scale  # [BLOCK_M, BLOCK_N]
+        k = load_kv(k_ptr + slots[:, None] * stride_kn + kvh * stride_kh + d[None, :], kv_mask,
+                    ks_ptr + slots * stride_ksn + kvh, n_mask, q.dtype, SCALED)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_M, BLOCK_N]
         visible = (pos[None, :] <= q_pos[:, None]) & n_mask[None, :]
         qk = tl.where(visible, qk, float("-inf"))
         # Key 0 is visible to every row, so m_new is finite from the first block on.
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         p = tl.exp(qk - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
-        v = tl.load(v_ptr + slots[:, None] * stride_vn + kvh * stride_vh + d[None, :], mask=kv_mask, other=0.0)
+        v = load_kv(v_ptr + slots[:, None] * stride_vn + kvh * stride_vh + d[None, :], kv_mask,
+                    vs_ptr + slots * stride_vsn + kvh, n_mask, q.dtype, SCALED)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         l_i = l_i * alpha + tl.sum(p, 1)
         m_i = m_new
@@ -104,13 +108,15 @@ def _extend_kernel(
 
 def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens,
                      extend_lens, extend_start_loc, sm_scale, max_extend_len: int | None = None,
-                     block_m: int = 64, block_n: int = 64, out=None):
+                     block_m: int = 64, block_n: int = 64, out=None, k_scale=None, v_scale=None):
     """Triton; same contract as ``extend_attention_ref``. -> [T, Hq, D].
 
     ``max_extend_len`` sizes the grid; pass it from host data to avoid a device sync.
+    ``k_scale`` / ``v_scale`` [S, Hkv]: the buffers hold 8-bit codes (see ``decode_attention``).
     """
     _check_extend_args(q, k_buffer, v_buffer, req_to_token, req_pool_indices,
                        prefix_lens, extend_lens, extend_start_loc)
+    *scales, scaled = scale_args(k_buffer, k_scale, v_scale)
     if not HAS_TRITON:
         raise RuntimeError("extend_attention: triton is not installed")
     if out is None:
@@ -130,9 +136,9 @@ def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, pref
         q, out, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
         extend_start_loc, sm_scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        req_to_token.stride(0),
+        req_to_token.stride(0), *scales,
         GROUP=num_heads // k_buffer.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", SCALED=scaled,
     )
     return out

@@ -28,9 +28,6 @@ class TritonAttentionBackend(AttentionBackend):
     supports_cuda_graph = True
 
     def __init__(self, kv_pool: KVPool, num_kv_splits: int | None = None):
-        if kv_pool.format.storage != kv_pool.dtype:
-            raise UnsupportedAttention(f"kv_cache_dtype: the triton kernels read a KV pool in the model's dtype "
-                                       f"({kv_pool.dtype}), not {kv_pool.format.name}; use attention_backend='torch'")
         self.kv_pool = kv_pool
         self.num_kv_splits = num_kv_splits
         self._max_extend_len = 0
@@ -55,19 +52,26 @@ class TritonAttentionBackend(AttentionBackend):
         if sliding_window is not None or logit_softcap is not None:
             raise UnsupportedAttention("attention_backend: the triton kernels implement neither sliding_window "
                                        "nor logit soft-capping; use attention_backend='torch'")
-        k_buf = self.kv_pool.k_buffers[layer_id]  # [num_slots, num_kv_heads, head_dim]
-        v_buf = self.kv_pool.v_buffers[layer_id]
-        store_kv(_last_dim_contiguous(k), _last_dim_contiguous(v), k_buf, v_buf, batch.out_cache_loc)
+        pool = self.kv_pool
+        k_buf = pool.k_buffers[layer_id]  # [num_slots, num_kv_heads, head_dim]
+        v_buf = pool.v_buffers[layer_id]
+        scales = {}
+        if pool.format.scaled:  # 8-bit codes: coded by the pool (one bf16 scale a token and head)
+            pool.store(layer_id, batch.out_cache_loc, k, v)
+            scales = {"k_scale": pool.k_scales[layer_id], "v_scale": pool.v_scales[layer_id]}
+        else:
+            store_kv(_last_dim_contiguous(k), _last_dim_contiguous(v), k_buf, v_buf, batch.out_cache_loc)
         q = _last_dim_contiguous(q)  # [T, num_heads, head_dim]
         if batch.mode == ForwardMode.DECODE:
             return decode_attention(
                 q, k_buf, v_buf, batch.req_to_token, batch.req_pool_indices, batch.seq_lens,
                 sm_scale, num_kv_splits=self.decode_num_kv_splits(q.shape[0], k_buf.shape[1], q.device),
+                **scales,
             )
         max_extend_len = self._max_extend_len or max(batch.extend_lens_cpu, default=0)
         return extend_attention(
             q, k_buf, v_buf, batch.req_to_token, batch.req_pool_indices, batch.prefix_lens,
-            batch.extend_lens, batch.extend_start_loc, sm_scale, max_extend_len=max_extend_len,
+            batch.extend_lens, batch.extend_start_loc, sm_scale, max_extend_len=max_extend_len, **scales,
         )
 
     def decode_num_kv_splits(self, batch_size: int, num_kv_heads: int, device: torch.device) -> int:

@@ -82,6 +82,24 @@ def _attention(num_heads: int, num_kv_heads: int, head_dim: int, dtype: torch.dt
                          max_extend_len=1)
 
 
+def _scaled_kv(num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+    """--kv-cache-dtype int8 / fp8_e4m3: the attention kernels reading codes and scales."""
+    from sglang_lite_kernels.decode_attention import decode_attention
+    from sglang_lite_kernels.extend_attention import extend_attention
+
+    req_to_token = torch.zeros(8, 512, dtype=torch.int32)
+    for codes in (torch.int8, torch.float8_e4m3fn):
+        pool = torch.zeros(1024, 2, num_kv_heads, head_dim, dtype=codes)  # KVPool's layout
+        scales = torch.zeros(1024, 2, num_kv_heads, dtype=torch.bfloat16)
+        kv = dict(k_scale=scales[:, 0], v_scale=scales[:, 1])
+        for batch in (1, 64):
+            q = torch.zeros(batch, num_heads, head_dim, dtype=torch.bfloat16)
+            rows, ones = torch.arange(batch), torch.ones(batch, dtype=torch.int64)
+            decode_attention(q, pool[:, 0], pool[:, 1], req_to_token, rows, ones, head_dim**-0.5, **kv)
+            extend_attention(q, pool[:, 0], pool[:, 1], req_to_token, rows, ones - 1, ones, rows,
+                             head_dim**-0.5, max_extend_len=1, **kv)
+
+
 def _sampling(vocab: int) -> None:
     from sglang_lite_kernels.sampling import apply_token_bitmask_inplace_triton, sample_triton
 
@@ -115,6 +133,7 @@ def main() -> None:
         _attention(*shape, torch.bfloat16)
     for dtype in (torch.float32, torch.float16):
         _attention(32, 8, 128, dtype)
+    _scaled_kv(32, 8, 64)
     for vocab in (49152, 128256):
         _sampling(vocab)
     from sglang_lite_kernels.activation import silu_and_mul

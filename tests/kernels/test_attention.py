@@ -233,3 +233,59 @@ def test_gpu_decode_bandwidth_script_runs():
 
     result = decode_bandwidth(batch=2, context=1024)
     assert result["gbps"] > 0 and result["ms"] > 0
+
+
+def _coded(k_buf, v_buf, fmt_name):
+    """The pool an 8-bit ``kv_cache_dtype`` keeps: codes [S, Hkv, D] and scales [S, Hkv] as
+    strided views of one [S, 2, ...] tensor each (KVPool's layout), and the values it stands
+    for (codes x scales) in fp32 for the reference."""
+    from sglang_lite.mem.kv_format import kv_format
+
+    fmt = kv_format(fmt_name)
+    codes, scales = fmt.quantize(torch.stack((k_buf.float().cpu(), v_buf.float().cpu()), 1))
+    values = fmt.dequantize(codes, scales, torch.float32)
+    dev = k_buf.device
+    codes, scales = codes.to(dev), scales.to(dev)
+    return (codes[:, 0], codes[:, 1], scales[:, 0], scales[:, 1],
+            values[:, 0].to(dev), values[:, 1].to(dev))
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_decode_and_extend_read_8bit_kv_with_scales(device, fmt, dtype):
+    """With k_scale / v_scale the kernels read 8-bit codes and scale each token's head: the
+    result is attention over codes x scales (what the torch backend reads from the same pool)."""
+    _skip_bf16_interpreted(device, dtype)
+    prefix, ext = [0, 16, 5], [7, 1, 20]
+    seq_lens = [p + e for p, e in zip(prefix, ext)]
+    k_buf, v_buf, r2t, rows, _ = _paged_kv(seq_lens, 2, 32, torch.float32, device)
+    k_c, v_c, k_s, v_s, k_val, v_val = _coded(k_buf, v_buf, fmt)
+    assert k_s.stride(1) == 1 and k_s.stride(0) == 4  # heads contiguous, k and v side by side
+    tol = max(TOL[dtype], 1e-4)
+    q = torch.randn(len(seq_lens), 6, 32).to(device, dtype)
+    dec = (r2t, rows, _lens(seq_lens, device), 0.2)
+    got = decode_attention(q, k_c, v_c, *dec, num_kv_splits=2, block_n=16, k_scale=k_s, v_scale=v_s)
+    want = decode_attention_ref(q.float(), k_val, v_val, *dec)
+    torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)
+    q = torch.randn(sum(ext), 6, 32).to(device, dtype)
+    ex = (r2t, rows, _lens(prefix, device), _lens(ext, device), _lens([0, 7, 8], device), 0.2)
+    got = extend_attention(q, k_c, v_c, *ex, block_m=16, block_n=16, k_scale=k_s, v_scale=v_s)
+    want = extend_attention_ref(q.float(), k_val, v_val, *ex)
+    torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)
+    # without the scales the same codes give another answer: the scales are read
+    plain = decode_attention(q[: len(seq_lens)], k_c.to(dtype), v_c.to(dtype), *dec, num_kv_splits=2, block_n=16)
+    assert not torch.allclose(plain.float(), decode_attention_ref(q[: len(seq_lens)].float(), k_val, v_val, *dec),
+                              atol=tol, rtol=tol)
+
+
+def test_scales_are_refused_where_they_cannot_be_read(device):
+    k_buf, v_buf, r2t, rows, _ = _paged_kv([5], 2, 32, torch.float32, device)
+    k_c, v_c, k_s, v_s, _, _ = _coded(k_buf, v_buf, "int8")
+    q = torch.randn(1, 2, 32).to(device)
+    args = (r2t, rows, _lens([5], device), 0.2)
+    with pytest.raises(ValueError, match="give both"):
+        decode_attention(q, k_c, v_c, *args, k_scale=k_s)
+    with pytest.raises(ValueError, match="8-bit codes"):
+        decode_attention(q, k_buf, v_buf, *args, k_scale=k_s, v_scale=v_s)
+    with pytest.raises(ValueError, match="k_scale: expected"):
+        decode_attention(q, k_c, v_c, *args, k_scale=k_s[:3], v_scale=v_s)

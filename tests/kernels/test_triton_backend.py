@@ -6,19 +6,20 @@ import torch.nn.functional as F
 
 from sglang_lite.attention.base import ForwardBatch, ForwardMode
 from sglang_lite.attention.triton_backend import TritonAttentionBackend
+from sglang_lite.mem.kv_format import kv_format
 from sglang_lite.mem.kv_pool import KVPool
 
 HEADS, KV_HEADS, DIM, PAGE = 6, 2, 32, 16
 
 
-def _setup(prefix_lens, extend_lens, device, dtype=torch.float32, seed=0):
+def _setup(prefix_lens, extend_lens, device, dtype=torch.float32, seed=0, kv_cache_dtype=None):
     """A pool whose requests already hold ``prefix_lens`` tokens in scattered pages.
 
     -> pool, ForwardBatch, q/k/v of the new tokens, dense full K/V per request [L, Hkv, D].
     """
     gen = torch.Generator().manual_seed(seed)
     pool = KVPool(num_pages=12, page_size=PAGE, num_layers=2, num_kv_heads=KV_HEADS, head_dim=DIM,
-                  dtype=dtype, device=device)
+                  dtype=dtype, device=device, kv_format=kv_cache_dtype and kv_format(kv_cache_dtype))
     req_to_token = torch.zeros(4, 64, dtype=torch.int32)
     rows = [2, 0]
     dense, slots_new = [], []
@@ -94,6 +95,25 @@ def test_triton_backend_agrees_with_torch_backend(device):
         backend.init_forward_metadata(batch)
         outs.append(backend.forward(q, k, v, 1, batch, 0.25).cpu())
     torch.testing.assert_close(outs[0], outs[1], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("extend_lens", [[12, 1], [1, 1]])
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+def test_triton_backend_reads_an_8bit_pool_as_the_torch_backend_does(device, fmt, extend_lens):
+    """--kv-cache-dtype int8 / fp8_e4m3 with the triton backend: the new tokens are coded into
+    the pool, and prefill and decode attend over the same codes x scales as the torch backend."""
+    from sglang_lite.attention.torch_backend import TorchAttentionBackend
+
+    pool, batch, (q, k, v), dense = _setup([9, 30], extend_lens, device, seed=3, kv_cache_dtype=fmt)
+    assert pool.format.scaled
+    outs = []
+    for backend in (TritonAttentionBackend(pool), TorchAttentionBackend(pool)):
+        backend.init_forward_metadata(batch)
+        outs.append(backend.forward(q, k, v, 1, batch, 0.25).cpu())
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-4, rtol=1e-4)
+    # and both are close to attention over the exact values (8-bit coding error only)
+    want = _dense_attention(q.cpu(), dense, [9, 30], extend_lens, 0.25)
+    assert (outs[0] - want).abs().max().item() < (0.05 if fmt == "int8" else 0.2)
 
 
 @pytest.mark.gpu

@@ -97,15 +97,15 @@ def test_kv_cache_dtype_resolves(option, model_dtype, resolved):
     assert cfg.kv_cache_dtype == resolved and cfg.kv_format.name == resolved
 
 
-def test_unknown_kv_cache_dtype_and_triton_with_8_bit_are_refused():
+def test_unknown_kv_cache_dtype_is_refused_and_triton_takes_8_bit():
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         EngineConfig.create(device="cpu", kv_cache_dtype="int4")
-    triton = EngineConfig(device="cuda", dtype="bfloat16", attention_backend="triton", kv_cache_dtype="int8",
-                          num_continuous_decode_steps=8)
-    with pytest.raises(ValueError, match="kv_cache_dtype: 'int8' needs attention_backend='torch'"):
-        triton.validate()
-    EngineConfig(device="cuda", dtype="bfloat16", attention_backend="triton", kv_cache_dtype="auto",
-                 num_continuous_decode_steps=8).validate()
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        EngineConfig(device="cuda", dtype="bfloat16", attention_backend="triton", kv_cache_dtype="int4",
+                     num_continuous_decode_steps=8).validate()
+    for kv in ("int8", "fp8_e4m3", "auto"):  # the triton kernels read 8-bit codes with their scales
+        EngineConfig(device="cuda", dtype="bfloat16", attention_backend="triton", kv_cache_dtype=kv,
+                     num_continuous_decode_steps=8).validate()
 
 
 def test_serve_flag_reaches_the_engine_options():
@@ -114,11 +114,12 @@ def test_serve_flag_reaches_the_engine_options():
     assert parse_args(["--kv-cache-dtype", "fp8_e4m3"]).engine_options == {"kv_cache_dtype": "fp8_e4m3"}
 
 
-def test_triton_backend_refuses_an_8_bit_pool():
+def test_triton_backend_takes_an_8_bit_pool():
+    # what it computes on one: tests/kernels/test_triton_backend.py
     pytest.importorskip("triton")
-    from sglang_lite.attention import UnsupportedAttention, create_backend
+    from sglang_lite.attention import create_backend
+    from sglang_lite.attention.triton_backend import TritonAttentionBackend
 
     pool = KVPool(num_pages=3, page_size=2, num_layers=1, num_kv_heads=1, head_dim=4,
                   dtype=torch.float32, device="cpu", kv_format=kv_format("int8"))
-    with pytest.raises(UnsupportedAttention, match="kv_cache_dtype"):
-        create_backend("triton", pool)
+    assert isinstance(create_backend("triton", pool), TritonAttentionBackend)
