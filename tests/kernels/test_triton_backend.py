@@ -128,3 +128,18 @@ def test_gpu_triton_backend_bf16(extend_lens):
         backend.init_forward_metadata(batch)
         outs.append(backend.forward(q, k, v, 1, batch, 0.2).float().cpu())
     torch.testing.assert_close(outs[0], outs[1], atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+def test_gpu_triton_backend_8bit_pool_bf16(fmt):
+    from sglang_lite.attention.torch_backend import TorchAttentionBackend
+
+    for extend_lens in ([5, 1], [1, 1]):
+        pool, batch, (q, k, v), _ = _setup([20, 33], extend_lens, "cuda", dtype=torch.bfloat16, kv_cache_dtype=fmt)
+        outs = []
+        for backend in (TritonAttentionBackend(pool), TorchAttentionBackend(pool)):
+            backend.init_forward_metadata(batch)
+            outs.append(backend.forward(q, k, v, 1, batch, 0.2).float().cpu())
+        torch.testing.assert_close(outs[0], outs[1], atol=2e-2, rtol=2e-2)
