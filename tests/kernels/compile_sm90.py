@@ -36,16 +36,18 @@ def main() -> None:
     bf16 = "*bf16"
     _compile(store_kv._store_kv_kernel, dict(k_ptr="*fp32", v_ptr="*bf16", kb_ptr=bf16, vb_ptr=bf16,
                                              slots_ptr="*i64"), dict(HEAD_DIM=64, BLOCK_D=64))
-    paged = dict(q_ptr=bf16, k_ptr=bf16, v_ptr=bf16, req_to_token_ptr="*i32", req_pool_ptr="*i64",
-                 sm_scale="fp32")
-    _compile(decode_attention._decode_stage1,
-             dict(paged, seq_lens_ptr="*i64", mid_o_ptr="*fp32", mid_lse_ptr="*fp32"),
-             dict(GROUP=3, HEAD_DIM=64, NUM_SPLITS=8, BLOCK_H=16, BLOCK_D=64, BLOCK_N=64, PRECISION="tf32"))
+    for codes, scaled in ((bf16, False), ("*fp8e4nv", True)):  # the model's dtype; --kv-cache-dtype fp8
+        paged = dict(q_ptr=bf16, k_ptr=codes, v_ptr=codes, req_to_token_ptr="*i32", req_pool_ptr="*i64",
+                     sm_scale="fp32", ks_ptr=bf16, vs_ptr=bf16)
+        _compile(decode_attention._decode_stage1,
+                 dict(paged, seq_lens_ptr="*i64", mid_o_ptr="*fp32", mid_lse_ptr="*fp32"),
+                 dict(GROUP=3, HEAD_DIM=64, NUM_SPLITS=8, BLOCK_H=16, BLOCK_D=64, BLOCK_N=64, PRECISION="tf32",
+                      SCALED=scaled))
+        _compile(extend_attention._extend_kernel,
+                 dict(paged, o_ptr=bf16, prefix_lens_ptr="*i64", extend_lens_ptr="*i64", extend_start_ptr="*i64"),
+                 dict(GROUP=3, HEAD_DIM=64, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64, PRECISION="tf32", SCALED=scaled))
     _compile(decode_attention._decode_stage2, dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", o_ptr=bf16),
              dict(HEAD_DIM=64, NUM_SPLITS=8, BLOCK_D=64, BLOCK_S=8))
-    _compile(extend_attention._extend_kernel,
-             dict(paged, o_ptr=bf16, prefix_lens_ptr="*i64", extend_lens_ptr="*i64", extend_start_ptr="*i64"),
-             dict(GROUP=3, HEAD_DIM=64, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64, PRECISION="tf32"))
     _compile(rmsnorm._rmsnorm_kernel, dict(x_ptr=bf16, res_ptr=bf16, w_ptr=bf16, out_ptr=bf16, h_ptr=bf16,
                                            eps="fp32"), dict(HAS_RES=True, BLOCK=1024))
 
