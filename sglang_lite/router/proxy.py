@@ -162,7 +162,9 @@ class Forwarder:
                 self.health.mark_failed(replica, f"stream broke: {type(e).__name__}: {e}")
             yield (b"" if tail.endswith(b"\n\n") else b"\n\n") + _error_event(replica, e)
         except BaseException:  # the client left: the replica sees the closed connection
-            outcome = "client_gone"
+            # after [DONE] the answer was whole: a client that closes while the upstream's last
+            # empty read is still pending (the openai client does) got everything
+            outcome = "ok" if _DONE in tail else "client_gone"
             raise
         finally:
             await _close(upstream)

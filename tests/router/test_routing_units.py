@@ -180,3 +180,36 @@ def test_router_refuses_oversized_and_too_deep_bodies_itself():
         samples = router_metrics(r.base_url)
     # Refused at the door: no routing decision, no attempt on a replica.
     assert metric_sum(samples, "sglang_lite_router:requests_total") == 0
+
+
+def test_a_client_leaving_after_done_is_counted_ok_and_before_it_client_gone():
+    """The openai client closes a stream as soon as it has read ``data: [DONE]``, which can be
+    while the router still waits on the replica's last (empty) read: that answer was whole."""
+    import asyncio
+
+    from sglang_lite.router.proxy import Forwarder, _Lease
+    from sglang_lite.router.replica import Replica
+
+    answered = []
+
+    class Metrics:
+        def on_answered(self, replica: str, outcome: str) -> None:
+            answered.append(outcome)
+
+    async def upstream_chunks():
+        yield b"data: {}\n\n"
+        yield b"data: [DONE]\n\n"
+        await asyncio.sleep(30)  # the replica's connection not closed yet
+
+    async def client(read: int) -> None:
+        replica = Replica("http://127.0.0.1:1", in_flight=1)
+        fwd = Forwarder(None, None, None, None, Metrics(), None)
+        relay = fwd._relay(replica, _Lease(replica), None, upstream_chunks(), b"")
+        for _ in range(read):
+            await relay.__anext__()
+        await relay.aclose()
+        assert replica.in_flight == 0  # the lease is given back either way
+
+    asyncio.run(client(2))  # read through [DONE], then left
+    asyncio.run(client(1))  # left mid-answer
+    assert answered == ["ok", "client_gone"]
