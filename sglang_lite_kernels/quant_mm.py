@@ -1,22 +1,24 @@
-"""Weight-only quantized matmuls for CUDA: ``x @ w.T`` with ``w`` dequantized tile by tile in
-registers, so a decode step reads the packed bytes (0.5 byte a weight for int4, 1 for int8 and
-fp8) instead of a bf16 copy (2 bytes), and no dense weight is ever written to memory.
+"""Weight-only quantized matmuls for CUDA: ``x @ w.T`` with the packed weight read tile by tile
+and scaled in registers, so a decode step reads the packed bytes (0.5 byte a weight for int4,
+1 for int8 and fp8) instead of a bf16 copy (2 bytes), and no dense weight is ever written.
 
-Three formats, each the layout its CPU twin in ``sglang_lite.quant`` keeps (one set of packed
-tensors serves both devices):
+Formats (the packed tensors of ``sglang_lite.quant``):
 
-- ``int4_mm``: torch's CPU int4 layout (``packed`` uint8 [N_pad, K / 2]; rows in blocks of 64,
-  byte ``(b, k, j)`` of ``packed.view(N_pad / 64, K, 32)`` holds row ``64 b + j`` in its low
-  nibble and row ``64 b + 32 + j`` in its high one) with ``scale_zero`` [K / group, N_pad, 2]:
-  ``w = (q - 8) s + z``.
+- ``int4_rows_mm``: int4 by rows (``q`` uint8 [N, K / 2], k = 2i in byte i's low nibble;
+  ``scale`` and ``zero`` [N, K / group]: ``w = q scale + zero``), the layout an int4 weight
+  takes on CUDA (``int4_rows_layout`` converts torch's CPU layout to it).
+- ``int4_mm``: torch's CPU int4 layout read as it is (``packed`` uint8 [N_pad, K / 2]; rows in
+  blocks of 64, byte ``(b, k, j)`` of ``packed.view(N_pad / 64, K, 32)`` holds row ``64 b + j``
+  in its low nibble and row ``64 b + 32 + j`` in its high one; ``scale_zero``
+  [K / group, N_pad, 2]: ``w = (q - 8) s + z``). Slower on an H200 than bf16 (a tile has only
+  32 output columns): kept as bench.quant_gpu's baseline for the layout by rows.
 - ``int8_mm``: ``q`` int8 [N, K], ``scale`` [N]: ``w = q scale`` (the scale applies to the sum).
 - ``fp8_mm``: ``q`` float8 e4m3 [N, K], ``scale`` fp32 [N, K / group]: ``w = q scale``.
 
 Each program computes a [BLOCK_M, block of N] tile of the output over one slice of K. At decode
 sizes (a few rows) the output has too few tiles to keep every multiprocessor reading, so K is
 split: each split writes fp32 partial sums that one ``sum`` adds (deterministic, unlike atomics).
-The ``*_ref`` functions are the plain dequantize-then-matmul references the kernels are tested
-against.
+The ``*_dequantize_ref`` functions give the weights the kernels are tested against.
 """
 
 from __future__ import annotations
@@ -32,11 +34,16 @@ _TARGET_PROGRAMS = 264  # about two programs per multiprocessor of an H100 / H20
 
 
 # ---- references -----------------------------------------------------------------------------
-def int4_dequantize_ref(packed: torch.Tensor, scale_zero: torch.Tensor, group: int) -> torch.Tensor:
-    """The int4 weight [N_pad, K] in fp32."""
+def cpu_layout_codes(packed: torch.Tensor) -> torch.Tensor:
+    """The codes [N_pad, K] (uint8, 0..15) of an int4 weight in torch's CPU layout."""
     n, k = packed.shape[0], packed.shape[1] * 2
     blocks = packed.view(n // CPU_BLOCK, k, CPU_BLOCK // 2)
-    q = torch.cat([blocks & 15, blocks >> 4], dim=-1).permute(0, 2, 1).reshape(n, k).float()
+    return torch.cat([blocks & 15, blocks >> 4], dim=-1).permute(0, 2, 1).reshape(n, k)
+
+
+def int4_dequantize_ref(packed: torch.Tensor, scale_zero: torch.Tensor, group: int) -> torch.Tensor:
+    """The int4 weight in torch's CPU layout [N_pad, K] in fp32."""
+    q = cpu_layout_codes(packed).float()
     s, z = scale_zero.float().unbind(-1)  # [K / group, N_pad] each
     s, z = (t.t().repeat_interleave(group, dim=1) for t in (s, z))
     return (q - 8) * s + z
@@ -47,20 +54,6 @@ def int4_rows_dequantize_ref(q: torch.Tensor, scale: torch.Tensor, zero: torch.T
     codes = torch.stack([q & 15, q >> 4], dim=-1).view(q.shape[0], -1).float()
     group = codes.shape[1] // scale.shape[1]
     return codes * scale.float().repeat_interleave(group, 1) + zero.float().repeat_interleave(group, 1)
-
-
-def int4_mm_ref(x, packed, scale_zero, group):
-    return (x.float() @ int4_dequantize_ref(packed, scale_zero, group).t()).to(x.dtype)
-
-
-def int8_mm_ref(x, q, scale):
-    return (x.float() @ (q.float() * scale.float()[:, None]).t()).to(x.dtype)
-
-
-def fp8_mm_ref(x, q, scale):
-    group = q.shape[1] // scale.shape[1]
-    w = q.float() * scale.float().repeat_interleave(group, dim=1)
-    return (x.float() @ w.t()).to(x.dtype)
 
 
 # ---- kernels --------------------------------------------------------------------------------
@@ -173,44 +166,6 @@ def _rowwise_kernel(x_ptr, q_ptr, s_ptr, z_ptr, out_ptr, M, N, K, k_per_split, s
 
 
 @triton.jit
-def _int4_gemv_kernel(x_ptr, w_ptr, sz_ptr, out_ptr, M, N, K, k_per_split, stride_xm, stride_om,
-                      GROUP: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One row of x a program, no dot: products summed per group in registers, then scaled as
-    in ``_int4_kernel``. For a decode step of one or two rows, where a dot's 16-row tile would
-    be mostly padding."""
-    row, block, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    j = tl.arange(0, 32)
-    kk = tl.arange(0, BLOCK_K)
-    G: tl.constexpr = BLOCK_K // GROUP
-    gi = tl.arange(0, G)
-    col_lo = block * 64 + j
-    w_block = w_ptr + block.to(tl.int64) * K * 32
-    acc_lo = tl.zeros((G, 32), dtype=tl.float32)
-    acc_hi = tl.zeros((G, 32), dtype=tl.float32)
-    k_start = split * k_per_split
-    for k0 in range(k_start, k_start + k_per_split, BLOCK_K):
-        ks = k0 + kk
-        k_ok = ks < K
-        x = tl.load(x_ptr + row * stride_xm + ks, mask=k_ok, other=0.0).to(tl.float32)
-        byte = tl.load(w_block + ks[:, None] * 32 + j[None, :], mask=k_ok[:, None], other=0)
-        q_lo = tl.sum(tl.reshape((byte & 15).to(tl.float32) * x[:, None], (G, GROUP, 32)), axis=1)
-        q_hi = tl.sum(tl.reshape((byte >> 4).to(tl.float32) * x[:, None], (G, GROUP, 32)), axis=1)
-        x_sum = tl.sum(tl.reshape(x, (G, GROUP)), axis=1)[:, None]
-        gs = (k0 // GROUP + gi)[:, None]
-        g_ok = (gs * GROUP < K) & (j[None, :] < 32)
-        sz = sz_ptr + (gs * N + col_lo[None, :]) * 2
-        s_lo = tl.load(sz, mask=g_ok, other=0.0).to(tl.float32)
-        z_lo = tl.load(sz + 1, mask=g_ok, other=0.0).to(tl.float32)
-        s_hi = tl.load(sz + 64, mask=g_ok, other=0.0).to(tl.float32)
-        z_hi = tl.load(sz + 65, mask=g_ok, other=0.0).to(tl.float32)
-        acc_lo += q_lo * s_lo + x_sum * (z_lo - 8.0 * s_lo)
-        acc_hi += q_hi * s_hi + x_sum * (z_hi - 8.0 * s_hi)
-    out = out_ptr + split * M * N + row * stride_om
-    tl.store(out + col_lo, tl.sum(acc_lo, axis=0).to(out_ptr.dtype.element_ty), mask=col_lo < N)
-    tl.store(out + col_lo + 32, tl.sum(acc_hi, axis=0).to(out_ptr.dtype.element_ty), mask=col_lo + 32 < N)
-
-
-@triton.jit
 def _rowwise_gemv_kernel(x_ptr, q_ptr, s_ptr, z_ptr, out_ptr, M, N, K, k_per_split, stride_xm,
                          stride_qn, stride_sn, stride_om, GROUP: tl.constexpr, FMT: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -306,10 +261,9 @@ def _use_gemv(gemv: bool | None, m: int) -> bool:
 
 
 def int4_mm(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, group: int,
-            block_k: int | None = None, num_warps: int = 4, gemv: bool | None = None) -> torch.Tensor:
-    """``x`` [M, K] @ the int4 weight's transpose -> [M, N_pad] in x's dtype. ``block_k``,
-    ``num_warps`` and ``gemv`` (the kernel without a dot) are there for bench.quant_gpu's sweep
-    and the tests. On CUDA the engine reads int4 by rows instead (``int4_rows_mm``)."""
+            block_k: int | None = None, num_warps: int = 4) -> torch.Tensor:
+    """``x`` [M, K] @ the int4 weight's transpose -> [M, N_pad] in x's dtype. On CUDA the engine
+    reads int4 by rows instead (``int4_rows_mm``)."""
     k = packed.shape[1] * 2
     _check_x(x, k, "int4_mm")
     n = packed.shape[0]
@@ -320,9 +274,6 @@ def int4_mm(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, gro
         raise ValueError(f"int4_mm: contiguous packed weights whose in_features {k} are groups of "
                          f"{group}, a power of two")
     block_k = max(group, block_k or 64)
-    if gemv:  # slower than the dot on an H200 at 1-4 rows, kept for the sweep (bench.quant_gpu)
-        return _launch(_int4_gemv_kernel, x, n, (x.shape[0], n // CPU_BLOCK), (packed, scale_zero), (),
-                       num_warps, GROUP=group, BLOCK_K=block_k)
     block_m = _block_m(x.shape[0])
     grid = (triton.cdiv(x.shape[0], block_m), n // CPU_BLOCK)
     return _launch(_int4_kernel, x, n, grid, (packed, scale_zero), (), num_warps, GROUP=group,
@@ -390,9 +341,7 @@ def int4_rows_layout(packed: torch.Tensor, scale_zero: torch.Tensor, group: int)
     """torch's CPU int4 layout (``int4_mm``) -> the layout by rows that ``int4_rows_mm`` reads:
     (q uint8 [N_pad, K / 2] with k = 2i in byte i's low nibble, scale and zero [N_pad, K / group]
     in scale_zero's dtype, ``w = q scale + zero``)."""
-    n, k = packed.shape[0], packed.shape[1] * 2
-    blocks = packed.view(n // CPU_BLOCK, k, CPU_BLOCK // 2)
-    q = torch.cat([blocks & 15, blocks >> 4], dim=-1).permute(0, 2, 1).reshape(n, k)  # [N, K] codes
+    q = cpu_layout_codes(packed)
     q = (q[:, 0::2] | (q[:, 1::2] << 4)).contiguous()
     s, z = scale_zero.unbind(-1)  # [K / group, N] each: w = (q - 8) s + z
     scale = s.t().contiguous()

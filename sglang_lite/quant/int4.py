@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-_BLOCK = 64  # rows per block of torch's layout; out_features are padded up to it
+from sglang_lite_kernels.quant_mm import CPU_BLOCK, cpu_layout_codes
+
+_BLOCK = CPU_BLOCK  # rows per block of torch's layout (64); out_features are padded up to it
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -80,8 +82,7 @@ class Int4Weight:
 
     def _dequantize_padded(self, dtype: torch.dtype) -> torch.Tensor:
         n, k = self.packed.shape[0], self.in_features
-        blocks = self.packed.view(n // _BLOCK, k, _BLOCK // 2)
-        q = torch.cat([blocks & 15, blocks >> 4], dim=-1).permute(0, 2, 1).reshape(n, k)  # [N, K]
+        q = cpu_layout_codes(self.packed)  # [N, K]
         sz = self.scale_zero.to(dtype).transpose(0, 1)  # [N, K / group, 2]
         w = torch.addcmul(sz[..., 1:] - 8 * sz[..., :1], q.view(n, -1, self.group).to(dtype), sz[..., :1])
         return w.reshape(n, k)
