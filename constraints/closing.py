@@ -89,6 +89,7 @@ import torch
 from . import native
 from .automaton import State, TokenAutomaton
 from .bitmask import pack_token_ids
+from .token_ends import TokenEnds
 
 _UNKNOWN = -2  # a table entry not computed yet
 _DEAD = -1
@@ -479,7 +480,7 @@ class ClosingDistance:
         """At least the largest bound after any allowed token, without searching: each end
         state's cached bound, else its fewest bytes plus EOS (``_most_tokens``); None where
         an end has neither."""
-        _, _, ends = self._token_ends(sid)
+        _, ends = self._token_ends(sid)
         most = 0.0
         for end in ends:
             value = self._bounds.get(end)
@@ -490,10 +491,10 @@ class ClosingDistance:
             most = max(most, value)
         return most
 
-    def _token_ends(self, sid: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
-        """Token ids allowed from ``sid``, which end state each leads to (an index), and the
-        distinct end states (interned): in one walk where the automaton has it
-        (``token_ends``), else through the byte graph."""
+    def _token_ends(self, sid: int) -> tuple[TokenEnds, list[int]]:
+        """The tokens allowed from ``sid`` grouped by the state each leads to, and those end
+        states interned: in one walk where the automaton has it (``token_ends``), else
+        through the byte graph."""
         if self._last_ends[0] == sid:  # _most_after, then the levels it could not spare
             return self._last_ends[1]
         walk = getattr(self.automaton, "token_ends", None)
@@ -501,10 +502,9 @@ class ClosingDistance:
         if found is None:
             token_ids, ends = self._graph.walk_vocab(sid)
             uniq, index = np.unique(ends, return_inverse=True)
-            out = token_ids, index.reshape(-1), uniq.tolist()
+            out = TokenEnds(uniq.tolist(), token_ids, index.reshape(-1).astype(np.int32)), uniq.tolist()
         else:
-            token_ids, index, ends = found
-            out = token_ids, index, [self._graph.intern(s) for s in ends]
+            out = found, [self._graph.intern(s) for s in found.ends]
         self._last_ends = (sid, out)
         return out
 
@@ -516,29 +516,20 @@ class ClosingDistance:
 
     def _build_levels(self, sid: int, state: State) -> _Levels:
         """Every allowed token's bound after it, as one packed row per distinct value (a
-        handful: the tokens from one state reach few distinct states)."""
-        token_ids, index, ends = self._token_ends(sid)
-        if not len(token_ids):
-            return _Levels(np.zeros(0, dtype=np.int64), token_ids, np.zeros(0), self._eos[:0], None,
-                           self.automaton.info.vocab_size)
-        after = np.array([self._bound(e) for e in ends])[index]
-        self._lower(sid, 1 + after.min())
-        levels = self._rows_by_level(state, token_ids, after)
+        handful: the tokens from one state reach few distinct states), read off the walk's
+        end states without listing its tokens."""
+        walk, ends = self._token_ends(sid)
+        after = np.array([self._bound(e) for e in ends], dtype=np.float64)
+        accepting = bool(self.automaton.is_accepting(state))
+        info = self.automaton.info
+        if len(after):
+            self._lower(sid, 1 + after.min())
+        levels = _Levels.of(walk, after, self._eos if accepting else self._eos[:0],
+                            self.automaton.mask_row(state), info.vocab_size)
         finite = levels.thresholds[levels.thresholds >= 0]
         if len(finite):
             self._margin = max(self._margin, 2 * int(finite[-1] + 1 - self._bound(sid)))
         return levels
-
-    def _rows_by_level(self, state: State, token_ids: np.ndarray, after: np.ndarray) -> _Levels:
-        """One packed row per distinct finite value of ``after`` (the bound after each token):
-        the tokens at or below it, and EOS where the state accepts (level -1: EOS alone)."""
-        thresholds = np.unique(after[np.isfinite(after)]).astype(np.int64)
-        accepting = bool(self.automaton.is_accepting(state))
-        if accepting:  # with one token left, EOS alone may fit: level -1 keeps no other token
-            thresholds = np.concatenate([[-1], thresholds])
-        eos = self._eos if accepting else self._eos[:0]
-        return _Levels(thresholds, token_ids, after, eos, self.automaton.mask_row(state),
-                       self.automaton.info.vocab_size, bool(np.isfinite(after).all()))
 
 
 def _common_suffix(a: bytes, b: bytes) -> int:
@@ -572,24 +563,37 @@ class _Way:
 class _Levels:
     """thresholds: the distinct finite bounds after one token, ascending (and -1 first where
     the state accepts); row(k): the tokens whose bound after them is <= thresholds[k], and
-    EOS where the state accepts, packed and masked on first use (a state's budget mostly
-    needs one or two of them)."""
+    EOS where the state accepts, masked. The rows are packed together on first use, one pass
+    over the walk's end indices (a state's budget mostly needs one or two of them)."""
 
     thresholds: np.ndarray
-    token_ids: np.ndarray
-    after: np.ndarray  # the bound after each of token_ids
+    walk: TokenEnds | None
+    after: np.ndarray  # the bound after each of the walk's end states
     eos: np.ndarray  # the EOS ids kept in every row (none where the state does not accept)
     mask: torch.Tensor | None
     vocab_size: int
     complete: bool = True  # every token has a finite bound after it
-    _rows: dict[int, torch.Tensor] = field(default_factory=dict)
+    _rows: torch.Tensor | None = None  # [len(thresholds), words], cumulative
+
+    @classmethod
+    def of(cls, walk: TokenEnds, after: np.ndarray, eos: np.ndarray, mask: torch.Tensor,
+           vocab_size: int) -> _Levels:
+        thresholds = np.unique(after[np.isfinite(after)]).astype(np.int64)
+        if len(eos):  # with one token left, EOS alone may fit: level -1 keeps no other token
+            thresholds = np.concatenate([[-1], thresholds])
+        return cls(thresholds, walk, after, eos, mask, vocab_size, bool(np.isfinite(after).all()))
 
     def row(self, k: int) -> torch.Tensor:
-        out = self._rows.get(k)
-        if out is None:
-            ids = np.concatenate([self.token_ids[self.after <= self.thresholds[k]], self.eos])
-            out = self._rows[k] = torch.from_numpy(pack_token_ids(ids, self.vocab_size)) & self.mask
-        return out
+        if self._rows is None:
+            # Each end state's level: the first threshold at or above its bound (-1: none).
+            level = np.searchsorted(self.thresholds, self.after, side="left")
+            level[~np.isfinite(self.after)] = -1
+            rows = self.walk.rows(level, len(self.thresholds), self.vocab_size)
+            rows = np.bitwise_or.accumulate(rows, axis=0)
+            if len(self.eos):
+                rows |= pack_token_ids(self.eos, self.vocab_size)
+            self._rows = torch.from_numpy(rows) & self.mask
+        return self._rows[k]
 
 
 class _ByteGraph:

@@ -866,6 +866,40 @@ static PyObject *py_rows_by_count(PyObject *self, PyObject *const *args, Py_ssiz
     Py_RETURN_NONE;
 }
 
+/* pack_groups(ids i64 [N], end i32 [N], group i64 [E], rows i32 [G, words], words) -> None:
+ * token ids[i] gets its bit in rows[group[end[i]]], skipped where end[i] < 0 (the token
+ * dies) or its end's group is < 0 (the rows come zeroed). The closing's budget rows: the
+ * tokens of a walk grouped by the bound after them, in one pass over its end indices. */
+static PyObject *py_pack_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "pack_groups takes 5 arguments"); return NULL; }
+    long long words = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer v[4];
+    int got = 0;
+    for (; got < 4; got++)
+        if (row_view(args[got], &v[got], got == 1 ? v[0].len / 2 : 0, got == 3) < 0) break;
+    int ok = got == 4 && words > 0;
+    if (ok) {
+        int64_t n = v[0].len / 8, n_ends = v[2].len / 8, n_rows = v[3].len / 4 / words;
+        const int64_t *id = v[0].buf, *group = v[2].buf;
+        const int32_t *end = v[1].buf;
+        uint32_t *rows = v[3].buf;
+        for (int64_t i = 0; i < n_ends && ok; i++) ok = group[i] < n_rows;
+        for (int64_t i = 0; i < n && ok; i++) {
+            int32_t e = end[i];
+            if (e < 0) continue;
+            ok = e < n_ends && id[i] >= 0 && id[i] < words * 32;
+            if (ok && group[e] >= 0) set_bit(rows + group[e] * words, id[i]);
+        }
+        if (!ok) PyErr_SetString(PyExc_ValueError, "pack_groups: an end, group or id out of range");
+    } else if (got == 4) {
+        PyErr_SetString(PyExc_ValueError, "pack_groups: words must be positive");
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- trim and minimize ------------------------------------------------------------------ */
 
 typedef struct { uint64_t h; int64_t i; } Keyed;
@@ -1965,6 +1999,7 @@ static PyMethodDef methods[] = {
     {"descent_byte", (PyCFunction)(void (*)(void))py_descent_byte, METH_FASTCALL, "a byte one closer to the end"},
     {"rows_by_count", (PyCFunction)(void (*)(void))py_rows_by_count, METH_FASTCALL, "cumulative rows by count"},
     {"walk_ends", (PyCFunction)(void (*)(void))py_walk_ends, METH_FASTCALL, "trie walk with end states"},
+    {"pack_groups", (PyCFunction)(void (*)(void))py_pack_groups, METH_FASTCALL, "token rows by end group"},
     {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},
     {"determinize", (PyCFunction)(void (*)(void))py_determinize, METH_FASTCALL, "fsm.determinize"},
     {"stack_rules", (PyCFunction)(void (*)(void))py_stack_rules, METH_FASTCALL, "pushdown._global_table"},

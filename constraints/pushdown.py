@@ -32,6 +32,7 @@ from .leaves import CountedLeaf, leaf_walk
 from .nfa import CALL_BASE
 from .pda_trie import trie_walk
 from .pda_walk import walk_tokens
+from .token_ends import TokenEnds
 from .unique_items import UniqueItems
 from .vocab import TokenizerInfo
 
@@ -322,10 +323,10 @@ class PushdownAutomaton(TokenAutomaton):
             most = max(most, top[k] + extra)
         return most
 
-    def token_ends(self, state: State) -> tuple[np.ndarray, np.ndarray, list[State]] | None:
-        """Every token allowed from ``state``, which of ``ends`` each leads to, and ``ends``:
-        the states ``advance`` gives, all found in one walk (C); None where that walk is not
-        available (then step token by token)."""
+    def token_ends(self, state: State) -> TokenEnds | None:
+        """Every token allowed from ``state`` and the state ``advance`` gives after each, all
+        found in one walk (C); None where that walk is not available (then step token by
+        token)."""
         walker = self._native_walker()
         return None if walker is None or self.pruned else walker.token_ends(list(state))
 

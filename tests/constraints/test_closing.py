@@ -289,7 +289,7 @@ def test_the_levels_after_the_search_free_check_reuse_its_vocabulary_walk(compil
     sid = fresh._graph.intern(state)
     fresh._most_after(sid)
     levels = fresh._levels_of(sid, state)
-    assert walks == [state] and len(levels.token_ids)
+    assert walks == [state] and len(levels.walk.ends)
     other = fresh._graph.intern(auto.advance(state, b"y"))
     fresh._most_after(other)
     assert len(walks) == 2

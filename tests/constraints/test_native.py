@@ -521,7 +521,8 @@ def test_token_ends_are_the_states_advance_gives(tokenizer_info, schema):
     rng = np.random.default_rng(3)
     state, checked = pda.initial, 0
     for _ in range(12):
-        token_ids, index, ends = pda.token_ends(state)
+        walk = pda.token_ends(state)
+        (token_ids, index), ends = walk.by_token(), walk.ends
         allowed = np.flatnonzero(unpack_bitmask(pda.mask_words(state), tokenizer_info.vocab_size))
         allowed = allowed[~np.isin(allowed, tokenizer_info.eos_token_ids)]
         assert sorted(token_ids.tolist()) == allowed.tolist()
@@ -570,7 +571,8 @@ def test_token_ends_equal_the_byte_graph_walk(tokenizer_info, schema):
     for seed in range(3):
         rng, state = np.random.default_rng(seed), pda.initial
         for _ in range(10):
-            token_ids, index, ends = pda.token_ends(state)
+            walk = pda.token_ends(state)
+            (token_ids, index), ends = walk.by_token(), walk.ends
             want_ids, want_ends = graph.walk_vocab(graph.intern(state))
             order = np.argsort(want_ids)
             assert np.array_equal(np.sort(token_ids), want_ids[order])
@@ -581,6 +583,36 @@ def test_token_ends_equal_the_byte_graph_walk(tokenizer_info, schema):
                 break
             state = pda.advance(state, tokenizer_info.token_bytes[int(rng.choice(token_ids))])
     assert compared > 50
+
+
+@needs_c
+def test_token_rows_by_end_group_are_the_tokens_of_those_ends(tokenizer_info, monkeypatch):
+    """The closing's budget rows packed in C from a walk's end indices (TokenEnds.rows): row g
+    holds exactly the allowed tokens whose end state is in group g, as the per-token lists
+    and numpy's packing give them (a string body's state: ~48k tokens, whole subtrees)."""
+    from constraints.token_ends import TokenEnds
+
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}
+    pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+    vocab = tokenizer_info.vocab_size
+    checked = 0
+    for prefix in (b'{"a":"x', b'{"a":"x"', b'{"b":1', b'{'):
+        walk = pda.token_ends(pda.advance(pda.initial, prefix))
+        token_ids, index = walk.by_token()
+        for group in (np.arange(len(walk.ends)) % 2, np.full(len(walk.ends), -1) + (np.arange(len(walk.ends)) == 0)):
+            rows = walk.rows(group, 2, vocab)
+            for g in range(2):
+                want = pack_token_ids(token_ids[group[index] == g], vocab)
+                assert np.array_equal(rows[g], want), (prefix, g)
+                checked += int((group[index] == g).sum())
+            listed = TokenEnds(walk.ends, token_ids, index.astype(np.int32))  # the Python walk's form
+            assert np.array_equal(listed.rows(group, 2, vocab), rows)
+            monkeypatch.setattr(native, "module", lambda: None)  # numpy's packing
+            assert np.array_equal(walk.rows(group, 2, vocab), rows)
+            monkeypatch.undo()
+    assert checked > 40_000
+    with pytest.raises(ValueError, match="out of range"):
+        walk.rows(np.full(len(walk.ends), 5), 2, vocab)
 
 
 @needs_c
