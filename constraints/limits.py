@@ -81,27 +81,39 @@ def check_json_schema(spec: str, limits: ConstraintLimits) -> None:
         schema = json.loads(spec)
     except (ValueError, RecursionError) as e:
         raise InvalidConstraintError(f"json_schema is not valid JSON: {e}") from None
-    stack = [(schema, "")]
+    # Each entry: a node and where it sits, (parent's, key) links turned into a JSON pointer
+    # only for a message; scalars are never pushed (they hold no enum or pattern).
+    stack: list = [(schema, None)] if isinstance(schema, (dict, list)) else []
     while stack:
-        node, pointer = stack.pop()
+        node, at = stack.pop()
         if isinstance(node, list):
-            stack.extend((v, f"{pointer}/{i}") for i, v in enumerate(node))
-            continue
-        if not isinstance(node, dict):
+            stack.extend((v, (at, i)) for i, v in enumerate(node) if isinstance(v, (dict, list)))
             continue
         enum = node.get("enum")
         if isinstance(enum, list) and len(enum) > limits.max_enum_values:
-            raise ConstraintLimitError(f"enum at {pointer or '/'} has {len(enum)} values; the limit is "
+            raise ConstraintLimitError(f"enum at {_pointer(at)} has {len(enum)} values; the limit is "
                                        f"{limits.max_enum_values} (max_enum_values)", "max_enum_values")
         if isinstance(node.get("pattern"), str):
-            check_regex(node["pattern"], limits, f"pattern at {pointer or '/'}")
+            check_regex(node["pattern"], limits, f"pattern at {_pointer(at)}")
         for key, value in node.items():
-            if key in ("enum", "const", "default", "examples"):
+            if key in _VALUE_KEYWORDS or not isinstance(value, (dict, list)):
                 continue
             if key == "patternProperties" and isinstance(value, dict):
                 for p in value:
-                    check_regex(p, limits, f"patternProperties key at {pointer or '/'}")
-            stack.append((value, f"{pointer}/{key}"))
+                    check_regex(p, limits, f"patternProperties key at {_pointer(at)}")
+            stack.append((value, (at, key)))
+
+
+_VALUE_KEYWORDS = frozenset(("enum", "const", "default", "examples"))  # values, not schemas
+
+
+def _pointer(at) -> str:
+    """The JSON pointer of a (parent's, key) chain ('/' for the root)."""
+    parts = []
+    while at is not None:
+        at, key = at
+        parts.append(str(key))
+    return "/" + "/".join(reversed(parts)) if parts else "/"
 
 
 def check_ebnf(grammar: str, limits: ConstraintLimits) -> None:
