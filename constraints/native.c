@@ -41,6 +41,11 @@ typedef struct {
     int64_t max_configs;         /* a step past this many configurations: -1 (fallback) */
 } Pda;
 
+/* One big subtree: its first token after it, and the bytes below its depth d: bit b of word
+ * b / 64 for an ASCII byte b; bit 0 also for any byte of 128 and up (see Runs), and the most
+ * of them after d (255: or more). */
+struct Whole { uint64_t below[2]; int32_t sub_end; uint8_t height; };
+
 typedef struct {
     const uint8_t *bytes;  /* tokens in lexicographic order, concatenated */
     const int64_t *off;    /* [N + 1] */
@@ -50,10 +55,15 @@ typedef struct {
     int64_t id_end;        /* 1 + the largest id: a packed row holds at least this many bits */
     int32_t *sub_end;      /* [off[N]] sub_end[off[i] + d - 1]: the first token after i that does
                               not start with token i's first d bytes (a dead prefix's subtree end) */
-    uint64_t (*below)[2];  /* [off[N]] the bytes after depth d of tokens i .. that subtree's end:
-                              bit b of word b / 64 for an ASCII byte b; bit 0 also for any byte
-                              of 128 and up (see Runs) */
-    uint8_t *height;       /* [off[N]] the most bytes after depth d of those tokens (255: or more) */
+    /* The subtrees a walk may take whole (WHOLE_FROM tokens or more), one record each, found
+     * from the token that opens them: token i opens the subtrees of its prefixes longer than
+     * lcp[i], and those big enough are its first big_count[i] such prefixes (a deeper prefix
+     * has no more tokens), records big_first[i] .. in order of depth. Read beside the token's
+     * own arrays, a walk's reads stay few cache lines: a state's first walk reads the
+     * vocabulary's tables from memory, not cache. */
+    int32_t *big_first;    /* [N] */
+    uint8_t *big_count;    /* [N] */
+    struct Whole *whole;   /* [big subtrees] */
     int32_t max_len;       /* the longest token's bytes */
 } Vocab;
 
@@ -187,6 +197,12 @@ static int64_t advance(Work *w, const Pda *p, const Config *in, int64_t n, int b
 }
 
 static inline void set_bit(uint32_t *row, int64_t id) { row[id >> 5] |= 1u << (id & 31); }
+
+/* The big subtree of token i's first k bytes where token i opens it (Vocab.whole), else NULL. */
+static inline const struct Whole *whole_at(const Vocab *v, int64_t i, int64_t k) {
+    int64_t j = k - 1 - v->lcp[i];
+    return v->whole && j >= 0 && j < v->big_count[i] ? v->whole + v->big_first[i] + j : NULL;
+}
 
 /* Trie mode, from arena[0..n0). close_first = 0: the configurations read their first byte
  * as they are (rule positions whose calls the caller walks itself). */
@@ -327,17 +343,17 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
                 if (!m) { dead_at = k + 1; break; }
                 at[k + 2] = at[k + 1] + m;
                 k++;
-                if (m == 1 && v->below && v->sub_end[v->off[i] + k - 1] - i >= WHOLE_FROM) {
+                const struct Whole *big = m == 1 ? whole_at(v, i, k) : NULL;
+                if (big) {
                     int32_t g = arena[at[k]].g, slot = g & 63;
                     if (loop_of[slot] != g) { pda_loop(p, g, loops[slot]); loop_of[slot] = g; }
-                    const uint64_t *sub = v->below[v->off[i] + k - 1];
-                    if ((loops[slot][0] | loops[slot][1]) && !(sub[0] & ~loops[slot][0])
-                        && !(sub[1] & ~loops[slot][1])) { whole = 1; break; }
+                    if ((loops[slot][0] | loops[slot][1]) && !(big->below[0] & ~loops[slot][0])
+                        && !(big->below[1] & ~loops[slot][1])) { whole = big->sub_end; break; }
                 }
             }
             if (w->overflow) return -1;
             if (whole) { /* every token below ends in the one configuration at depth k */
-                int64_t end = v->sub_end[v->off[i] + k - 1], id = -1;
+                int64_t end = whole, id = -1;
                 if (ends) {
                     scratch[0] = arena[at[k]];
                     id = end_set(ends, scratch, 1);
@@ -485,7 +501,7 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
      * reached, no deeper than it, with no exit on the way, is inside whole: its tokens are set
      * without walking them (a string body's state keeps most of the vocabulary this way). */
     Runs runs = {trans, stride, accept, NULL, NULL, NULL, NULL, NULL, v->max_len > 0 ? v->max_len : 1};
-    if (row && !starts && v->below && v->height) {
+    if (row && !starts && v->whole) {
         size_t n = (size_t)(n_states ? n_states : 1), steps = 2 * (size_t)runs.enough + 1;
         runs.cls = malloc(sizeof *runs.cls * n);
         runs.len = malloc(sizeof *runs.len * n);
@@ -519,19 +535,19 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
                 int32_t next = state[k + 1] = trans[(int64_t)cur * stride + bytes[k]];
                 exits[k + 1] = exits[k] + (next >= 0 && accept[next]);
                 k++;
-                int64_t at = v->off[i] + k - 1;
-                if (runs.status && next >= 0 && !exits[k] && v->sub_end[at] - i >= WHOLE_FROM) {
+                const struct Whole *big = runs.status && next >= 0 && !exits[k] ? whole_at(v, i, k) : NULL;
+                if (big) {
                     if (runs.status[next] != 2) make_run(&runs, next);
-                    if (runs.len[next] && v->height[at] <= runs.len[next]
-                        && !(v->below[at][0] & ~runs.cls[next][0]) && !(v->below[at][1] & ~runs.cls[next][1])) {
-                        whole = 1;
+                    if (runs.len[next] && big->height <= runs.len[next]
+                        && !(big->below[0] & ~runs.cls[next][0]) && !(big->below[1] & ~runs.cls[next][1])) {
+                        whole = big->sub_end;
                         break;
                     }
                 }
             }
             reached = k;
             if (whole) {
-                int64_t end = v->sub_end[v->off[i] + k - 1];
+                int64_t end = whole;
                 for (int64_t j = i; j < end; j++) set_bit(row, v->ids[j]);
                 n_in += end - i;
                 i = end - 1;
@@ -600,8 +616,9 @@ static void free_vocab(PyObject *capsule) {
     VocabCapsule *c = PyCapsule_GetPointer(capsule, "vocab");
     for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
     free(c->v.sub_end);
-    free(c->v.below);
-    free(c->v.height);
+    free(c->v.big_first);
+    free(c->v.big_count);
+    free(c->v.whole);
     free(c);
 }
 
@@ -659,40 +676,67 @@ static PyObject *py_vocab_tables(PyObject *self, PyObject *const *args, Py_ssize
             c->v.sub_end[c->v.off[i] + d - 1] = i + 1 == n_tok || c->v.lcp[i + 1] < d
                 ? (int32_t)(i + 1) : c->v.sub_end[c->v.off[i + 1] + d - 1];
     /* the bytes below each depth, the same way: token i's own bytes after d, and those of the
-     * next token's subtree where it shares the first d bytes (none: walks go byte by byte) */
+     * next token's subtree where it shares the first d bytes (none: walks go byte by byte);
+     * built per position, then only the big subtrees' kept (Vocab.whole) */
     size_t positions = (size_t)(c->v.off[n_tok] ? c->v.off[n_tok] : 1);
-    c->v.below = malloc(sizeof *c->v.below * positions);
-    c->v.height = malloc(positions);
-    if (!c->v.below || !c->v.height) {  /* walks go byte by byte without them */
-        free(c->v.below); free(c->v.height);
-        c->v.below = NULL; c->v.height = NULL;
-    }
-    for (int64_t i = n_tok - 1; i >= 0 && c->v.below; i--) {
+    uint64_t (*below)[2] = malloc(sizeof *below * positions);
+    uint8_t *height = malloc(positions);
+    for (int64_t i = n_tok - 1; i >= 0 && below && height; i--) {
         uint64_t own[2] = {0, 0};
         int64_t len = c->v.off[i + 1] - c->v.off[i];
         if (len > c->v.max_len) c->v.max_len = (int32_t)len;
         for (int64_t d = len; d >= 1; d--) {
             int64_t at = c->v.off[i] + d - 1;
-            uint64_t *out = c->v.below[at];
+            uint64_t *out = below[at];
             int64_t h = len - d;
             out[0] = own[0];
             out[1] = own[1];
             if (i + 1 < n_tok && c->v.lcp[i + 1] >= d) {
                 int64_t after = c->v.off[i + 1] + d - 1;
-                out[0] |= c->v.below[after][0];
-                out[1] |= c->v.below[after][1];
-                if (c->v.height[after] > h) h = c->v.height[after];
+                out[0] |= below[after][0];
+                out[1] |= below[after][1];
+                if (height[after] > h) h = height[after];
             }
-            c->v.height[at] = (uint8_t)(h < 255 ? h : 255);
+            height[at] = (uint8_t)(h < 255 ? h : 255);
             add_byte(own, c->v.bytes[at]);
         }
     }
+    int64_t big = 0;
+    c->v.big_first = malloc(sizeof(int32_t) * (n_tok ? n_tok : 1));
+    c->v.big_count = malloc(n_tok ? n_tok : 1);
+    if (below && height && c->v.big_first && c->v.big_count) {
+        for (int64_t i = 0; i < n_tok; i++) {  /* lcp[0] is 0: nothing comes before */
+            int64_t len = c->v.off[i + 1] - c->v.off[i], d = c->v.lcp[i] + 1;
+            c->v.big_first[i] = (int32_t)big;
+            while (d <= len && d - c->v.lcp[i] <= 255 && c->v.sub_end[c->v.off[i] + d - 1] - i >= WHOLE_FROM) d++;
+            c->v.big_count[i] = (uint8_t)(d - 1 - c->v.lcp[i]);
+            big += c->v.big_count[i];
+        }
+        c->v.whole = malloc(sizeof *c->v.whole * (big ? big : 1));
+    }
+    if (c->v.whole) {
+        for (int64_t i = 0; i < n_tok; i++)
+            for (int64_t j = 0; j < c->v.big_count[i]; j++) {
+                int64_t at = c->v.off[i] + c->v.lcp[i] + j;  /* depth lcp + j + 1 */
+                struct Whole *out = c->v.whole + c->v.big_first[i] + j;
+                out->below[0] = below[at][0];
+                out->below[1] = below[at][1];
+                out->sub_end = c->v.sub_end[at];
+                out->height = height[at];
+            }
+    } else {  /* walks go byte by byte without them */
+        free(c->v.big_first); free(c->v.big_count);
+        c->v.big_first = NULL; c->v.big_count = NULL;
+    }
+    free(below);
+    free(height);
     PyObject *out = PyCapsule_New(c, "vocab", free_vocab);
     if (!out) {
         for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
         free(c->v.sub_end);
-        free(c->v.below);
-        free(c->v.height);
+        free(c->v.big_first);
+        free(c->v.big_count);
+        free(c->v.whole);
         free(c);
     }
     return out;
