@@ -155,18 +155,16 @@ class PdaWalker:
         lowest = self._mod.walk_trie(self._pda, self._vocab, configs, close_first, row)
         return None if lowest < 0 else (row, lowest)
 
-    def token_ends(self, configs):
-        """The tokens the configurations allow and the state each ends in (frozensets of
-        (stack, position): what the automaton's own steps reach), as a TokenEnds over every
-        token in lexicographic order (-1 where it dies): no per-token lists are built."""
-        from .token_ends import TokenEnds
-
+    def token_ends(self, configs) -> tuple[list, np.ndarray, np.ndarray] | None:
+        """The states tokens end in (frozensets of (stack, position): what the automaton's
+        own steps reach), every token's id in lexicographic order, and the index of the
+        state each ends in (-1 where it dies): no per-token lists are built."""
         row = np.zeros(self._words, dtype=np.int32)
         end = np.full(len(self._lex.ids), -1, dtype=np.int32)
         found = self._mod.walk_ends(self._pda, self._vocab, configs, row, end)
         if isinstance(found, int):
             return None
-        return TokenEnds(found[1], self._lex.ids, end)
+        return found[1], self._lex.ids, end
 
     def advance(self, configs, data: bytes):
         """The state after ``data`` (a frozenset of (stack, position), as the automaton's own

@@ -328,7 +328,8 @@ class PushdownAutomaton(TokenAutomaton):
         found in one walk (C); None where that walk is not available (then step token by
         token)."""
         walker = self._native_walker()
-        return None if walker is None or self.pruned else walker.token_ends(list(state))
+        found = None if walker is None or self.pruned else walker.token_ends(list(state))
+        return None if found is None else TokenEnds(*found)
 
     def shortest_completion(self, state: State, alphabet: np.ndarray) -> bytes | None:
         """Bytes of ``alphabet`` of min_bytes_to_accept's length after which ``state``
