@@ -3,7 +3,8 @@ matmul/SDPA. Runs on CPU and GPU; the reference the Triton backend is checked ag
 
 Rows with one new token (decode) are batched into one padded gather; rows with several
 (prefill / chunk) are processed one request at a time with a causal mask offset by the
-cached prefix. Grouped-query attention never repeats k/v: decode folds the q heads of a kv
+cached prefix. On a CPU, eager, a decode batch whose lengths differ widely is cut into a few
+batches of similar lengths (by length rank), so the padding gathered and attended shrinks. Grouped-query attention never repeats k/v: decode folds the q heads of a kv
 head into the query axis, extend lets SDPA broadcast (``enable_gqa``).
 
 Sliding-window layers narrow the mask (their KV stays in the pool: correct, not smaller);
@@ -58,10 +59,19 @@ class _ExtendRow:
         return self.windowed[window]
 
 
+# Decode batches of at least this many rows are cut by length (eager, on a CPU) into at most
+# DECODE_PARTS batches of similar lengths, where that gathers at most PARTS_BELOW of the pages
+# one padded batch would.
+DECODE_PARTS_FROM = 8
+DECODE_PARTS = 4
+PARTS_BELOW = 0.8
+
+
 class TorchAttentionBackend(AttentionBackend):
     def __init__(self, kv_pool: KVPool):
         self.kv_pool = kv_pool
         self._decode: _DecodeRows | None = None
+        self._decode_parts: list[_DecodeRows] = []  # the decode rows by length (eager CPU steps)
         self._extend: list[_ExtendRow] = []
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
@@ -69,6 +79,8 @@ class TorchAttentionBackend(AttentionBackend):
         decode_idx = [i for i, n in enumerate(batch.extend_lens_cpu) if n == 1]
         page_size = self.kv_pool.page_size
         self._decode = _build_decode_rows(batch, decode_idx, page_size, device) if decode_idx else None
+        parts = _length_parts(batch, decode_idx, page_size) if device.type == "cpu" else []
+        self._decode_parts = [_build_decode_rows(batch, p, page_size, device) for p in parts]
         self._extend = []
         start = 0  # rows on the token axis, from the host copy of extend_lens
         for i, n in enumerate(batch.extend_lens_cpu):
@@ -85,11 +97,12 @@ class TorchAttentionBackend(AttentionBackend):
         pool = self.kv_pool
         pool.store(layer_id, batch.out_cache_loc, k, v)
         how = _How(sm_scale, sliding_window, logit_softcap)
-        if not self._extend and self._decode is not None:  # all decode: rows in order, no gather
+        # A compiled step (compiled_decode.py) traces the one padded batch: its sizes are symbolic.
+        parts = self._decode_parts if self._decode_parts and not torch.compiler.is_compiling() else None
+        if not self._extend and self._decode is not None and parts is None:  # all decode, in order
             return _decode_attention(q, pool, layer_id, self._decode, how)
         out = torch.empty_like(q)
-        if self._decode is not None:
-            d = self._decode
+        for d in parts or ([self._decode] if self._decode is not None else []):
             out[d.token_rows] = _decode_attention(q[d.token_rows], pool, layer_id, d, how)
         for row in self._extend:
             qs = q[row.start : row.start + row.length]
@@ -122,6 +135,23 @@ def _build_decode_rows(batch: ForwardBatch, idx: list[int], page_size: int, devi
     mask = torch.arange(padded, device=device)[None, :] < seq_lens[:, None]  # [Bd, padded]
     return _DecodeRows(batch.extend_start_loc[idx_t], pages.reshape(-1), mask[:, None, None, :], padded,
                        seq_lens[:, None, None, None])
+
+
+def _length_parts(batch: ForwardBatch, idx: list[int], page_size: int) -> list[list[int]]:
+    """``idx`` (decode rows) cut by length rank into up to DECODE_PARTS groups of about equal
+    size, where their padded pages come to at most PARTS_BELOW of one padded batch's; else
+    none (the one batch is used)."""
+    if len(idx) < DECODE_PARTS_FROM:
+        return []
+    lens = batch.seq_lens_cpu
+    order = sorted(idx, key=lambda i: lens[i])
+    pages = [max(2, -(-lens[i] // page_size)) for i in order]  # as _build_decode_rows pads
+    size = -(-len(order) // DECODE_PARTS)
+    cuts = list(range(0, len(order), size))
+    parted = sum(pages[min(c + size, len(order)) - 1] * (min(c + size, len(order)) - c) for c in cuts)
+    if parted > PARTS_BELOW * pages[-1] * len(order):
+        return []
+    return [order[c:c + size] for c in cuts]
 
 
 def _build_extend_row(batch: ForwardBatch, i: int, start: int, device) -> _ExtendRow:
