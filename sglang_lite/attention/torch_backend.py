@@ -59,11 +59,14 @@ class _ExtendRow:
         return self.windowed[window]
 
 
-# Decode batches of at least this many rows are cut by length (eager, on a CPU) into at most
-# DECODE_PARTS batches of similar lengths, where that gathers at most PARTS_BELOW of the pages
-# one padded batch would.
+# Decode batches of at least this many rows are cut by length (eager, on a CPU) into batches
+# of about DECODE_PART_ROWS rows of similar lengths (at most DECODE_PARTS of them), where that
+# gathers at most PARTS_BELOW of the pages one padded batch would. Measured on SDPA over
+# gathered pages (2 cores, bf16, lengths 40-384): 32 rows in one batch 5.1 ms a layer, in 4
+# parts 1.3; 64 rows 11.8 ms, in 8 parts 2.6; equal lengths gain little (1.5 ms either way at 32).
 DECODE_PARTS_FROM = 8
-DECODE_PARTS = 4
+DECODE_PART_ROWS = 8
+DECODE_PARTS = 8
 PARTS_BELOW = 0.8
 
 
@@ -138,15 +141,16 @@ def _build_decode_rows(batch: ForwardBatch, idx: list[int], page_size: int, devi
 
 
 def _length_parts(batch: ForwardBatch, idx: list[int], page_size: int) -> list[list[int]]:
-    """``idx`` (decode rows) cut by length rank into up to DECODE_PARTS groups of about equal
-    size, where their padded pages come to at most PARTS_BELOW of one padded batch's; else
-    none (the one batch is used)."""
+    """``idx`` (decode rows) cut by length rank into groups of about DECODE_PART_ROWS (at most
+    DECODE_PARTS groups), where their padded pages come to at most PARTS_BELOW of one padded
+    batch's; else none (the one batch is used)."""
     if len(idx) < DECODE_PARTS_FROM:
         return []
     lens = batch.seq_lens_cpu
     order = sorted(idx, key=lambda i: lens[i])
     pages = [max(2, -(-lens[i] // page_size)) for i in order]  # as _build_decode_rows pads
-    size = -(-len(order) // DECODE_PARTS)
+    parts = min(DECODE_PARTS, max(2, -(-len(order) // DECODE_PART_ROWS)))
+    size = -(-len(order) // parts)
     cuts = list(range(0, len(order), size))
     parted = sum(pages[min(c + size, len(order)) - 1] * (min(c + size, len(order)) - c) for c in cuts)
     if parted > PARTS_BELOW * pages[-1] * len(order):
