@@ -81,7 +81,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
