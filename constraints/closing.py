@@ -502,7 +502,8 @@ class ClosingDistance:
         if found is None:
             token_ids, ends = self._graph.walk_vocab(sid)
             uniq, index = np.unique(ends, return_inverse=True)
-            out = TokenEnds(uniq.tolist(), token_ids, index.reshape(-1).astype(np.int32)), uniq.tolist()
+            interned = uniq.tolist()  # the byte graph's states are interned already
+            out = TokenEnds(interned, token_ids, index.reshape(-1).astype(np.int32)), interned
         else:
             out = found, [self._graph.intern(s) for s in found.ends]
         self._last_ends = (sid, out)
@@ -521,11 +522,10 @@ class ClosingDistance:
         walk, ends = self._token_ends(sid)
         after = np.array([self._bound(e) for e in ends], dtype=np.float64)
         accepting = bool(self.automaton.is_accepting(state))
-        info = self.automaton.info
         if len(after):
             self._lower(sid, 1 + after.min())
         levels = _Levels.of(walk, after, self._eos if accepting else self._eos[:0],
-                            self.automaton.mask_row(state), info.vocab_size)
+                            self.automaton.mask_row(state), self.automaton.info.vocab_size)
         finite = levels.thresholds[levels.thresholds >= 0]
         if len(finite):
             self._margin = max(self._margin, 2 * int(finite[-1] + 1 - self._bound(sid)))
@@ -567,10 +567,10 @@ class _Levels:
     over the walk's end indices (a state's budget mostly needs one or two of them)."""
 
     thresholds: np.ndarray
-    walk: TokenEnds | None
+    walk: TokenEnds
     after: np.ndarray  # the bound after each of the walk's end states
     eos: np.ndarray  # the EOS ids kept in every row (none where the state does not accept)
-    mask: torch.Tensor | None
+    mask: torch.Tensor
     vocab_size: int
     complete: bool = True  # every token has a finite bound after it
     _rows: torch.Tensor | None = None  # [len(thresholds), words], cumulative

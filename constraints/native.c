@@ -41,9 +41,10 @@ typedef struct {
     int64_t max_configs;         /* a step past this many configurations: -1 (fallback) */
 } Pda;
 
-/* One big subtree: its first token after it, and the bytes below its depth d: bit b of word
- * b / 64 for an ASCII byte b; bit 0 also for any byte of 128 and up (see Runs), and the most
- * of them after d (255: or more). */
+/* One big subtree (the tokens sharing some token's first d bytes): the bytes its tokens have
+ * after those d (bit b of word b / 64 for an ASCII byte b; bit 0 also for any byte of 128 and
+ * up, see Runs), the first token after the subtree, and the most bytes a token of it has after
+ * d (255: or more). */
 struct Whole { uint64_t below[2]; int32_t sub_end; uint8_t height; };
 
 typedef struct {

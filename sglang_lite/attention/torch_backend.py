@@ -4,8 +4,9 @@ matmul/SDPA. Runs on CPU and GPU; the reference the Triton backend is checked ag
 Rows with one new token (decode) are batched into one padded gather; rows with several
 (prefill / chunk) are processed one request at a time with a causal mask offset by the
 cached prefix. On a CPU, eager, a decode batch whose lengths differ widely is cut into a few
-batches of similar lengths (by length rank), so the padding gathered and attended shrinks. Grouped-query attention never repeats k/v: decode folds the q heads of a kv
-head into the query axis, extend lets SDPA broadcast (``enable_gqa``).
+batches of similar lengths (by length rank), so the padding gathered and attended shrinks.
+Grouped-query attention never repeats k/v: decode folds the q heads of a kv head into the
+query axis, extend lets SDPA broadcast (``enable_gqa``).
 
 Sliding-window layers narrow the mask (their KV stays in the pool: correct, not smaller);
 soft-capped scores (Gemma 2) need the scores themselves, so those layers compute attention
