@@ -120,7 +120,9 @@ class ClosingDistance:
         self._levels: dict[int, _Levels] = {}
         self._ways: dict[int, tuple[_Way, int]] = {}  # interned state -> the way it is on, where
         self._segment_tokens: dict[bytes, float] = {}  # completion segment -> fewest tokens
-        self._last_spelled: tuple[bytes, list[float], list[int]] = (b"", [0], [0])
+        self._segmented: dict[State, float] = {}  # state -> _segmented_tokens
+        self._last_spelled: tuple[bytes, np.ndarray, np.ndarray] = (
+            b"", np.zeros(1), np.zeros(1, dtype=np.int64))
         self._last_ends: tuple[int, tuple] = (-1, ())  # the last state's _token_ends
         self._lock = threading.RLock()
         self._margin = MARGIN  # grows to twice the largest one-token rise seen (see Margin)
@@ -164,6 +166,7 @@ class ClosingDistance:
         with self._lock:
             sid = self._graph.intern(state)
             if sid not in self._levels:
+                checked = False  # whether the search-free check below ran (and failed)
                 if sid not in self._bounds:
                     most = self._most_tokens(sid)  # an upper bound on the search's bound
                     if most is not None and remaining - 1 < most + self._margin:
@@ -172,6 +175,10 @@ class ClosingDistance:
                         self._fits[state] = (most, True)
                         if remaining - 1 >= most + self._margin:
                             return None  # far from the budget: every token fits (Margin)
+                        if remaining > most:  # slack above the bound: no tight row, and
+                            checked = True  # every token fitting spares the search too
+                            if self._every_token_fits(sid, state, remaining):
+                                return None
                 bound = self._bound(sid)
                 if remaining - 1 >= bound + self._margin:
                     self._fits[state] = (bound, True)
@@ -180,10 +187,8 @@ class ClosingDistance:
                     row = self._tight_row(sid, state, remaining)
                     if row is not None:
                         return row
-                most = self._most_after(sid)
-                if most is not None and remaining - 1 >= most:
-                    self._fits[state] = (most, False)
-                    return None  # every token fits: proved without searching
+                if not checked and self._every_token_fits(sid, state, remaining):
+                    return None
             levels = self._levels_of(sid, state)
             if not len(levels.thresholds):
                 return None  # no bound found after any token (the search gave up): plain mask
@@ -194,6 +199,15 @@ class ClosingDistance:
                     return None
             k = int(np.searchsorted(levels.thresholds, remaining - 1, side="right")) - 1
             return levels.row(max(k, 0))
+
+    def _every_token_fits(self, sid: int, state: State, remaining: int) -> bool:
+        """Whether every allowed token fits ``remaining``, proved without searching (from the
+        end states' search-free bounds, ``_most_after``); kept for the state where it holds."""
+        most = self._most_after(sid, remaining - 1)
+        if most is None or remaining - 1 < most:
+            return False
+        self._fits[state] = (most, False)
+        return True
 
     def _first_fits(self, state: State) -> tuple[float, bool] | None:
         """A state met for the first time: the search-free bound (``_most_tokens``) read
@@ -252,9 +266,15 @@ class ClosingDistance:
         in its fewest tokens on its own (cached by its bytes: the callers' segments recur from
         state to state), plus EOS. The search spells the same bytes whole, in no more
         tokens. inf where the automaton cannot cut its completion."""
+        found = self._segmented.get(state)
+        if found is not None:  # an end state's, met again as the state of the next fill
+            return found
+        if len(self._segmented) >= _SEGMENTS_MAX:
+            self._segmented.clear()
         segments = getattr(self.automaton, "completion_segments", None)
         segments = None if segments is None else segments(state, self._single_bytes)
         if segments is None or not len(self._eos):
+            self._segmented[state] = math.inf
             return math.inf
         total = 1.0
         for data in segments:
@@ -262,8 +282,9 @@ class ClosingDistance:
             if tokens is None:
                 if len(self._segment_tokens) >= _SEGMENTS_MAX:
                     self._segment_tokens.clear()
-                tokens = self._segment_tokens[data] = self._suffix_spellings(data)[0][0]
+                tokens = self._segment_tokens[data] = float(self._suffix_spellings(data)[0][0])
             total += tokens
+        self._segmented[state] = total
         return total
 
     def _search(self, start: int) -> float:
@@ -293,7 +314,7 @@ class ClosingDistance:
         so, from it, has every state after it."""
         first = True
         while pos not in way.states:
-            cost = way.cost[pos] + way.end_cost
+            cost = float(way.cost[pos]) + way.end_cost
             if not first and sid in self._ways and self._bounds.get(sid, math.inf) <= cost:
                 return
             first = False
@@ -302,7 +323,7 @@ class ClosingDistance:
             self._ways.setdefault(sid, (way, pos))
             if pos == len(way.data):
                 return
-            nxt = way.step[pos]
+            nxt = int(way.step[pos])
             sid, pos = self._graph.advance(sid, way.data[pos:nxt]), nxt
 
     def _shortest_bytes(self, start: int, alphabet: np.ndarray) -> tuple[bytes, int] | None:
@@ -414,29 +435,27 @@ class ClosingDistance:
         cost, step = self._suffix_spellings(data)
         return _Way(data, cost, step, self._termination_cost(end), {})
 
-    def _suffix_spellings(self, data: bytes) -> tuple[list[float], list[int]]:
+    def _suffix_spellings(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
         """The fewest tokens that spell each suffix of ``data`` and where the first token of
         such a spelling ends (a backward dynamic program: the tokens starting at i, longer
-        while still a prefix of some token)."""
+        while still a prefix of some token), as arrays of ``len(data) + 1``."""
         n = len(data)
-        cost = [math.inf] * n + [0]
-        step = [n] * (n + 1)
-        prefixes, vocab = self._prefixes, self._vocab
+        cost = np.full(n + 1, math.inf)
+        cost[n] = 0
+        step = np.full(n + 1, n, dtype=np.int64)
         # A suffix shared with the last way spelled (the closing of the same structure, from
         # a state a token later) has the same spellings: only the rest is computed.
         last, last_cost, last_step = self._last_spelled
         shared = _common_suffix(data, last)
         if shared:
-            shift = len(last) - n
             cost[n - shared:] = last_cost[len(last) - shared:]
-            step[n - shared:] = [j - shift for j in last_step[len(last) - shared:]]
+            step[n - shared:] = last_step[len(last) - shared:] - (len(last) - n)
         mod = native.module() if n > shared else None
         if mod is not None:  # the same program in C, over the vocabulary's sorted spellings
-            cost_at, step_at = np.array(cost, dtype=np.float64), np.array(step, dtype=np.int64)
             native.spell_suffixes(mod, self.automaton.info.layout.lexicographic_arrays(), data,
-                                  cost_at, step_at, n - shared)
-            cost, step = cost_at.tolist(), step_at.tolist()
+                                  cost, step, n - shared)
         else:
+            prefixes, vocab = self._prefixes, self._vocab
             for i in range(n - shared - 1, -1, -1):
                 for j in range(i + 1, min(n, i + self._max_token_len) + 1):
                     piece = data[i:j]
@@ -453,20 +472,7 @@ class ClosingDistance:
         bound is ``remaining - 1`` (EOS too where the state accepts). A subset of the tokens
         the budget rows would keep, found without walking the vocabulary; None where the way
         gives none (the budget rows are built instead)."""
-        found = self._ways.get(sid)
-        if found is None:
-            return None
-        way, pos = found
-        data, ids = way.data, []
-        for j in range(pos + 1, min(len(data), pos + self._max_token_len) + 1):
-            piece = data[pos:j]
-            if piece not in self._prefixes:
-                break
-            token = self._vocab.get(piece)
-            if token is not None and way.cost[j] + way.end_cost <= remaining - 1:
-                known = way.states.get(j)
-                self._enter(way, j, self._graph.advance(sid, piece) if known is None else known)
-                ids.append(token)
+        ids = [token for token, _ in self._way_tokens(sid, remaining - 1)]
         if self._graph.accepting[sid]:
             ids += self._eos.tolist()  # EOS is the one token it costs
         if not ids:
@@ -475,27 +481,66 @@ class ClosingDistance:
         return torch.from_numpy(pack_token_ids(np.array(ids, dtype=np.int64), vocab_size)) & \
             self.automaton.mask_row(state)
 
+    def _way_tokens(self, sid: int, limit: float = math.inf) -> list[tuple[int, float]]:
+        """The tokens that spell the next piece of the way ``sid`` is on (from where it stands
+        on it), with the bound after each (the way's fewest tokens from there plus its end's
+        cost): each state after one that fits ``limit`` is entered on the way (its bound and
+        witness from the way's spelling, no search)."""
+        found = self._ways.get(sid)
+        if found is None:
+            return []
+        way, pos = found
+        data, out = way.data, []
+        for j in range(pos + 1, min(len(data), pos + self._max_token_len) + 1):
+            piece = data[pos:j]
+            if piece not in self._prefixes:
+                break
+            token = self._vocab.get(piece)
+            cost = float(way.cost[j]) + way.end_cost
+            if token is not None and cost <= limit and math.isfinite(cost):
+                known = way.states.get(j)
+                self._enter(way, j, self._graph.advance(sid, piece) if known is None else known)
+                out.append((token, cost))
+        return out
+
     # -- budget rows ----------------------------------------------------------------------
-    def _most_after(self, sid: int) -> float | None:
+    def _most_after(self, sid: int, limit: float = math.inf) -> float | None:
         """At least the largest bound after any allowed token, without searching: each end
-        state's cached bound, else its fewest bytes plus EOS (``_most_tokens``); None where
-        an end has neither."""
-        _, ends = self._token_ends(sid)
+        state's cached bound, else its fewest bytes plus EOS (``_most_tokens``), and where that
+        is above ``limit`` its segmented bound (``_segmented_tokens``); None where an end has
+        none of them, or (the check gives up at the first) where one is above ``limit``."""
         most = 0.0
-        for end in ends:
+        for end in self._end_states(sid):
             value = self._bounds.get(end)
             if value is None:
                 value = self._most_tokens(end)
-                if value is None:
-                    return None
+                if value is None or value > limit:
+                    value = min(math.inf if value is None else value,
+                                self._segmented_tokens(self._graph.states[end]))
+                    if math.isinf(value):
+                        return None
+            if value > limit:
+                return None
             most = max(most, value)
         return most
+
+    def _end_states(self, sid: int) -> list[int]:
+        """The distinct states the tokens allowed from ``sid`` end in, interned: from a walk
+        that does not record which token ends where (the automaton's ``end_states``), else
+        from ``_token_ends``."""
+        if self._last_ends[0] == sid:
+            return self._last_ends[1][1]
+        walk = getattr(self.automaton, "end_states", None)
+        found = None if walk is None else walk(self._graph.states[sid])
+        if found is None:
+            return self._token_ends(sid)[1]
+        return [self._graph.intern(s) for s in found]
 
     def _token_ends(self, sid: int) -> tuple[TokenEnds, list[int]]:
         """The tokens allowed from ``sid`` grouped by the state each leads to, and those end
         states interned: in one walk where the automaton has it (``token_ends``), else
         through the byte graph."""
-        if self._last_ends[0] == sid:  # _most_after, then the levels it could not spare
+        if self._last_ends[0] == sid:
             return self._last_ends[1]
         walk = getattr(self.automaton, "token_ends", None)
         found = None if walk is None else walk(self._graph.states[sid])
@@ -520,6 +565,7 @@ class ClosingDistance:
         handful: the tokens from one state reach few distinct states), read off the walk's
         end states without listing its tokens."""
         walk, ends = self._token_ends(sid)
+        self._way_tokens(sid)  # the ends on the way get their bounds without a search
         after = np.array([self._bound(e) for e in ends], dtype=np.float64)
         accepting = bool(self.automaton.is_accepting(state))
         if len(after):
@@ -553,8 +599,8 @@ class _Way:
     ``states`` the interned states at the positions entered so far."""
 
     data: bytes
-    cost: list[float]
-    step: list[int]
+    cost: np.ndarray  # float64 [len(data) + 1]
+    step: np.ndarray  # int64 [len(data) + 1]
     end_cost: float
     states: dict[int, int]
 

@@ -362,7 +362,7 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
                 }
                 for (int64_t j = i; j < end; j++) {
                     set_bit(row, v->ids[j]);
-                    if (ends) ends->id[j] = (int32_t)id;
+                    if (ends && ends->id) ends->id[j] = (int32_t)id;
                 }
                 valid = k;
                 i = end - 1;
@@ -379,7 +379,7 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
                 memcpy(scratch, arena + at[len], sizeof(Config) * stepped[len]);
                 int64_t id = end_set(ends, scratch, stepped[len]);
                 if (id < 0) { w->overflow = 1; return -1; }
-                ends->id[i] = (int32_t)id;
+                if (ends->id) ends->id[i] = (int32_t)id;
             }
         }
     }
@@ -1863,9 +1863,10 @@ static PyObject *stack_tuple(const Work *w, int32_t node) {
     return t;
 }
 
-/* walk_ends(pda, vocab, configs, row, end_id i32 [N]) -> (depth, [frozenset of (stack, g)])
+/* walk_ends(pda, vocab, configs, row, end_id i32 [N] or None) -> (depth, [frozenset of (stack, g)])
  * or -1 (fall back): the trie walk from the closed configurations; end_id[i] (lexicographic
- * token i, -1 left where it dies) indexes the list of the distinct states tokens end in. */
+ * token i, -1 left where it dies) indexes the list of the distinct states tokens end in
+ * (None: the list only). */
 /* descent_byte(trans i32 [S, 256], dist i64 [S], alphabet bool [256], inc bool [S, 256],
  * returns bool [S], g, counting) -> the first byte of alphabet from g one byte closer to
  * the rule's end (dist one less); counting (a counted leaf still needs characters): the first
@@ -2001,11 +2002,14 @@ static PyObject *py_walk_ends(PyObject *self, PyObject *const *args, Py_ssize_t 
     int64_t n0;
     int ready = begin_walk(args, &p, &v, &w, &n0);
     if (ready <= 0) return ready < 0 ? NULL : PyLong_FromLong(-1);
-    Py_buffer row, ids;
+    Py_buffer row, ids = {0};
+    int per_token = args[4] != Py_None; /* None: the distinct end states only */
     if (row_view(args[3], &row, 4, 1) < 0) return NULL;
-    if (row_view(args[4], &ids, (Py_ssize_t)(v->first[256] * 4), 1) < 0) { PyBuffer_Release(&row); return NULL; }
+    if (per_token && row_view(args[4], &ids, (Py_ssize_t)(v->first[256] * 4), 1) < 0) {
+        PyBuffer_Release(&row); return NULL;
+    }
     EndSets e = {0};
-    e.id = ids.buf;
+    e.id = per_token ? ids.buf : NULL;
     int64_t depth;
     Py_BEGIN_ALLOW_THREADS
     depth = walk_trie(w, p, v, n0, 1, row.buf, &e);
@@ -2029,7 +2033,7 @@ static PyObject *py_walk_ends(PyObject *self, PyObject *const *args, Py_ssize_t 
     }
     free(e.sets); free(e.off); free(e.slot);
     PyBuffer_Release(&row);
-    PyBuffer_Release(&ids);
+    if (per_token) PyBuffer_Release(&ids);
     return out;
 }
 

@@ -166,6 +166,13 @@ class PdaWalker:
             return None
         return found[1], self._lex.ids, end
 
+    def end_states(self, configs) -> list | None:
+        """token_ends' distinct end states alone, without saying which token ends in which
+        (no per-token array to fill)."""
+        row = np.zeros(self._words, dtype=np.int32)
+        found = self._mod.walk_ends(self._pda, self._vocab, configs, row, None)
+        return None if isinstance(found, int) else found[1]
+
     def advance(self, configs, data: bytes):
         """The state after ``data`` (a frozenset of (stack, position), as the automaton's own
         steps give it), None where ``data`` dies, False where the C walk gives up."""

@@ -331,6 +331,12 @@ class PushdownAutomaton(TokenAutomaton):
         found = None if walker is None or self.pruned else walker.token_ends(list(state))
         return None if found is None else TokenEnds(*found)
 
+    def end_states(self, state: State) -> list[State] | None:
+        """The distinct states the tokens allowed from ``state`` end in (token_ends' ends,
+        without which token ends where); None where the C walk is not available."""
+        walker = self._native_walker()
+        return None if walker is None or self.pruned else walker.end_states(list(state))
+
     def shortest_completion(self, state: State, alphabet: np.ndarray) -> bytes | None:
         """Bytes of ``alphabet`` of min_bytes_to_accept's length after which ``state``
         accepts, found by following the grammar's distances rule by rule (no automaton

@@ -674,8 +674,9 @@ def test_the_c_suffix_spellings_are_the_python_ones(tokenizer_info):
             mp.setattr(native, "module", lambda: None)
             want = python_side._suffix_spellings(data)
             want_tail = python_side._suffix_spellings(b"x" + data)  # only the new head computed
-        assert native_side._suffix_spellings(data) == want
-        assert native_side._suffix_spellings(b"x" + data) == want_tail
+        for got, expected in ((native_side._suffix_spellings(data), want),
+                              (native_side._suffix_spellings(b"x" + data), want_tail)):
+            assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
         unspelled += sum(math.isinf(c) for c in want[0])
     assert unspelled > 0
 
