@@ -60,10 +60,16 @@ bytes: a deep structure's callers recur from state to state) plus EOS, at least 
 search finds spelling the same bytes whole.
 
 Near the budget, before any budget row is built, one vocabulary walk with no search proves
-the common case: if every end state's cached bound, or its fewest bytes plus EOS, is at most
-``r - 1``, every token fits (exact, no margin), and that is kept for the state. A way's
-spellings are continued from the last way spelled where the two share a suffix (the closing
-of one structure seen from the next state), so consecutive searches cost their new bytes.
+the common case: if every end state's cached bound, or else its fewest bytes plus EOS, or
+else its segmented bound, is at most ``r - 1``, every token fits (exact, no margin), and that
+is kept for the state. The walk records only the distinct end states (not which token ends
+where), and where the state's own segmented bound is below ``r`` (slack: no tight row can be
+needed) the check runs before the state's search, which it then spares; an end state's
+segmented bound is kept for the fill that meets it next. The ends a token along the state's
+way reaches take their bounds from the way (no search) when the budget rows are built. A
+way's spellings are continued from the last way spelled where the two share a suffix (the
+closing of one structure seen from the next state), so consecutive searches cost their new
+bytes.
 
 Cost. States are interned into a byte-transition table filled on demand (one ``advance``
 per group of bytes that lead alike (``byte_classes``) the first time a state is met, the automaton's own

@@ -300,6 +300,40 @@ def test_the_search_free_check_reads_end_states_without_a_per_token_walk(compile
     assert walks == [state]  # the levels' walk is reused
 
 
+def test_the_ends_along_a_states_way_take_their_bounds_from_it_without_a_search(compiler):
+    """Building a state's budget rows bounds every end state; those a token along the
+    state's way reaches (here 'a' of the key 'ab', not a cut of the way's fewest spelling)
+    take the way's count from there, as a search of their own finds, and are not searched."""
+    auto = compiler.compile_json_schema(PUSHDOWN[0]).automaton
+    fresh = ClosingDistance(auto)
+    state = auto.advance(auto.initial, b'{"')
+    sid = fresh._graph.intern(state)
+    fresh._bound(sid)
+    after_a = fresh._graph.intern(auto.advance(state, b"a"))
+    assert after_a not in fresh._bounds  # not a cut of the way's spelling
+    searched = []
+    original = fresh._search
+    fresh._search = lambda s: searched.append(s) or original(s)
+    fresh._levels_of(sid, state)
+    assert after_a not in searched
+    assert fresh._bounds[after_a] == ClosingDistance(auto).bound(auto.advance(state, b"a"))
+
+
+def test_slack_above_the_segmented_bound_spares_the_states_own_search(compiler):
+    """Near the budget but with slack (the state's segmented bound below the tokens left),
+    every token fitting is proved from the end states alone: the state itself is not
+    searched. With no slack the row keeps only the way's first token."""
+    auto = compiler.compile_json_schema(PUSHDOWN[0]).automaton
+    fresh = ClosingDistance(auto)
+    state = auto.advance(auto.initial, b'{"')  # the way: ab ": " "} (4 tokens, terminated)
+    assert fresh._segmented_tokens(state) == 5  # its segments plus EOS
+    assert fresh.budget_row(state, 6) is None
+    assert fresh._graph.intern(state) not in fresh._bounds
+    row = fresh.budget_row(state, 4)
+    kept = [t for t in range(auto.info.vocab_size) if row[t // 32] >> (t % 32) & 1]
+    assert kept == [VOCAB.index(b"ab")]
+
+
 NESTED = {"type": "object", "required": ["a", "b"], "additionalProperties": False,
           # "c" may be {}, but once its "ab" is begun it costs more than any state outside c:
           # the most fewest bytes are inside a string inside c, its callers' returns included.
