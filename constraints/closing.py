@@ -209,8 +209,8 @@ class ClosingDistance:
     def _every_token_fits(self, sid: int, state: State, remaining: int) -> bool:
         """Whether every allowed token fits ``remaining``, proved without searching (from the
         end states' search-free bounds, ``_most_after``); kept for the state where it holds."""
-        most = self._most_after(sid, remaining - 1)
-        if most is None or remaining - 1 < most:
+        most = self._most_after(sid, remaining - 1)  # None where an end is above it
+        if most is None:
             return False
         self._fits[state] = (most, False)
         return True
