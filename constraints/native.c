@@ -66,6 +66,7 @@ typedef struct {
     uint8_t *big_count;    /* [N] */
     struct Whole *whole;   /* [big subtrees] */
     int32_t max_len;       /* the longest token's bytes */
+    uint32_t *all_row;     /* [ceil(id_end / 32)] the packed row of every token (NULL: none) */
 } Vocab;
 
 typedef struct { int32_t g, node; } Config;
@@ -198,6 +199,7 @@ static int64_t advance(Work *w, const Pda *p, const Config *in, int64_t n, int b
 }
 
 static inline void set_bit(uint32_t *row, int64_t id) { row[id >> 5] |= 1u << (id & 31); }
+static inline void clear_bit(uint32_t *row, int64_t id) { row[id >> 5] &= ~(1u << (id & 31)); }
 
 /* The big subtree of token i's first k bytes where token i opens it (Vocab.whole), else NULL. */
 static inline const struct Whole *whole_at(const Vocab *v, int64_t i, int64_t k) {
@@ -360,10 +362,10 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
                     id = end_set(ends, scratch, 1);
                     if (id < 0) { w->overflow = 1; return -1; }
                 }
-                for (int64_t j = i; j < end; j++) {
-                    set_bit(row, v->ids[j]);
-                    if (ends && ends->id) ends->id[j] = (int32_t)id;
-                }
+                if (row)
+                    for (int64_t j = i; j < end; j++) set_bit(row, v->ids[j]);
+                if (ends && ends->id)
+                    for (int64_t j = i; j < end; j++) ends->id[j] = (int32_t)id;
                 valid = k;
                 i = end - 1;
                 continue;
@@ -374,7 +376,7 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
                 if (dead_at <= len) i = v->sub_end[v->off[i] + dead_at - 1] - 1;
                 continue;
             }
-            set_bit(row, v->ids[i]);
+            if (row) set_bit(row, v->ids[i]);
             if (ends) {
                 memcpy(scratch, arena + at[len], sizeof(Config) * stepped[len]);
                 int64_t id = end_set(ends, scratch, stepped[len]);
@@ -514,6 +516,22 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
             runs.status = NULL;
         }
     }
+    /* Most of the vocabulary inside (a string body's state): the row starts full and the walk
+     * clears the tokens that are not inside, so a subtree taken whole costs nothing and the
+     * ~48k inside tokens' ids are never read (setting them one by one was most of the walk). */
+    int negative = 0;
+    if (row && !starts && v->all_row) {
+        int64_t allowed = 0, n_tok = v->first[256] - v->first[0];
+        for (int b = 0; b < 256; b++)
+            if (trans[(int64_t)q * stride + b] >= 0) allowed += v->first[b + 1] - v->first[b];
+        negative = 2 * allowed > n_tok;
+        if (negative) {
+            for (int64_t w = 0, words = (v->id_end + 31) / 32; w < words; w++) row[w] |= v->all_row[w];
+            for (int b = 0; b < 256; b++)
+                if (trans[(int64_t)q * stride + b] < 0)
+                    for (int64_t i = v->first[b]; i < v->first[b + 1]; i++) clear_bit(row, v->ids[i]);
+        }
+    }
     int32_t state[DEPTH + 1];
     int64_t count[DEPTH + 1], exits[DEPTH + 1]; /* exits[k]: accepting depths in 1..k */
     int64_t n_in = 0, k_ex = 0;
@@ -549,7 +567,8 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
             reached = k;
             if (whole) {
                 int64_t end = whole;
-                for (int64_t j = i; j < end; j++) set_bit(row, v->ids[j]);
+                if (!negative)
+                    for (int64_t j = i; j < end; j++) set_bit(row, v->ids[j]);
                 n_in += end - i;
                 i = end - 1;
                 continue;
@@ -567,7 +586,7 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
                 }
             }
             if (k == len && state[len] >= 0 && row) {
-                set_bit(row, v->ids[i]);
+                if (!negative) set_bit(row, v->ids[i]);
                 n_in++;
             } else if (k == len && state[len] >= 0) {
                 in_i[n_in] = i;
@@ -577,7 +596,12 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
             } else if (k >= 1 && state[k] < 0 && !exits[k - 1]) {
                 /* the first k bytes are dead and no exit lies before: so for every token
                  * sharing them (each would walk to the same dead end, exiting nowhere) */
-                i = v->sub_end[v->off[i] + k - 1] - 1;
+                int64_t end = v->sub_end[v->off[i] + k - 1];
+                if (negative)
+                    for (int64_t j = i; j < end; j++) clear_bit(row, v->ids[j]);
+                i = end - 1;
+            } else if (negative) {
+                clear_bit(row, v->ids[i]);
             }
         }
     }
@@ -620,6 +644,7 @@ static void free_vocab(PyObject *capsule) {
     free(c->v.big_first);
     free(c->v.big_count);
     free(c->v.whole);
+    free(c->v.all_row);
     free(c);
 }
 
@@ -663,12 +688,16 @@ static PyObject *py_vocab_tables(PyObject *self, PyObject *const *args, Py_ssize
     c->v.ids = c->views[4].buf;
     for (Py_ssize_t i = 0; i < c->views[4].len / 8; i++)
         if (c->v.ids[i] >= c->v.id_end) c->v.id_end = c->v.ids[i] + 1;
+    c->v.all_row = calloc((size_t)(c->v.id_end + 31) / 32 + 1, sizeof(uint32_t));
+    for (Py_ssize_t i = 0; c->v.all_row && i < c->views[4].len / 8; i++)
+        if (c->v.off[i + 1] > c->v.off[i]) set_bit(c->v.all_row, c->v.ids[i]);
     /* subtree ends, last token first: token i + 1 shares d bytes with i exactly when its lcp
      * is at least d, and then so does everything in its own subtree of depth d */
     int64_t n_tok = c->views[4].len / 8;
     c->v.sub_end = malloc(sizeof(int32_t) * (c->v.off[n_tok] ? c->v.off[n_tok] : 1));
     if (!c->v.sub_end) {
         for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
+        free(c->v.all_row);
         free(c);
         return PyErr_NoMemory();
     }
@@ -738,6 +767,7 @@ static PyObject *py_vocab_tables(PyObject *self, PyObject *const *args, Py_ssize
         free(c->v.big_first);
         free(c->v.big_count);
         free(c->v.whole);
+        free(c->v.all_row);
         free(c);
     }
     return out;
@@ -803,7 +833,7 @@ static PyObject *py_walk_trie(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (ready <= 0) return ready < 0 ? NULL : PyLong_FromLong(-1);
     int close_first = PyObject_IsTrue(args[3]);
     Py_buffer row;
-    if (row_view(args[4], &row, 4, 1) < 0) return NULL;
+    if (row_view(args[4], &row, (Py_ssize_t)((v->id_end + 31) / 32 * 4), 1) < 0) return NULL;
     int64_t out;
     Py_BEGIN_ALLOW_THREADS
     out = walk_trie(w, p, v, n0, close_first, row.buf, NULL);
@@ -827,7 +857,7 @@ static PyObject *py_walk_list(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (row_view(args[5], &alive, index.len / 8, 1) < 0) {
         PyBuffer_Release(&index); PyBuffer_Release(&cols); return NULL;
     }
-    if (row_view(args[6], &row, 4, 1) < 0) {
+    if (row_view(args[6], &row, (Py_ssize_t)((v->id_end + 31) / 32 * 4), 1) < 0) {
         PyBuffer_Release(&index); PyBuffer_Release(&cols); PyBuffer_Release(&alive); return NULL;
     }
     int64_t out;
@@ -1863,10 +1893,11 @@ static PyObject *stack_tuple(const Work *w, int32_t node) {
     return t;
 }
 
-/* walk_ends(pda, vocab, configs, row, end_id i32 [N] or None) -> (depth, [frozenset of (stack, g)])
- * or -1 (fall back): the trie walk from the closed configurations; end_id[i] (lexicographic
- * token i, -1 left where it dies) indexes the list of the distinct states tokens end in
- * (None: the list only). */
+/* walk_ends(pda, vocab, configs, row or None, end_id i32 [N] or None) -> (depth, [frozenset of
+ * (stack, g)]) or -1 (fall back): the trie walk from the closed configurations; end_id[i]
+ * (lexicographic token i, -1 left where it dies) indexes the list of the distinct states
+ * tokens end in (None: the list only; a row None: no row either, so a subtree taken whole
+ * costs one step, not one bit per token). */
 /* descent_byte(trans i32 [S, 256], dist i64 [S], alphabet bool [256], inc bool [S, 256],
  * returns bool [S], g, counting) -> the first byte of alphabet from g one byte closer to
  * the rule's end (dist one less); counting (a counted leaf still needs characters): the first
@@ -2002,17 +2033,19 @@ static PyObject *py_walk_ends(PyObject *self, PyObject *const *args, Py_ssize_t 
     int64_t n0;
     int ready = begin_walk(args, &p, &v, &w, &n0);
     if (ready <= 0) return ready < 0 ? NULL : PyLong_FromLong(-1);
-    Py_buffer row, ids = {0};
+    Py_buffer row = {0}, ids = {0};
     int per_token = args[4] != Py_None; /* None: the distinct end states only */
-    if (row_view(args[3], &row, 4, 1) < 0) return NULL;
+    int has_row = args[3] != Py_None;   /* None: no row either (the ends are all that is asked) */
+    if (has_row && row_view(args[3], &row, (Py_ssize_t)((v->id_end + 31) / 32 * 4), 1) < 0) return NULL;
     if (per_token && row_view(args[4], &ids, (Py_ssize_t)(v->first[256] * 4), 1) < 0) {
-        PyBuffer_Release(&row); return NULL;
+        if (has_row) PyBuffer_Release(&row);
+        return NULL;
     }
     EndSets e = {0};
     e.id = per_token ? ids.buf : NULL;
     int64_t depth;
     Py_BEGIN_ALLOW_THREADS
-    depth = walk_trie(w, p, v, n0, 1, row.buf, &e);
+    depth = walk_trie(w, p, v, n0, 1, has_row ? row.buf : NULL, &e);
     Py_END_ALLOW_THREADS
     PyObject *out = NULL, *sets = NULL;
     if (depth < 0) {
@@ -2032,7 +2065,7 @@ static PyObject *py_walk_ends(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (sets) out = Py_BuildValue("(LN)", (long long)depth, sets);
     }
     free(e.sets); free(e.off); free(e.slot);
-    PyBuffer_Release(&row);
+    if (has_row) PyBuffer_Release(&row);
     if (per_token) PyBuffer_Release(&ids);
     return out;
 }

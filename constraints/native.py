@@ -168,9 +168,8 @@ class PdaWalker:
 
     def end_states(self, configs) -> list | None:
         """token_ends' distinct end states alone, without saying which token ends in which
-        (no per-token array to fill)."""
-        row = np.zeros(self._words, dtype=np.int32)
-        found = self._mod.walk_ends(self._pda, self._vocab, configs, row, None)
+        (no per-token array to fill, no row: a subtree taken whole costs one step)."""
+        found = self._mod.walk_ends(self._pda, self._vocab, configs, None, None)
         return None if isinstance(found, int) else found[1]
 
     def advance(self, configs, data: bytes):

@@ -111,6 +111,25 @@ def test_a_walk_past_the_configuration_cap_falls_back_to_python(tokenizer_info):
     assert _walk_both_with(pda, tokenizer_info, schema) > 10
 
 
+@needs_c
+def test_a_row_too_small_for_the_vocabulary_is_refused_not_overrun(tokenizer_info):
+    """The C walks write one bit per token id: a row shorter than the vocabulary's is a
+    ValueError before any walk (it was accepted from 4 bytes on), and the distinct end
+    states need no row at all."""
+    pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(SCHEMAS[0]).automaton
+    walker = pda._native_walker()
+    mod, configs = native.module(), [((), 0)]
+    short = np.zeros(walker._words - 1, dtype=np.int32)
+    with pytest.raises(ValueError, match="too small"):
+        mod.walk_trie(walker._pda, walker._vocab, configs, True, short)
+    with pytest.raises(ValueError, match="too small"):
+        mod.walk_ends(walker._pda, walker._vocab, configs, short, None)
+    index = np.zeros(1, dtype=np.int64)
+    with pytest.raises(ValueError, match="too small"):
+        mod.walk_list(walker._pda, walker._vocab, configs, index, index, np.zeros(1, dtype=bool), short)
+    assert walker.end_states(configs) == walker.token_ends(configs)[0]
+
+
 def _walk_both_with(pda, info, schema) -> int:
     reference = GrammarCompiler(info, cache_size=0).compile_json_schema(schema)
     reference.automaton._walker = None
