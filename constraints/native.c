@@ -277,11 +277,12 @@ static int64_t end_set(EndSets *e, Config *cfg, int64_t n) {
  * as they are (rule positions whose calls the caller walks itself). With ends: the set of
  * configurations each surviving token's last byte reached (before closure: the automaton's
  * own state after the token). */
-/* A vocabulary subtree below a lone configuration at a plain position (no call, no return,
- * no character count) whose bytes below all loop on that position is allowed whole, every
- * token of it ending in that same configuration (see Vocab.below). Subtrees of fewer tokens
- * than this are walked. */
+/* A vocabulary subtree below configurations at plain positions (no call, no return, no
+ * character count) whose bytes below all loop on each of them is allowed whole, every token
+ * of it ending in those same configurations (see Vocab.below): one string position reached
+ * under several stacks is as cheap as one. Subtrees of fewer tokens than this are walked. */
 #define WHOLE_FROM 4
+#define WHOLE_CONFIGS 8 /* the most configurations checked for a whole subtree (each must loop) */
 
 /* The bytes of a 256-wide table row that lead to ``target``, in Vocab.below's form: bit b of
  * word b / 64 for an ASCII byte b, bit 0 only where NUL and every byte of 128 and up do. */
@@ -346,20 +347,26 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
                 if (!m) { dead_at = k + 1; break; }
                 at[k + 2] = at[k + 1] + m;
                 k++;
-                const struct Whole *big = m == 1 ? whole_at(v, i, k) : NULL;
-                if (big) {
-                    int32_t g = arena[at[k]].g, slot = g & 63;
-                    if (loop_of[slot] != g) { pda_loop(p, g, loops[slot]); loop_of[slot] = g; }
-                    if ((loops[slot][0] | loops[slot][1]) && !(big->below[0] & ~loops[slot][0])
-                        && !(big->below[1] & ~loops[slot][1])) { whole = big->sub_end; break; }
+                const struct Whole *big = m <= WHOLE_CONFIGS ? whole_at(v, i, k) : NULL;
+                if (big) { /* whole where every configuration loops on every byte below */
+                    int all = 1;
+                    for (int64_t c = at[k]; all && c < at[k] + m; c++) {
+                        int32_t g = arena[c].g, slot = g & 63;
+                        if (loop_of[slot] != g) { pda_loop(p, g, loops[slot]); loop_of[slot] = g; }
+                        all = (loops[slot][0] | loops[slot][1]) && !(big->below[0] & ~loops[slot][0])
+                              && !(big->below[1] & ~loops[slot][1]);
+                    }
+                    if (all) { whole = big->sub_end; break; }
                 }
             }
             if (w->overflow) return -1;
-            if (whole) { /* every token below ends in the one configuration at depth k */
+            if (whole) { /* every token below ends in the configurations at depth k (each
+                          * plain, so closing added none: they are the ones the byte reached) */
                 int64_t end = whole, id = -1;
                 if (ends) {
-                    scratch[0] = arena[at[k]];
-                    id = end_set(ends, scratch, 1);
+                    int64_t m = at[k + 1] - at[k];
+                    memcpy(scratch, arena + at[k], sizeof(Config) * m);
+                    id = end_set(ends, scratch, m);
                     if (id < 0) { w->overflow = 1; return -1; }
                 }
                 if (row)

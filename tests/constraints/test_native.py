@@ -555,6 +555,36 @@ def test_token_ends_are_the_states_advance_gives(tokenizer_info, schema):
 
 
 @needs_c
+def test_a_string_reached_under_two_stacks_walks_as_one(tokenizer_info):
+    """Two branches of an anyOf inside the same string: two configurations at one looping
+    position. The C walks take the subtrees below them whole (each configuration loops on
+    every byte below), and still give the Python walk's row, and for every token the state
+    the automaton's own steps reach."""
+    schema = json.dumps({"anyOf": [
+        {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": False},
+        {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+         "required": ["a", "b"], "additionalProperties": False}]})
+    pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+    reference = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+    reference._walker = None
+    state = pda.advance(pda.initial, b'{"a":"xy')
+    assert len(state) == 2 and len({g for _, g in state}) == 1
+    walker = pda._native_walker()
+    row, _ = walker.trie(list(state), True)
+    assert np.array_equal(row, reference.mask_words(state))
+    walk = pda.token_ends(state)
+    (token_ids, index), ends = walk.by_token(), walk.ends
+    assert sorted(token_ids.tolist()) == np.flatnonzero(unpack_bitmask(row, tokenizer_info.vocab_size)).tolist()
+    assert len(token_ids) > 40000 and state in ends  # most tokens stay in the string, both stacks kept
+    rng = np.random.default_rng(5)
+    quoted = [i for i, t in enumerate(token_ids.tolist()) if b'"' in tokenizer_info.token_bytes[t]]
+    for i in set(rng.choice(len(token_ids), 1500).tolist()) | set(quoted):
+        t = int(token_ids[i])
+        assert pda.advance(state, tokenizer_info.token_bytes[t]) == ends[int(index[i])], t
+    assert set(walker.end_states(list(state))) == set(ends)
+
+
+@needs_c
 def test_counted_rows_from_the_rows_by_count_are_the_filtered_walks(tokenizer_info):
     """A counted plain string's inside rows for every (need, room) read from the cumulative
     rows built in C are the tokens the character counts allow, packed one by one."""
