@@ -178,6 +178,7 @@ class GrammarDistances:
         self.dist_of = self.dist.tolist()  # the same, read one position at a time
         self._stack_cost: dict[tuple[int, ...], int] = {(): 0}
         self.moves: dict = {}  # (position, counting) -> the next step toward the end (pushdown.py)
+        self.steps: np.ndarray | None = None  # the same for native.c's descent: [2 S], -2 unknown
         self.segments: dict = {}  # return position -> its frame's way to the end (pushdown.py)
         # (position, main frame) -> the way from there to its frame's end (pushdown.py)
         self.frame_ways: dict = {}

@@ -1944,6 +1944,121 @@ static PyObject *py_descent_byte(PyObject *self, PyObject *const *args, Py_ssize
     return out;
 }
 
+/* The next step from position g one byte closer to its rule's end (pushdown._descent_move):
+ * a byte b (0..255) or a call 256 + its index, -1 none; memo moves[2 g + counting] (-2: not
+ * yet found). counting: a counted leaf still needs characters, so the byte must start one and
+ * keep the distance (else progress that does not close it). */
+static int64_t descent_step(const Pda *p, const int64_t *dist, const uint8_t *alpha, int64_t *moves,
+                            int32_t g, int counting) {
+    int64_t *memo = moves + 2 * (int64_t)g + counting;
+    if (*memo != -2) return *memo;
+    const int32_t *row = p->trans + (int64_t)g * 256;
+    const uint8_t *inc = p->inc + (int64_t)g * 256;
+    int64_t found = -1;
+    for (int b = 0; b < 256 && found < 0; b++) {
+        int32_t t = row[b];
+        if (t < 0 || !alpha[b]) continue;
+        if (counting ? inc[b] && dist[t] == dist[g] : dist[t] == dist[g] - 1) found = b;
+    }
+    for (int b = 0; counting && b < 256 && found < 0; b++) {
+        int32_t t = row[b];
+        if (t >= 0 && alpha[b] && dist[t] == dist[g] - 1 && !inc[b] && !(p->flags[t] & RETURNS)) found = b;
+    }
+    for (int32_t c = p->call_off[g]; !counting && found < 0 && c < p->call_off[g + 1]; c++) {
+        int32_t start = p->call_start[c];
+        int64_t lo = p->call_counted[c] ? p->count_lo[start] : 0;
+        if (dist[start] + lo + dist[p->call_ret[c]] == dist[g]) found = 256 + c;
+    }
+    *memo = found;
+    return found;
+}
+
+/* segment(pda, stack tuple, g, dist i64 [S], alphabet bool [256], final bool [S], moves i64
+ * [2 S], limit) -> (bytes, stack tuple, g) or None: pushdown._segment's descent along the
+ * distances from (stack, g) until its frame returns (or the main rule ends), at most limit
+ * steps, the stack kept in an array (a call pushes its return, and a count frame for a
+ * counted leaf; a return pops them). */
+static PyObject *py_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) { PyErr_SetString(PyExc_TypeError, "segment takes 8 arguments"); return NULL; }
+    const Pda *p = PyCapsule_GetPointer(args[0], "pda");
+    if (!p) return NULL;
+    if (!PyTuple_Check(args[1])) { PyErr_SetString(PyExc_TypeError, "segment: the stack is a tuple"); return NULL; }
+    long g0 = PyLong_AsLong(args[2]);
+    long limit = PyLong_AsLong(args[7]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer v[4];
+    if (get_views(args + 3, v, 4) < 0) return NULL;
+    PyObject *out = NULL;
+    int64_t states = v[0].len / 8, depth = PyTuple_GET_SIZE(args[1]);
+    int64_t *stk = NULL;
+    uint8_t *data = NULL;
+    if (v[1].len < 256 || v[2].len != states || v[3].len != states * 16 || g0 < 0 || g0 >= states || limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "segment: bad tables");
+        goto done;
+    }
+    stk = malloc(sizeof(int64_t) * (size_t)(depth + 2 * limit + 2));
+    data = malloc((size_t)limit + 1);
+    if (!stk || !data) { PyErr_NoMemory(); goto done; }
+    for (int64_t i = 0; i < depth; i++) {
+        stk[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args[1], i));
+        if (PyErr_Occurred()) goto done;
+    }
+    const int64_t *dist = v[0].buf;
+    const uint8_t *alpha = v[1].buf, *final = v[2].buf;
+    int64_t *moves = v[3].buf, n = depth, len = 0;
+    int32_t g = (int32_t)g0;
+    int64_t floor = n - ((p->flags[g] & IN_COUNTED) ? 1 : 0);
+    int ok = 0; /* 1: the frame returned or the main rule ended; 0: no way (None) */
+    for (long step = 0; step < limit; step++) {
+        int counted = (p->flags[g] & IN_COUNTED) != 0;
+        if (counted && n < 1) break;
+        int64_t need = counted ? p->count_lo[g] - (-stk[n - 1] - 1) : 0;
+        if (need < 0) need = 0;
+        if (final[g] && n == 0) { ok = 1; break; }
+        if ((p->flags[g] & RETURNS) && need == 0) {
+            int64_t pop = counted ? 2 : 1;
+            if (n < pop) break;
+            g = (int32_t)stk[n - pop];
+            n -= pop;
+            if (g < 0 || g >= states) break;
+            if (n < floor) { ok = 1; break; }
+            continue;
+        }
+        int64_t move = descent_step(p, dist, alpha, moves, g, need > 0);
+        if (move < 0) break;
+        if (move >= 256) { /* a call: its return below, a count frame above it if counted */
+            int32_t c = (int32_t)(move - 256);
+            stk[n++] = p->call_ret[c];
+            if (p->call_counted[c]) stk[n++] = -1;
+            g = p->call_start[c];
+            continue;
+        }
+        if (p->inc[(int64_t)g * 256 + move]) { /* one more character (pushdown._counted_up) */
+            int64_t count = -stk[n - 1] - 1 + 1, cap = p->count_cap[g];
+            if (count > cap) {
+                if (p->flags[g] & BOUNDED) break;
+                count = cap;
+            }
+            stk[n - 1] = -(count + 1);
+        }
+        data[len++] = (uint8_t)move;
+        g = p->trans[(int64_t)g * 256 + move];
+    }
+    if (!ok) { out = Py_NewRef(Py_None); goto done; }
+    PyObject *stack = PyTuple_New(n);
+    for (int64_t i = 0; stack && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(stk[i]);
+        if (!x) { Py_CLEAR(stack); break; }
+        PyTuple_SET_ITEM(stack, i, x);
+    }
+    if (stack) out = Py_BuildValue("(y#Ni)", (const char *)data, (Py_ssize_t)len, stack, (int)g);
+done:
+    free(stk);
+    free(data);
+    for (int i = 0; i < 4; i++) PyBuffer_Release(&v[i]);
+    return out;
+}
+
 /* spell_suffixes(vocab, data bytes, cost f64 [n + 1], step i64 [n + 1], upto): for i from upto - 1
  * down to 0, the fewest tokens that spell data[i:] (cost[i], inf where none do) and where the
  * first token of one such spelling ends (step[i]), from the entries at i + 1 .. n (those at
@@ -2087,6 +2202,7 @@ static PyMethodDef methods[] = {
     {"spell_suffixes", (PyCFunction)(void (*)(void))py_spell_suffixes, METH_FASTCALL, "fewest tokens per suffix"},
     {"descent_byte", (PyCFunction)(void (*)(void))py_descent_byte, METH_FASTCALL, "a byte one closer to the end"},
     {"rows_by_count", (PyCFunction)(void (*)(void))py_rows_by_count, METH_FASTCALL, "cumulative rows by count"},
+    {"segment", (PyCFunction)(void (*)(void))py_segment, METH_FASTCALL, "a frame's way to its end"},
     {"walk_ends", (PyCFunction)(void (*)(void))py_walk_ends, METH_FASTCALL, "trie walk with end states"},
     {"pack_groups", (PyCFunction)(void (*)(void))py_pack_groups, METH_FASTCALL, "token rows by end group"},
     {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},

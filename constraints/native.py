@@ -178,6 +178,13 @@ class PdaWalker:
         found = self._mod.advance_bytes(self._pda, configs, data)
         return False if isinstance(found, int) else found
 
+    def segment(self, stack: tuple[int, ...], g: int, dist: np.ndarray, alphabet: np.ndarray,
+                final: np.ndarray, steps: np.ndarray, limit: int):
+        """pushdown._segment's descent from (stack, g) to its frame's return: (bytes, stack,
+        position), or None where there is no way within ``limit`` steps. ``steps`` [2 S]
+        keeps each position's next step (-2 until found), for every later descent."""
+        return self._mod.segment(self._pda, stack, g, dist, alphabet, final, steps, limit)
+
     def tokens(self, configs, positions: np.ndarray, cols: np.ndarray):
         """Layout positions ``positions``, each from byte ``cols[i]`` on, walked from the
         configurations: (packed row of the survivors, which survive, shallowest depth met)."""

@@ -377,10 +377,17 @@ class PushdownAutomaton(TokenAutomaton):
                  alphabet: np.ndarray, limit: int) -> tuple[bytes, tuple[int, ...], int] | None:
         """Descend from (stack, g) along the distances until its frame returns (or the main
         rule ends): the bytes, and the configuration returned to. Reads no frame below.
-        Outside a counted leaf the way from a position of the starting frame depends on that
-        position alone (and on whether the frame is the main rule's), so the ways from every
-        such position met are kept (``dist.frame_ways``) and a later descent stops at the
-        first it meets: the states of one structure share the way to its end."""
+        In C where the extension loads: each position's next step is kept (``dist.steps``),
+        so a descent costs a table read per byte. In Python: outside a counted leaf the way
+        from a position of the starting frame depends on that position alone (and on whether
+        the frame is the main rule's), so the ways from every such position met are kept
+        (``dist.frame_ways``) and a later descent stops at the first it meets: the states of
+        one structure share the way to its end."""
+        walker = self._native_walker()
+        if walker is not None:
+            if dist.steps is None:
+                dist.steps = np.full(2 * len(self._final_of), -2, dtype=np.int64)
+            return walker.segment(stack, g, dist.dist, alphabet, self._final, dist.steps, limit)
         floor = len(stack) - (1 if self._in_counted_of[g] else 0)
         main = floor == 0
         out = bytearray()

@@ -731,6 +731,39 @@ def test_the_c_suffix_spellings_are_the_python_ones(tokenizer_info):
 
 
 @needs_c
+def test_the_c_segment_descent_is_the_python_one(tokenizer_info):
+    """A frame's way to its end (the closing's segmented bounds read it for every new state)
+    from states along random walks of real grammars (counted strings, recursion, calls): the
+    C descent gives the Python one's bytes, stack and position, and None where it does."""
+    rng = np.random.default_rng(11)
+    checked = counted = 0
+    for schema in SCHEMAS + _dev_schemas(1):
+        try:
+            pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+        except Exception:  # noqa: BLE001 - a refused schema is not this test's concern
+            continue
+        reference = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+        reference._walker = None
+        alphabet = tokenizer_info.single_byte_tokens
+        dist, ref_dist = pda._grammar_distances(alphabet), reference._grammar_distances(alphabet)
+        state = pda.initial
+        for _ in range(30):
+            for stack, g in state:
+                for limit in (3, 400):  # the way cut short (None) and whole
+                    got = pda._segment(stack, g, dist, alphabet, limit)
+                    ref_dist.frame_ways.clear()
+                    assert got == reference._segment(stack, g, ref_dist, alphabet, limit), (schema[:40], stack, g)
+                    checked += 1
+                    counted += pda._in_counted_of[g]
+            allowed = np.flatnonzero(unpack_bitmask(pda.mask_words(state), tokenizer_info.vocab_size))
+            allowed = allowed[~np.isin(allowed, tokenizer_info.eos_token_ids)]
+            if not len(allowed):
+                break
+            state = pda.advance(state, tokenizer_info.token_bytes[int(rng.choice(allowed))])
+    assert checked > 300 and counted > 10
+
+
+@needs_c
 def test_the_c_descent_byte_is_the_numpy_one(tokenizer_info):
     """The completion descent's next byte (one closer to the rule's end; in a counted leaf
     still short of characters, one that starts a character and keeps the distance) from
