@@ -216,6 +216,7 @@ typedef struct {
     int64_t *off; int64_t n_sets, cap_sets;
     int64_t *slot; int64_t hash_cap;
     int32_t *id;
+    int64_t last; /* the set end_set gave last (-1: none yet) */
 } EndSets;
 
 static int cmp_config(const void *a, const void *b) {
@@ -225,8 +226,27 @@ static int cmp_config(const void *a, const void *b) {
 }
 
 /* The id of the set cfg[0..n) (sorted in place), added if new; -1 out of memory. */
+static inline int config_less(Config x, Config y) { return x.g < y.g || (x.g == y.g && x.node < y.node); }
+
+static inline int same_configs(const Config *a, const Config *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (a[i].g != b[i].g || a[i].node != b[i].node) return 0;
+    return 1;
+}
+
 static int64_t end_set(EndSets *e, Config *cfg, int64_t n) {
-    qsort(cfg, n, sizeof(Config), cmp_config);
+    /* Sorted: a few configurations by insertion (most sets hold one or two), more by qsort.
+     * Consecutive tokens mostly end alike: the last set found is tried first. */
+    if (n > 8) {
+        qsort(cfg, n, sizeof(Config), cmp_config);
+    } else {
+        for (int64_t i = 1; i < n; i++)
+            for (int64_t j = i; j > 0 && config_less(cfg[j], cfg[j - 1]); j--) {
+                Config t = cfg[j]; cfg[j] = cfg[j - 1]; cfg[j - 1] = t;
+            }
+    }
+    if (e->last >= 0 && e->off[e->last + 1] - e->off[e->last] == n && same_configs(e->sets + e->off[e->last], cfg, n))
+        return e->last;
     uint64_t h = 1469598103934665603ull;
     for (int64_t i = 0; i < n; i++) h = (h ^ ((uint64_t)(uint32_t)cfg[i].g << 32 | (uint32_t)cfg[i].node)) * 1099511628211ull;
     if (2 * (e->n_sets + 1) > e->hash_cap) { /* grow and rehash */
@@ -249,7 +269,7 @@ static int64_t end_set(EndSets *e, Config *cfg, int64_t n) {
     int64_t j = (int64_t)(h >> 9) & (e->hash_cap - 1);
     for (; e->slot[j] >= 0; j = (j + 1) & (e->hash_cap - 1)) {
         int64_t s = e->slot[j];
-        if (e->off[s + 1] - e->off[s] == n && !memcmp(e->sets + e->off[s], cfg, sizeof(Config) * n)) return s;
+        if (e->off[s + 1] - e->off[s] == n && same_configs(e->sets + e->off[s], cfg, n)) return e->last = s;
     }
     if (e->n_conf + n > e->cap_conf) {
         int64_t cap = e->cap_conf ? 2 * e->cap_conf + n : 1024 + n;
@@ -270,6 +290,7 @@ static int64_t end_set(EndSets *e, Config *cfg, int64_t n) {
     e->n_conf += n;
     e->off[e->n_sets + 1] = e->n_conf;
     e->slot[j] = e->n_sets;
+    e->last = e->n_sets;
     return e->n_sets++;
 }
 
@@ -302,6 +323,12 @@ static void pda_loop(const Pda *p, int32_t g, uint64_t *out) {
     out[0] = out[1] = 0;
     if ((p->flags[g] & (RETURNS | IN_COUNTED)) || p->call_off[g] != p->call_off[g + 1]) return;
     bytes_to(p->trans + (int64_t)g * 256, g, out);
+}
+
+/* A position a byte leaves as one configuration with the same stack, that closure leaves
+ * alone: no call, no return, no character count. */
+static inline int plain_position(const Pda *p, int32_t g) {
+    return !(p->flags[g] & (RETURNS | IN_COUNTED | CLOSES_COUNTED)) && p->call_off[g] == p->call_off[g + 1];
 }
 
 static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int close_first, uint32_t *row,
@@ -338,10 +365,20 @@ static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int 
             while (k < len) {
                 if (at[k + 1] + SET_CAP > ARENA_CAP || k + 2 >= 260) { w->overflow = 1; break; }
                 Config *next = arena + at[k + 1];
-                int64_t m = step(w, p, arena + at[k], at[k + 1] - at[k], bytes[k], next);
-                if (!w->overflow && m) {
-                    stepped[k + 1] = m;
-                    m = closure(w, p, next, m, SET_CAP);
+                const Config *cur = arena + at[k];
+                int64_t m;
+                int32_t t = at[k + 1] - at[k] == 1 && p->max_configs >= 1 && plain_position(p, cur->g)
+                            ? p->trans[(int64_t)cur->g * 256 + bytes[k]] : -2;
+                if (t == -1 || (t >= 0 && plain_position(p, t))) { /* a lone plain configuration
+                                         * steps to a plain one (or dies): no step, no closure */
+                    m = t >= 0;
+                    if (m) { next[0].g = t; next[0].node = cur->node; stepped[k + 1] = 1; }
+                } else {
+                    m = step(w, p, cur, at[k + 1] - at[k], bytes[k], next);
+                    if (!w->overflow && m) {
+                        stepped[k + 1] = m;
+                        m = closure(w, p, next, m, SET_CAP);
+                    }
                 }
                 if (w->overflow) break;
                 if (!m) { dead_at = k + 1; break; }
@@ -2164,6 +2201,7 @@ static PyObject *py_walk_ends(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     EndSets e = {0};
+    e.last = -1;
     e.id = per_token ? ids.buf : NULL;
     int64_t depth;
     Py_BEGIN_ALLOW_THREADS
