@@ -190,7 +190,7 @@ class ClosingDistance:
                     self._fits[state] = (bound, True)
                     return None  # far from the budget (or no bound found): every token fits
                 if remaining == bound:  # no slack: only tokens on a fewest-token completion
-                    row = self._tight_row(sid, state, remaining)
+                    row = self._tight_row(sid, remaining)
                     if row is not None:
                         return row
                 if not checked and self._every_token_fits(sid, state, remaining):
@@ -472,20 +472,21 @@ class ClosingDistance:
         self._last_spelled = (data, cost, step)
         return cost, step
 
-    def _tight_row(self, sid: int, state: State, remaining: int) -> torch.Tensor | None:
+    def _tight_row(self, sid: int, remaining: int) -> torch.Tensor | None:
         """With no slack (``remaining == bound``): the tokens that start a fewest-token
         spelling of the way the state's bound came from, each leading to a state whose
         bound is ``remaining - 1`` (EOS too where the state accepts). A subset of the tokens
         the budget rows would keep, found without walking the vocabulary; None where the way
-        gives none (the budget rows are built instead)."""
+        gives none (the budget rows are built instead). Each of them is allowed, as its bytes
+        begin the way (a live path from the state), so the state's own mask is not read: at
+        a request's last tokens most states are new, and their masks would cost a walk."""
         ids = [token for token, _ in self._way_tokens(sid, remaining - 1)]
         if self._graph.accepting[sid]:
             ids += self._eos.tolist()  # EOS is the one token it costs
         if not ids:
             return None
         vocab_size = self.automaton.info.vocab_size
-        return torch.from_numpy(pack_token_ids(np.array(ids, dtype=np.int64), vocab_size)) & \
-            self.automaton.mask_row(state)
+        return torch.from_numpy(pack_token_ids(np.array(ids, dtype=np.int64), vocab_size))
 
     def _way_tokens(self, sid: int, limit: float = math.inf) -> list[tuple[int, float]]:
         """The tokens that spell the next piece of the way ``sid`` is on (from where it stands

@@ -101,15 +101,19 @@ def test_budget_rows_keep_exactly_the_tokens_that_fit(compiler, pattern):
 def test_a_budget_with_no_slack_keeps_tokens_of_a_fewest_completion_without_a_vocabulary_walk(
         compiler, pattern):
     """Budget == bound: the row is found along the way the bound came from (no budget rows
-    built), holds at least one token, and only tokens that fit (the brute-force set)."""
+    built, and not the state's own mask either), holds at least one token, and only tokens
+    that fit (the brute-force set)."""
     auto = compiler.compile_regex(pattern).automaton
     exact = _exact_distances(auto)
     fresh = ClosingDistance(auto)  # nothing cached yet
+    auto._rows.clear()  # (the compile made the start state's mask)
+    auto._words.clear()
     checked = 0
     for s, d in exact.items():
         row = None if d == 0 else fresh.budget_row(s, int(d))
         if row is None:
             continue
+        assert s not in auto._rows and s not in auto._words
         got = set(np.nonzero(unpack_bitmask(row, auto.info.vocab_size))[0].tolist())
         assert got and got <= _fitting(auto, exact, s, int(d)), (s, d)
         checked += 1
