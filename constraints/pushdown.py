@@ -46,6 +46,7 @@ SHARED_WALK_STATES = 256  # leaves of this many states have their positions' wal
 
 
 _FRAME_WAYS_MAX = 1 << 16  # descents' ways kept per grammar and alphabet
+_FEWEST_MAX = 1 << 16  # states whose fewest bytes to finish are kept per grammar and alphabet
 # Longer byte strings are stepped in C (a closing's completion checked by walking it): shorter
 # ones (a token) step through _step's cache, cheaper than a call that builds its result.
 _NATIVE_ADVANCE_FROM = 16
@@ -86,6 +87,7 @@ class PushdownAutomaton(TokenAutomaton):
         self._one_next = one_next.tolist()  # where one >= 0
         self._branches = self._branch.tolist()
         self._closures: dict[State, frozenset[Config]] = {}
+        self._accepting: dict[State, bool] = {}
         self._steps: dict[tuple[State, int], State | None] = {}
         self._forced: dict[State, bytes] = {}
         self._max_token_len = info.layout.max_len
@@ -260,7 +262,11 @@ class PushdownAutomaton(TokenAutomaton):
         if self.pruned:
             return None
         dist = self._grammar_distances(alphabet)
-        best = min(self._config_bytes(c, dist) for c in state)
+        best = dist.fewest.get(state)  # the closing asks again for a state and its ends
+        if best is None:
+            if len(dist.fewest) >= _FEWEST_MAX:
+                dist.fewest.clear()
+            best = dist.fewest[state] = min(self._config_bytes(c, dist) for c in state)
         return None if best >= UNREACHABLE else best
 
     def max_bytes_to_accept(self, alphabet: np.ndarray) -> int | None:
@@ -501,8 +507,11 @@ class PushdownAutomaton(TokenAutomaton):
         return None
 
     def is_accepting(self, state: State) -> bool:
-        final = self._final_of
-        return any(final[g] for _, g in self._closure(state))
+        out = self._accepting.get(state)
+        if out is None:
+            final = self._final_of
+            out = self._accepting[state] = any(final[g] for _, g in self._closure(state))
+        return out
 
     def allowed_token_ids(self, state: State) -> np.ndarray:
         bits = unpack_bitmask(self._token_row(state), self.info.vocab_size)
