@@ -67,6 +67,8 @@ typedef struct {
     struct Whole *whole;   /* [big subtrees] */
     int32_t max_len;       /* the longest token's bytes */
     uint32_t *all_row;     /* [ceil(id_end / 32)] the packed row of every token (NULL: none) */
+    int32_t *first2;       /* [65537] first2[256 b + c]: the first token of two bytes or more
+                              whose first two are (b, c) or sort after (NULL: none) */
 } Vocab;
 
 typedef struct { int32_t g, node; } Config;
@@ -689,6 +691,7 @@ static void free_vocab(PyObject *capsule) {
     free(c->v.big_count);
     free(c->v.whole);
     free(c->v.all_row);
+    free(c->v.first2);
     free(c);
 }
 
@@ -732,6 +735,12 @@ static PyObject *py_vocab_tables(PyObject *self, PyObject *const *args, Py_ssize
     c->v.ids = c->views[4].buf;
     for (Py_ssize_t i = 0; i < c->views[4].len / 8; i++)
         if (c->v.ids[i] >= c->v.id_end) c->v.id_end = c->v.ids[i] + 1;
+    c->v.first2 = malloc(sizeof(int32_t) * 65537);
+    for (int64_t i = 0, k = 0, n = c->views[4].len / 8; c->v.first2 && k <= 65536; i++) {
+        if (i < n && c->v.off[i + 1] - c->v.off[i] < 2) continue;
+        int64_t key = i < n ? 256 * c->v.bytes[c->v.off[i]] + c->v.bytes[c->v.off[i] + 1] : 65536;
+        while (k <= key) c->v.first2[k++] = (int32_t)i;
+    }
     c->v.all_row = calloc((size_t)(c->v.id_end + 31) / 32 + 1, sizeof(uint32_t));
     for (Py_ssize_t i = 0; c->v.all_row && i < c->views[4].len / 8; i++)
         if (c->v.off[i + 1] > c->v.off[i]) set_bit(c->v.all_row, c->v.ids[i]);
@@ -742,6 +751,7 @@ static PyObject *py_vocab_tables(PyObject *self, PyObject *const *args, Py_ssize
     if (!c->v.sub_end) {
         for (int i = 0; i < VOCAB_ARRAYS; i++) PyBuffer_Release(&c->views[i]);
         free(c->v.all_row);
+        free(c->v.first2);
         free(c);
         return PyErr_NoMemory();
     }
@@ -812,6 +822,7 @@ static PyObject *py_vocab_tables(PyObject *self, PyObject *const *args, Py_ssize
         free(c->v.big_count);
         free(c->v.whole);
         free(c->v.all_row);
+        free(c->v.first2);
         free(c);
     }
     return out;
@@ -2129,8 +2140,15 @@ static PyObject *py_spell_suffixes(PyObject *self, PyObject *const *args, Py_ssi
     if (upto > n) upto = n;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = upto - 1; i >= 0; i--) {
-        int64_t lo = v->first[d[i]], hi = v->first[d[i] + 1];
-        for (int64_t j = i + 1; lo < hi; j++) { /* [lo, hi): the tokens starting with d[i:j] */
+        int64_t lo = v->first[d[i]], hi = v->first[d[i] + 1], j = i + 1;
+        if (v->first2 && i + 1 < n && lo < hi) { /* the first two bytes from the table */
+            if (v->off[lo + 1] - v->off[lo] == 1 && c[i + 1] + 1 < c[i]) { c[i] = c[i + 1] + 1; st[i] = i + 1; }
+            int64_t key = 256 * d[i] + d[i + 1];
+            lo = v->first2[key];
+            hi = v->first2[key + 1] < v->first[d[i] + 1] ? v->first2[key + 1] : v->first[d[i] + 1];
+            j = i + 2;
+        }
+        for (; lo < hi; j++) { /* [lo, hi): the tokens starting with d[i:j] */
             int64_t depth = j - i;
             if (v->off[lo + 1] - v->off[lo] == depth && c[j] + 1 < c[i]) { c[i] = c[j] + 1; st[i] = j; }
             if (j == n) break;
