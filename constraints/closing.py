@@ -446,29 +446,31 @@ class ClosingDistance:
         such a spelling ends (a backward dynamic program: the tokens starting at i, longer
         while still a prefix of some token), as arrays of ``len(data) + 1``."""
         n = len(data)
-        cost = np.full(n + 1, math.inf)
-        cost[n] = 0
-        step = np.full(n + 1, n, dtype=np.int64)
         # A suffix shared with the last way spelled (the closing of the same structure, from
         # a state a token later) has the same spellings: only the rest is computed.
         last, last_cost, last_step = self._last_spelled
+        mod = native.module()
+        if mod is not None:  # in C: the shared suffix, its copy and the rest's program
+            cost, step = np.empty(n + 1), np.empty(n + 1, dtype=np.int64)
+            native.spell_after(mod, self.automaton.info.layout.lexicographic_arrays(), data, cost, step,
+                               last, last_cost, last_step)
+            self._last_spelled = (data, cost, step)
+            return cost, step
+        cost = np.full(n + 1, math.inf)
+        cost[n] = 0
+        step = np.full(n + 1, n, dtype=np.int64)
         shared = _common_suffix(data, last)
         if shared:
             cost[n - shared:] = last_cost[len(last) - shared:]
             step[n - shared:] = last_step[len(last) - shared:] - (len(last) - n)
-        mod = native.module() if n > shared else None
-        if mod is not None:  # the same program in C, over the vocabulary's sorted spellings
-            native.spell_suffixes(mod, self.automaton.info.layout.lexicographic_arrays(), data,
-                                  cost, step, n - shared)
-        else:
-            prefixes, vocab = self._prefixes, self._vocab
-            for i in range(n - shared - 1, -1, -1):
-                for j in range(i + 1, min(n, i + self._max_token_len) + 1):
-                    piece = data[i:j]
-                    if piece not in prefixes:
-                        break
-                    if cost[j] + 1 < cost[i] and piece in vocab:
-                        cost[i], step[i] = cost[j] + 1, j
+        prefixes, vocab = self._prefixes, self._vocab
+        for i in range(n - shared - 1, -1, -1):
+            for j in range(i + 1, min(n, i + self._max_token_len) + 1):
+                piece = data[i:j]
+                if piece not in prefixes:
+                    break
+                if cost[j] + 1 < cost[i] and piece in vocab:
+                    cost[i], step[i] = cost[j] + 1, j
         self._last_spelled = (data, cost, step)
         return cost, step
 

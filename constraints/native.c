@@ -2107,12 +2107,9 @@ done:
     return out;
 }
 
-/* spell_suffixes(vocab, data bytes, cost f64 [n + 1], step i64 [n + 1], upto): for i from upto - 1
- * down to 0, the fewest tokens that spell data[i:] (cost[i], inf where none do) and where the
- * first token of one such spelling ends (step[i]), from the entries at i + 1 .. n (those at
- * upto .. n come filled). The tokens that are prefixes of data[i:] are found by narrowing the
- * lexicographic order byte by byte (a prefix sorts before its extensions). Ties keep the
- * shortest first token, as the Python loop does. */
+/* The closing's fewest-token spellings (spell_after): the tokens that are prefixes of data[i:]
+ * are found by narrowing the lexicographic order byte by byte (a prefix sorts before its
+ * extensions). Ties keep the shortest first token, as the Python loop does. */
 static int64_t lower_at(const Vocab *v, int64_t lo, int64_t hi, int64_t d, int c) {
     while (lo < hi) { /* first token in [lo, hi) whose byte d is >= c (none: -1) */
         int64_t mid = lo + (hi - lo) / 2, len = v->off[mid + 1] - v->off[mid];
@@ -2122,23 +2119,10 @@ static int64_t lower_at(const Vocab *v, int64_t lo, int64_t hi, int64_t d, int c
     return lo;
 }
 
-static PyObject *py_spell_suffixes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "spell_suffixes takes 5 arguments"); return NULL; }
-    const Vocab *v = PyCapsule_GetPointer(args[0], "vocab");
-    if (!v) return NULL;
-    Py_ssize_t upto = PyLong_AsSsize_t(args[4]);
-    if (PyErr_Occurred()) return NULL;
-    Py_buffer data, cost, step;
-    if (PyObject_GetBuffer(args[1], &data, PyBUF_SIMPLE) < 0) return NULL;
-    if (row_view(args[2], &cost, (data.len + 1) * 8, 1) < 0) { PyBuffer_Release(&data); return NULL; }
-    if (row_view(args[3], &step, (data.len + 1) * 8, 1) < 0) {
-        PyBuffer_Release(&data); PyBuffer_Release(&cost); return NULL;
-    }
-    const uint8_t *d = data.buf;
-    double *c = cost.buf;
-    int64_t *st = step.buf, n = data.len;
-    if (upto > n) upto = n;
-    Py_BEGIN_ALLOW_THREADS
+/* For i from upto - 1 down to 0, the fewest tokens that spell d[i:] (c[i], inf where none
+ * do) and where the first token of one such spelling ends (st[i]), from the entries at
+ * i + 1 .. n (those at upto .. n come filled). */
+static void spell(const Vocab *v, const uint8_t *d, int64_t n, double *c, int64_t *st, int64_t upto) {
     for (int64_t i = upto - 1; i >= 0; i--) {
         int64_t lo = v->first[d[i]], hi = v->first[d[i] + 1], j = i + 1;
         if (v->first2 && i + 1 < n && lo < hi) { /* the first two bytes from the table */
@@ -2156,9 +2140,43 @@ static PyObject *py_spell_suffixes(PyObject *self, PyObject *const *args, Py_ssi
             hi = lower_at(v, lo, hi, depth, d[j] + 1);
         }
     }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&data); PyBuffer_Release(&cost); PyBuffer_Release(&step);
-    Py_RETURN_NONE;
+}
+
+/* spell_after(vocab, data bytes, cost f64 [n + 1], step i64 [n + 1], last bytes, last_cost f64
+ * [m + 1], last_step i64 [m + 1]) -> shared: spell() over all of data, the suffix it
+ * shares with the last data spelled (the closing of one structure, seen a token later) copied
+ * from that one's arrays (its steps shifted), the rest computed; cost and step come unfilled. */
+static PyObject *py_spell_after(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "spell_after takes 7 arguments"); return NULL; }
+    const Vocab *v = PyCapsule_GetPointer(args[0], "vocab");
+    if (!v) return NULL;
+    Py_buffer b[6];
+    int got = 0;
+    for (; got < 6; got++) /* data, cost, step, last, last_cost, last_step: the arrays written */
+        if (PyObject_GetBuffer(args[got + 1], &b[got], PyBUF_C_CONTIGUOUS | (got == 1 || got == 2 ? PyBUF_WRITABLE : 0)) < 0)
+            break;
+    PyObject *out = NULL;
+    if (got == 6) {
+        const uint8_t *d = b[0].buf, *last = b[3].buf;
+        int64_t n = b[0].len, m = b[3].len;
+        if (b[1].len < (n + 1) * 8 || b[2].len < (n + 1) * 8 || b[4].len < (m + 1) * 8 || b[5].len < (m + 1) * 8) {
+            PyErr_SetString(PyExc_ValueError, "spell_after: buffer too small");
+        } else {
+            double *c = b[1].buf;
+            int64_t *st = b[2].buf, shared = 0;
+            const double *lc = b[4].buf;
+            const int64_t *ls = b[5].buf;
+            Py_BEGIN_ALLOW_THREADS
+            while (shared < n && shared < m && d[n - 1 - shared] == last[m - 1 - shared]) shared++;
+            for (int64_t i = 0; i < n - shared; i++) { c[i] = INFINITY; st[i] = n; }
+            for (int64_t i = n - shared; i <= n; i++) { c[i] = lc[i + m - n]; st[i] = ls[i + m - n] - (m - n); }
+            spell(v, d, n, c, st, n - shared);
+            Py_END_ALLOW_THREADS
+            out = PyLong_FromLongLong(shared);
+        }
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
+    return out;
 }
 
 /* advance_bytes(pda, configs, data bytes) -> frozenset of (stack tuple, position): the state
@@ -2255,9 +2273,9 @@ static PyMethodDef methods[] = {
     {"walk_list", (PyCFunction)(void (*)(void))py_walk_list, METH_FASTCALL, "walk of given tokens"},
     {"walk_leaf", (PyCFunction)(void (*)(void))py_walk_leaf, METH_FASTCALL, "walk of a leaf DFA"},
     {"advance_bytes", (PyCFunction)(void (*)(void))py_advance_bytes, METH_FASTCALL, "a state after bytes"},
-    {"spell_suffixes", (PyCFunction)(void (*)(void))py_spell_suffixes, METH_FASTCALL, "fewest tokens per suffix"},
     {"descent_byte", (PyCFunction)(void (*)(void))py_descent_byte, METH_FASTCALL, "a byte one closer to the end"},
     {"rows_by_count", (PyCFunction)(void (*)(void))py_rows_by_count, METH_FASTCALL, "cumulative rows by count"},
+    {"spell_after", (PyCFunction)(void (*)(void))py_spell_after, METH_FASTCALL, "spellings after the last"},
     {"segment", (PyCFunction)(void (*)(void))py_segment, METH_FASTCALL, "a frame's way to its end"},
     {"walk_ends", (PyCFunction)(void (*)(void))py_walk_ends, METH_FASTCALL, "trie walk with end states"},
     {"pack_groups", (PyCFunction)(void (*)(void))py_pack_groups, METH_FASTCALL, "token rows by end group"},

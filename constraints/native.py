@@ -230,11 +230,13 @@ def leaf_walk(mod, trans: np.ndarray, accept: np.ndarray, starts: np.ndarray | N
             (lex.pos[ex_i[:n_ex]], ex_col[:n_ex].copy(), ex_count[:n_ex].copy()))
 
 
-def spell_suffixes(mod, lex, data: bytes, cost: np.ndarray, step: np.ndarray, upto: int) -> None:
-    """Fill cost[i] (fewest tokens spelling data[i:], float64, inf where none) and step[i]
-    (the end of the first token of one such spelling, int64) for i < upto, from the entries
-    at upto .. len(data), which come filled."""
-    mod.spell_suffixes(_vocab(mod, lex), data, cost, step, upto)
+def spell_after(mod, lex, data: bytes, cost: np.ndarray, step: np.ndarray, last: bytes,
+                last_cost: np.ndarray, last_step: np.ndarray) -> int:
+    """The fewest tokens spelling each suffix of ``data`` (cost, inf where none do) and the end
+    of one such spelling's first token (step), into the unfilled arrays; the suffix
+    it shares with ``last`` (spelled before: ``last_cost``, ``last_step``) copied from those
+    (its steps shifted to data's positions); the shared length."""
+    return mod.spell_after(_vocab(mod, lex), data, cost, step, last, last_cost, last_step)
 
 
 def leaf_row(mod, trans: np.ndarray, accept: np.ndarray, lex, q: int, vocab_size: int):
