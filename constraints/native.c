@@ -1953,6 +1953,26 @@ static PyObject *stack_tuple(const Work *w, int32_t node) {
  * (lexicographic token i, -1 left where it dies) indexes the list of the distinct states
  * tokens end in (None: the list only; a row None: no row either, so a subtree taken whole
  * costs one step, not one bit per token). */
+/* The first byte of the alphabet from position g (its table row, its inc row) one byte closer
+ * to the rule's end; counting (a counted leaf still needs characters): one that starts a
+ * character and keeps the distance, else progress that does not close it (a target whose
+ * returns[t] & 1 is clear). -1: none. */
+_Static_assert(RETURNS == 1, "descent_byte reads the flags' RETURNS as bit 0");
+
+static int descent_byte(const int32_t *row, const int64_t *dist, const uint8_t *alpha, const uint8_t *inc,
+                        const uint8_t *returns, int32_t g, int counting) {
+    for (int b = 0; b < 256; b++) {
+        int32_t t = row[b];
+        if (t < 0 || !alpha[b]) continue;
+        if (counting ? inc[b] && dist[t] == dist[g] : dist[t] == dist[g] - 1) return b;
+    }
+    for (int b = 0; counting && b < 256; b++) {
+        int32_t t = row[b];
+        if (t >= 0 && alpha[b] && dist[t] == dist[g] - 1 && !inc[b] && !(returns[t] & 1)) return b;
+    }
+    return -1;
+}
+
 /* descent_byte(trans i32 [S, 256], dist i64 [S], alphabet bool [256], inc bool [S, 256],
  * returns bool [S], g, counting) -> the first byte of alphabet from g one byte closer to
  * the rule's end (dist one less); counting (a counted leaf still needs characters): the first
@@ -1972,20 +1992,8 @@ static PyObject *py_descent_byte(PyObject *self, PyObject *const *args, Py_ssize
             || g < 0 || g >= states) {
             PyErr_SetString(PyExc_ValueError, "descent_byte: bad tables");
         } else {
-            const int32_t *row = (const int32_t *)v[0].buf + g * 256;
-            const int64_t *dist = v[1].buf;
-            const uint8_t *alpha = v[2].buf, *inc = (const uint8_t *)v[3].buf + g * 256, *ret = v[4].buf;
-            int found = -1;
-            for (int b = 0; b < 256 && found < 0; b++) {
-                int32_t t = row[b];
-                if (t < 0 || !alpha[b]) continue;
-                if (counting ? inc[b] && dist[t] == dist[g] : dist[t] == dist[g] - 1) found = b;
-            }
-            for (int b = 0; counting && b < 256 && found < 0; b++) {
-                int32_t t = row[b];
-                if (t >= 0 && alpha[b] && dist[t] == dist[g] - 1 && !inc[b] && !ret[t]) found = b;
-            }
-            out = PyLong_FromLong(found);
+            out = PyLong_FromLong(descent_byte((const int32_t *)v[0].buf + g * 256, v[1].buf, v[2].buf,
+                                               (const uint8_t *)v[3].buf + g * 256, v[4].buf, g, counting));
         }
     }
     for (int i = 0; i < 5; i++) PyBuffer_Release(&v[i]);
@@ -2000,18 +2008,8 @@ static int64_t descent_step(const Pda *p, const int64_t *dist, const uint8_t *al
                             int32_t g, int counting) {
     int64_t *memo = moves + 2 * (int64_t)g + counting;
     if (*memo != -2) return *memo;
-    const int32_t *row = p->trans + (int64_t)g * 256;
-    const uint8_t *inc = p->inc + (int64_t)g * 256;
-    int64_t found = -1;
-    for (int b = 0; b < 256 && found < 0; b++) {
-        int32_t t = row[b];
-        if (t < 0 || !alpha[b]) continue;
-        if (counting ? inc[b] && dist[t] == dist[g] : dist[t] == dist[g] - 1) found = b;
-    }
-    for (int b = 0; counting && b < 256 && found < 0; b++) {
-        int32_t t = row[b];
-        if (t >= 0 && alpha[b] && dist[t] == dist[g] - 1 && !inc[b] && !(p->flags[t] & RETURNS)) found = b;
-    }
+    int64_t found = descent_byte(p->trans + (int64_t)g * 256, dist, alpha, p->inc + (int64_t)g * 256, p->flags,
+                                 g, counting);
     for (int32_t c = p->call_off[g]; !counting && found < 0 && c < p->call_off[g + 1]; c++) {
         int32_t start = p->call_start[c];
         int64_t lo = p->call_counted[c] ? p->count_lo[start] : 0;

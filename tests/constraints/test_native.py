@@ -730,6 +730,15 @@ def test_the_c_suffix_spellings_are_the_python_ones(tokenizer_info):
     assert unspelled > 0
 
 
+def _real_grammars(info):
+    """(schema, automaton) of the test schemas and one dev schema per split that compiles."""
+    for schema in SCHEMAS + _dev_schemas(1):
+        try:
+            yield schema, GrammarCompiler(info, cache_size=0).compile_json_schema(schema).automaton
+        except Exception:  # noqa: BLE001 - a refused schema is not these tests' concern
+            continue
+
+
 @needs_c
 def test_the_c_segment_descent_is_the_python_one(tokenizer_info):
     """A frame's way to its end (the closing's segmented bounds read it for every new state)
@@ -737,11 +746,7 @@ def test_the_c_segment_descent_is_the_python_one(tokenizer_info):
     C descent gives the Python one's bytes, stack and position, and None where it does."""
     rng = np.random.default_rng(11)
     checked = counted = 0
-    for schema in SCHEMAS + _dev_schemas(1):
-        try:
-            pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
-        except Exception:  # noqa: BLE001 - a refused schema is not this test's concern
-            continue
+    for schema, pda in _real_grammars(tokenizer_info):
         reference = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
         reference._walker = None
         alphabet = tokenizer_info.single_byte_tokens
@@ -774,11 +779,7 @@ def test_the_c_descent_byte_is_the_numpy_one(tokenizer_info):
     narrow[[ord(c) for c in " !#$%&'()*+0"]] = False  # a counted string's first choices
     alphabets = [tokenizer_info.single_byte_tokens, np.ones(256, dtype=bool), narrow]
     checked = moved = 0
-    for schema in SCHEMAS + _dev_schemas(1):
-        try:
-            pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
-        except Exception:  # noqa: BLE001 - a refused schema is not this test's concern
-            continue
+    for _, pda in _real_grammars(tokenizer_info):
         for alphabet in alphabets:
             dist = pda._grammar_distances(alphabet)
             for g in range(len(pda._final)):
