@@ -243,10 +243,17 @@ def _value_type(v) -> str:
 
 
 def _possible_types(s) -> set[str]:
+    """A superset of the types of the values ``s`` accepts: its declared types, narrowed by
+    its listed values, by each allOf part and by the union of its anyOf (oneOf) branches."""
     if not isinstance(s, dict):
         return set(TYPES) if s is not False else set()
     values = s["enum"] if "enum" in s else [s["const"]] if "const" in s else None
     types = set(declared_types(s))
+    for key in ("anyOf", "oneOf"):
+        if isinstance(s.get(key), list) and s[key]:
+            types &= set().union(*(_possible_types(b) for b in s[key]))
+    for part in s.get("allOf", ()) if isinstance(s.get("allOf"), list) else ():
+        types &= _possible_types(part)
     if values is not None:
         types &= {_value_type(v) for v in values} | {"number" for v in values if isinstance(v, float)}
     return types
@@ -378,8 +385,12 @@ def _property_schema(s: dict, name: str):
 
 
 def _false_if_false(s):
-    """``s``, or False where it is written as a conjunction with false."""
+    """``s``, or False where it is written as a conjunction with false, or as the negation of
+    a schema every value matches (``{"not": {}}``: a property name so forbidden)."""
     if isinstance(s, dict) and isinstance(s.get("allOf"), list) and any(p is False for p in s["allOf"]):
+        return False
+    if isinstance(s, dict) and "not" in s and set(s) - ANNOTATIONS == {"not"} and (
+            s["not"] is True or isinstance(s["not"], dict) and set(s["not"]) <= ANNOTATIONS):
         return False
     return s
 

@@ -576,6 +576,35 @@ def test_overlapping_one_of_is_narrowed_exactly(byte_compiler, schema, valid, in
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
 
 
+def test_one_of_branches_told_apart_by_a_name_one_forbids_with_not(byte_compiler):
+    """A branch forbidding names with ``{"not": {}}`` (no value passes) and one requiring
+    them are disjoint (SchemaStore's bitbucket-pipelines image: no auth, or basic auth):
+    generated as anyOf, exactly, where the name counted as allowed refused the schema."""
+    schema = {"oneOf": [
+        {"type": "object", "additionalProperties": False,
+         "properties": {"name": {"type": "string"}, "password": {"not": {}, "description": "none"},
+                        "username": {"not": {}}}},
+        {"type": "object", "additionalProperties": False, "required": ["username", "password"],
+         "properties": {"name": {"type": "string"}, "password": {"type": "string"},
+                        "username": {"type": "string"}}}]}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema,
+                  ['{"name":"x"}', "{}", '{"password":"p","username":"u"}', '{"name":"x","password":"p","username":"u"}'],
+                  ['{"username":"u"}', '{"password":"p"}', '{"name":1}', "[]"])
+
+
+def test_one_of_branches_told_apart_by_the_types_of_their_own_alternatives(byte_compiler):
+    """A branch that is itself a oneOf of a string and an object, beside an array of them
+    (SchemaStore's gitlab-ci include): its values are strings or objects, never arrays, so
+    the two are disjoint; a branch's types come from its alternatives, not 'any type'."""
+    item = {"oneOf": [{"type": "string", "maxLength": 3},
+                      {"type": "object", "required": ["local"], "additionalProperties": False,
+                       "properties": {"local": {"type": "string"}}}]}
+    schema = {"oneOf": [item, {"type": "array", "items": item}]}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema,
+                  ['"a.y"', '{"local":"x"}', '["a",{"local":"b"}]', "[]"],
+                  ['"abcd"', "{}", '[{"x":1}]', "1", "null"])
+
+
 def test_one_of_object_branches_generate_a_valid_subset(byte_compiler):
     """Branches that are object schemas: each is generated without a name the other
     requires. Values matching both are refused; a value matching one branch while having
