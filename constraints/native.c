@@ -227,7 +227,6 @@ static int cmp_config(const void *a, const void *b) {
     return (x->node > y->node) - (x->node < y->node);
 }
 
-/* The id of the set cfg[0..n) (sorted in place), added if new; -1 out of memory. */
 static inline int config_less(Config x, Config y) { return x.g < y.g || (x.g == y.g && x.node < y.node); }
 
 static inline int same_configs(const Config *a, const Config *b, int64_t n) {
@@ -236,6 +235,7 @@ static inline int same_configs(const Config *a, const Config *b, int64_t n) {
     return 1;
 }
 
+/* The id of the set cfg[0..n) (sorted in place), added if new; -1 out of memory. */
 static int64_t end_set(EndSets *e, Config *cfg, int64_t n) {
     /* Sorted: a few configurations by insertion (most sets hold one or two), more by qsort.
      * Consecutive tokens mostly end alike: the last set found is tried first. */
@@ -318,19 +318,19 @@ static void bytes_to(const int32_t *row, int32_t target, uint64_t *out) {
     out[0] |= (uint64_t)high;
 }
 
+/* A position a byte leaves as one configuration with the same stack, that closure leaves
+ * alone: no call, no return, no character count. */
+static inline int plain_position(const Pda *p, int32_t g) {
+    return !(p->flags[g] & (RETURNS | IN_COUNTED | CLOSES_COUNTED)) && p->call_off[g] == p->call_off[g + 1];
+}
+
 /* The bytes that lead from plain position g back to itself (bytes_to); none where g is not
  * plain (a counted position's bytes change its count, a call or a return adds
  * configurations). */
 static void pda_loop(const Pda *p, int32_t g, uint64_t *out) {
     out[0] = out[1] = 0;
-    if ((p->flags[g] & (RETURNS | IN_COUNTED)) || p->call_off[g] != p->call_off[g + 1]) return;
+    if (!plain_position(p, g)) return;
     bytes_to(p->trans + (int64_t)g * 256, g, out);
-}
-
-/* A position a byte leaves as one configuration with the same stack, that closure leaves
- * alone: no call, no return, no character count. */
-static inline int plain_position(const Pda *p, int32_t g) {
-    return !(p->flags[g] & (RETURNS | IN_COUNTED | CLOSES_COUNTED)) && p->call_off[g] == p->call_off[g + 1];
 }
 
 static int64_t walk_trie(Work *w, const Pda *p, const Vocab *v, int64_t n0, int close_first, uint32_t *row,
@@ -1948,17 +1948,12 @@ static PyObject *stack_tuple(const Work *w, int32_t node) {
     return t;
 }
 
-/* walk_ends(pda, vocab, configs, row or None, end_id i32 [N] or None) -> (depth, [frozenset of
- * (stack, g)]) or -1 (fall back): the trie walk from the closed configurations; end_id[i]
- * (lexicographic token i, -1 left where it dies) indexes the list of the distinct states
- * tokens end in (None: the list only; a row None: no row either, so a subtree taken whole
- * costs one step, not one bit per token). */
+_Static_assert(RETURNS == 1, "descent_byte reads the flags' RETURNS as bit 0");
+
 /* The first byte of the alphabet from position g (its table row, its inc row) one byte closer
  * to the rule's end; counting (a counted leaf still needs characters): one that starts a
  * character and keeps the distance, else progress that does not close it (a target whose
  * returns[t] & 1 is clear). -1: none. */
-_Static_assert(RETURNS == 1, "descent_byte reads the flags' RETURNS as bit 0");
-
 static int descent_byte(const int32_t *row, const int64_t *dist, const uint8_t *alpha, const uint8_t *inc,
                         const uint8_t *returns, int32_t g, int counting) {
     for (int b = 0; b < 256; b++) {
@@ -2218,6 +2213,11 @@ static PyObject *py_advance_bytes(PyObject *self, PyObject *const *args, Py_ssiz
     return set;
 }
 
+/* walk_ends(pda, vocab, configs, row or None, end_id i32 [N] or None) -> (depth, [frozenset of
+ * (stack, g)]) or -1 (fall back): the trie walk from the closed configurations; end_id[i]
+ * (lexicographic token i, -1 left where it dies) indexes the list of the distinct states
+ * tokens end in (None: the list only; a row None: no row either, so a subtree taken whole
+ * costs one step, not one bit per token). */
 static PyObject *py_walk_ends(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "walk_ends takes 5 arguments"); return NULL; }
     const Pda *p;
