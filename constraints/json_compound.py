@@ -90,7 +90,7 @@ def emit_unique_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, kind: str, p
     return emit_call(nfa, start, ctx.rule_index(UniqueArray(plain, ptr, refs, kind), ptr))
 
 
-_MAX_UNIQUE_VALUES = 32
+_MAX_UNIQUE_VALUES = 64
 # Item schemas whose every prefix has infinitely many completions (unique_items.py), by type:
 # the keywords they may carry beyond annotations.
 _UNIQUE_ITEM_KEYWORDS = {"string": {"type", "minLength"},

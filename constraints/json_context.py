@@ -16,7 +16,7 @@ from urllib.parse import unquote
 import jsonschema
 
 from .budget import CompileBudget
-from .errors import InvalidConstraintError, UnsupportedSchemaError
+from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, embed_dfa
 from .json_keywords import ANNOTATIONS
 from .json_leaves import pattern_matches
@@ -191,6 +191,40 @@ def _implied_by_ref(ctx: Ctx, siblings, ref: str, ptr: str) -> bool:
         elif key not in target or not json_equal(siblings[key], target[key]):
             return False
     return True
+
+
+_SHAPE_DEPTH = 3  # levels of $ref, anyOf/oneOf branches and properties the disjointness test reads
+_SHAPE_WIDTH = 64  # branches or properties of one schema inlined; wider ones are read as written
+
+
+def shape(ctx: Ctx, schema, depth: int = _SHAPE_DEPTH):
+    """What the oneOf disjointness test reads of ``schema``: its $refs inlined, and those of its
+    anyOf/oneOf branches and properties, ``depth`` levels deep (a recursive call stands for its
+    target one level down). Where a $ref does not inline, True: any value, which is never
+    disjoint from anything (the test stays sound)."""
+    if isinstance(schema, RefCall):
+        schema = schema.as_schema()
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema or "allOf" in schema:
+        try:
+            schema, _ = flatten(ctx, schema, "", ())
+        except ConstraintError:
+            return True
+        if isinstance(schema, RefCall):
+            return True
+        if not isinstance(schema, dict):
+            return schema
+    if depth <= 0:
+        return schema
+    out = dict(schema)
+    for key in ("anyOf", "oneOf"):
+        if isinstance(out.get(key), list) and len(out[key]) <= _SHAPE_WIDTH:
+            out[key] = [shape(ctx, b, depth - 1) for b in out[key]]
+    props = out.get("properties")
+    if isinstance(props, dict) and len(props) <= _SHAPE_WIDTH:
+        out["properties"] = {name: shape(ctx, p, depth - 1) for name, p in props.items()}
+    return out
 
 
 def is_annotation_only(schema) -> bool:

@@ -35,7 +35,7 @@ _IGNORED = {"title", "description", "default", "examples", "$comment", "$schema"
             "definitions", "$anchor", "deprecated", "readOnly", "writeOnly"}
 # Keywords that assert something. Any other key (an annotation such as $id or a draft-4 `id`
 # left in a 2020-12 document, an `x-` extension, an unknown keyword) never blocks a merge.
-_ASSERTIONS = {"type", "enum", "const", "properties", "required", "additionalProperties", "items",
+ASSERTIONS = {"type", "enum", "const", "properties", "required", "additionalProperties", "items",
                "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
                "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
                "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties", "propertyNames",
@@ -109,9 +109,10 @@ def merge_schemas(a, b, ptr: str) -> dict | bool:
 def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
     if av == bv:
         return av
-    if key == "type":
-        types = sorted(_type_set(av) & _type_set(bv))
-        return types
+    if key == "type":  # a part that `not` left without integers (FRACTIONAL) adds none back
+        ta = _type_set(av) - ({"integer"} if a.get(FRACTIONAL) else set())
+        tb = _type_set(bv) - ({"integer"} if b.get(FRACTIONAL) else set())
+        return sorted(ta & tb)
     if key == "required":
         return list(dict.fromkeys(list(av) + list(bv)))
     if key in _MAX_OF:
@@ -135,15 +136,17 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
         return (*av, *[c for c in bv if c not in av])
     if key in (EXCLUDED, NOT_PATTERNS):
         return tuple(dict.fromkeys((*av, *bv)))
-    if key in ("anyOf", "oneOf"):
-        raise UnsupportedSchemaError.at("allOf", ptr, f"with '{key}' in several parts is not supported")
+    if key in ("anyOf", "oneOf") and isinstance(av, list) and isinstance(bv, list):
+        # (A1 or A2) and (B1 or B2) is (A1 and (B1 or B2)) or (A2 and (B1 or B2)); for oneOf,
+        # exactly one Ai holding beside exactly one Bj: the same with exactly one branch.
+        return [{"allOf": [branch, {key: bv}]} for branch in av]
     if key == "allOf":
         return list(av) + list(bv)
     if key == "not":  # (not A) and (not B) is not (A or B)
         return {"anyOf": [av, bv]}
     if key == "uniqueItems" and isinstance(av, bool) and isinstance(bv, bool):
         return av or bv
-    if key not in _ASSERTIONS:
+    if key not in ASSERTIONS:
         return av  # an annotation: either value will do
     raise UnsupportedSchemaError.at("allOf", ptr, f"cannot merge differing '{key}'")
 
@@ -268,6 +271,11 @@ def provably_disjoint(a, b) -> bool:
     ta, tb = _possible_types(a), _possible_types(b)
     if not (ta & tb):
         return True
+    for x, y in ((a, b), (b, a)):
+        for key in ("anyOf", "oneOf"):  # x's values are among its branches' values
+            if isinstance(x, dict) and isinstance(x.get(key), list) and x[key] and all(
+                    provably_disjoint(branch, y) for branch in x[key]):
+                return True
     if not isinstance(a, dict) or not isinstance(b, dict):
         return False
     va, vb = _values(a), _values(b)

@@ -1,9 +1,17 @@
-"""`not`, where its complement is exact: `not` of types, of enum/const values (strings,
-booleans, null; integers where only integers are generated), of a pattern, of required names, of one
-property's schema, of an anyOf of these (each negated in turn); and `if`/`then`/`else` as the two disjoint branches (if and then) or
-(not if and else). Any other `not` is an UnsupportedSchemaError: subtracting an
-over-constrained automaton would let through values the negated schema matches but we do
-not spell.
+"""`not`, where its complement is exact, and `if`/`then`/`else` as the two disjoint branches
+(if and then) or (not if and else).
+
+`not` of types, of enum/const values (strings, booleans, null; integers where only integers
+are generated), of a pattern, of required names, of one property's schema, of an anyOf (each
+negated in turn), of a oneOf whose branches are disjoint (its anyOf); and of several keywords
+at once by De Morgan: not (K1 and K2) is (not K1) or (not K2), one anyOf branch per keyword,
+each ``rest`` narrowed to the values failing it (bounds and counts flip, `items` becomes a
+contains of its negation and `contains` an items of it, `additionalProperties` and
+`patternProperties` over an object whose names are known become one branch per name that
+could fail). Any other `not` is an UnsupportedSchemaError: subtracting an over-constrained
+automaton would let through values the negated schema matches but we do not spell. Where an
+exact complement is beyond us (or larger) and the negated schema requires names ``rest`` does
+not, the objects lacking one of them are generated: a subset, over- never under-constrained.
 """
 
 from __future__ import annotations
@@ -12,12 +20,15 @@ import json
 
 from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, trim_and_minimize
-from .json_context import flatten
+from .json_context import RefCall, flatten, shape
 from .json_keywords import ANNOTATIONS
 from .json_merge import (
+    ASSERTIONS,
+    CONTAINS,
     EXCLUDED,
     NOT_PATTERNS,
     declared_types,
+    exclusive_branches,
     merge_schemas,
     type_list,
     without_types,
@@ -59,9 +70,14 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
         # not {properties: {p: S}}: an object with p present and failing S; with required
         # [p] too: an object whose p, if present, fails S.
         ((name, sub),) = neg["properties"].items()
+        own = _member_schema(rest, name)
         if "object" not in type_list(rest):
             return False
-        out = _with_property(rest, name, {"allOf": [rest.get("properties", {}).get(name, True), {"not": sub}]})
+        if own is False or subsumed(own, sub):  # no value of p fails S: only p absent is left
+            if keys == {"properties"}:
+                return False
+            return {**_with_property(rest, name, False), "type": ["object"]}
+        out = _with_property(rest, name, {"allOf": [own, {"not": sub}]})
         out["type"] = ["object"]
         if keys == {"properties"}:
             out["required"] = list(dict.fromkeys([*rest.get("required", []), name]))
@@ -93,6 +109,8 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
         if "anyOf" in rest:  # (A or B) and not N is (A and not N) or (B and not N)
             return _distribute(ctx, rest, neg, where)
         return {"anyOf": missing}
+    if keys == {"oneOf"} and isinstance(neg["oneOf"], list) and _exclusive(ctx, neg["oneOf"]):
+        keys, neg = {"anyOf"}, {"anyOf": neg["oneOf"]}  # no value matches two: oneOf is anyOf
     if keys == {"anyOf"} and isinstance(neg["anyOf"], list):
         # not (X or Y) is (not X) and (not Y): narrow by each in turn.
         out = rest
@@ -102,14 +120,162 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
                 return False
         return out
     missing = _unrequired_names(rest, neg, keys)
-    if missing:
-        # An object schema with required names: generate the objects that lack one of the
-        # names it requires and `rest` does not, a subset of what fails it (objects that
-        # have them all but fail another of its keywords are left out: over-constrained,
-        # never under).
-        return narrow_not(ctx, {**rest, "not": {"required": missing}}, where)
-    raise UnsupportedSchemaError.at("not", where, "is enforced only for type, enum/const, required "
-                                    f"names, one property and anyOf of these, not {sorted(keys)}")
+    try:
+        exact = _not_by_parts(ctx, rest, neg, keys & ASSERTIONS, where)
+    except UnsupportedSchemaError:
+        if not missing:
+            raise
+    else:
+        if not missing or _count(exact) <= len(missing):
+            return exact
+    # An object schema with required names: generate the objects that lack one of the names
+    # it requires and `rest` does not, a subset of what fails it (objects that have them all
+    # but fail another of its keywords are left out: over-constrained, never under). Taken
+    # where the exact complement is beyond us, or has more alternatives (each `not` of a
+    # oneOf's overlapping branches multiplies those of the ones before).
+    return narrow_not(ctx, {**rest, "not": {"required": missing}}, where)
+_MAX_PARTS = 32  # anyOf branches one `not` may become
+
+
+def _not_by_parts(ctx, rest: dict, neg: dict, keys: set, where: str) -> dict | bool:
+    """not (K1 and K2 and ...) is (not K1) or (not K2) or ...: one anyOf branch per keyword of
+    ``neg``, each ``rest`` narrowed to the values failing that keyword (a keyword of one type
+    fails values of that type only; values of a type ``neg`` does not allow fail it whole).
+    Exact where each keyword's failure is; anything else is an UnsupportedSchemaError."""
+    for key in ("anyOf", "oneOf"):
+        if key in rest:  # (A or B) and not N is (A and not N) or (B and not N); for oneOf too
+            return _distribute(ctx, rest, neg, where, key)
+    types = declared_types(neg)
+    branches = [without_types(rest, types)] if "type" in keys else []
+    for key in [k for k in neg if k in keys and k != "type"]:
+        part = _failing(ctx, rest, neg, key, types, where)
+        branches += part["anyOf"] if isinstance(part, dict) and set(part) == {"anyOf"} else [part]
+    branches = [b for b in branches if b is not False]
+    if not branches:
+        return False
+    return _bounded(branches[0] if len(branches) == 1 else {"anyOf": branches}, where)
+
+
+def _bounded(schema, where: str):
+    """``schema``, unless its nested anyOf/oneOf alternatives number more than _MAX_PARTS (one
+    `not` after another multiplies them): then an UnsupportedSchemaError, which narrow_not
+    answers with a subset where it has one."""
+    if _count(schema) > _MAX_PARTS:
+        raise UnsupportedSchemaError.at("not", where, f"would be more than {_MAX_PARTS} alternatives")
+    return schema
+
+
+def _count(schema) -> int:
+    """The alternatives of ``schema``: its nested anyOf/oneOf branches, counted at the leaves."""
+    count, todo = 0, [schema]
+    while todo and count <= _MAX_PARTS:
+        s = todo.pop()
+        key = next((k for k in ("anyOf", "oneOf") if isinstance(s, dict) and k in s), None)
+        if key is None:
+            count += 1
+        else:
+            todo += s[key]
+    return count
+
+
+# A bound's failure: the opposite bound (strict where the bound was not).
+_FLIPPED = {"minimum": "exclusiveMaximum", "maximum": "exclusiveMinimum",
+            "exclusiveMinimum": "maximum", "exclusiveMaximum": "minimum"}
+_COUNTS = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
+           "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
+           "minProperties": ("object", "maxProperties", -1), "maxProperties": ("object", "minProperties", 1)}
+
+
+def _failing(ctx, rest: dict, neg: dict, key: str, types: set, where: str) -> dict | bool:
+    """``rest`` narrowed to the values of ``neg``'s types that fail ``neg[key]``."""
+    value = neg[key]
+    if key in _FLIPPED and isinstance(value, (int, float)) and not isinstance(value, bool):
+        kind = ["number"] if "number" in types else ["integer"] if "integer" in types else []
+        return _narrowed(rest, {"type": kind, _FLIPPED[key]: value}, where)
+    if key in _COUNTS and isinstance(value, int) and not isinstance(value, bool):
+        kind, opposite, step = _COUNTS[key]
+        if step < 0 and value <= 0 or kind not in types:
+            return False  # every value passes a minimum of 0
+        return _narrowed(rest, {"type": [kind], opposite: value + step}, where)
+    if key == "pattern":
+        return _without_pattern(rest, {"pattern": value}, where) if "string" in types else False
+    if key == "required" and "object" not in types:
+        return False
+    if key == "oneOf" and isinstance(value, list) and _exclusive(ctx, value):
+        key = "anyOf"
+    if key in ("required", "anyOf", "not", "enum", "const"):
+        one = {key: value, "const": neg["const"]} if key == "enum" and "const" in neg else {key: value}
+        return narrow_not(ctx, {**rest, "not": one}, where)
+    if key == "properties" and isinstance(value, dict):
+        if "object" not in types:
+            return False
+        parts = [narrow_not(ctx, {**rest, "not": {"properties": {name: sub}}}, f"{where}/properties/{name}")
+                 for name, sub in value.items()]
+        return {"anyOf": [p for p in parts if p is not False]} if len(parts) > 1 else parts[0] if parts else False
+    if key in ("additionalProperties", "patternProperties") and "object" in types:
+        return _extra_names_failing(rest, neg, key, where)
+    if key == "dependentRequired" and isinstance(value, dict) and "object" in types:
+        parts = [_narrowed(rest, {"type": ["object"], "required": [name], "properties": {other: False}}, where)
+                 for name, others in value.items() for other in others]
+        return {"anyOf": [p for p in parts if p is not False]} if parts else False
+    if key == "items" and "array" in types and not neg.get("prefixItems"):
+        if value is True:
+            return False
+        # Some item fails `items`: an array containing a value of not items.
+        return _narrowed(rest, {"type": ["array"], CONTAINS: (({"not": value} if value is not False else True, 1, None),)}, where)
+    if key == CONTAINS and "array" in types and len(value) == 1 and value[0][1:] == (1, None):
+        return _narrowed(rest, {"type": ["array"], "items": {"not": value[0][0]}}, where)
+    if key == "uniqueItems" and value is False:
+        return False
+    raise UnsupportedSchemaError.at("not", where, f"is enforced for type, enum/const, bounds, lengths, counts, "
+                                    f"pattern, required, properties, additionalProperties over a closed "
+                                    f"object, items, contains, and anyOf/not of these; not {key!r}")
+
+
+def _exclusive(ctx, branches: list) -> bool:
+    """Whether no value matches two of these oneOf branches (so it is their anyOf)."""
+    shapes = [shape(ctx, b) for b in branches]
+    return all(exclusive_branches(shapes[i], shapes[j]) for i in range(len(shapes)) for j in range(i))
+
+
+def _narrowed(rest: dict, failure: dict, where: str) -> dict | bool:
+    if not failure.get("type", True):
+        return False
+    out = merge_schemas(rest, failure, where)
+    return False if out is False or isinstance(out, dict) and out.get("type") == [] else out
+
+
+def _extra_names_failing(rest: dict, neg: dict, key: str, where: str) -> dict | bool:
+    """Objects of ``rest`` failing ``neg``'s additionalProperties (a name it does not declare
+    with a value failing that schema) or patternProperties (a name matching a pattern with a
+    value failing its schema). Exact where ``rest`` is closed (its names are known): one
+    branch per name that could fail."""
+    from .json_leaves import pattern_matches
+
+    if "object" not in type_list(rest):
+        return False
+    if rest.get("additionalProperties", True) is not False or rest.get("patternProperties"):
+        raise UnsupportedSchemaError.at("not", where, f"of {key} over an object open to further names "
+                                        "is not supported")
+    declared = neg.get("properties", {}) if isinstance(neg.get("properties"), dict) else {}
+    patterns = neg.get("patternProperties", {}) if isinstance(neg.get("patternProperties"), dict) else {}
+    parts = []
+    for name, own in rest.get("properties", {}).items():
+        if own is False:
+            continue
+        if key == "patternProperties":
+            subs = [sub for p, sub in patterns.items() if pattern_matches(p, name)]
+        elif name in declared or any(pattern_matches(p, name) for p in patterns):
+            continue
+        else:
+            subs = [neg[key]]
+        subs = [sub for sub in subs if not subsumed(own, sub)]
+        if not subs:
+            continue
+        value = {"not": subs[0]} if len(subs) == 1 else {"not": {"allOf": subs}}
+        parts.append(_narrowed(rest, {"type": ["object"], "required": [name], "properties": {name: value}}, where))
+    parts = [p for p in parts if p is not False]
+    return {"anyOf": parts} if parts else False
 
 
 _OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "patternProperties",
@@ -141,20 +307,59 @@ def _unrequired_names(rest: dict, neg: dict, keys: set) -> list[str]:
     return [n for n in dict.fromkeys(required) if isinstance(n, str) and n not in have]
 
 
-def _distribute(ctx, rest: dict, neg: dict, where: str) -> dict | bool:
-    base = {k: v for k, v in rest.items() if k != "anyOf"}
+def _distribute(ctx, rest: dict, neg: dict, where: str, key: str = "anyOf") -> dict | bool:
+    """``rest`` and not ``neg`` where ``rest`` branches (``key``: anyOf, or oneOf, where the
+    common conjunct leaves exactly-one alone): each branch narrowed on its own."""
+    base = {k: v for k, v in rest.items() if k != key}
     out = []
-    for i, branch in enumerate(rest["anyOf"]):
-        branch, _ = flatten(ctx, branch, f"{where}/anyOf/{i}", ()) if isinstance(branch, dict) else (branch, ())
+    for i, branch in enumerate(rest[key]):
+        branch, _ = flatten(ctx, branch, f"{where}/{key}/{i}", ()) if isinstance(branch, dict) else (branch, ())
         if branch is False:
             continue
-        merged = base if branch is True else merge_schemas(base, branch, f"{where}/anyOf/{i}")
+        if isinstance(branch, RefCall):
+            raise UnsupportedSchemaError.at("not", where, "beside a recursive $ref is not supported")
+        merged = base if branch is True else merge_schemas(base, branch, f"{where}/{key}/{i}")
         if merged is False:
             continue
-        narrowed = narrow_not(ctx, {**merged, "not": neg}, where)
+        both = {"anyOf": [merged["not"], neg]} if "not" in merged else neg  # (not A) and (not N)
+        narrowed = narrow_not(ctx, {**merged, "not": both}, where)
         if narrowed is not False:
             out.append(narrowed)
-    return {"anyOf": out} if out else False
+    return _bounded({key: out}, where) if out else False
+
+
+def _member_schema(rest: dict, name: str):
+    """The schema ``rest`` applies to a member ``name``: its property, else the patterns the
+    name matches, else additionalProperties."""
+    from .json_leaves import pattern_matches
+
+    props = rest.get("properties", {})
+    if name in props:
+        return props[name]
+    matched = [sub for p, sub in rest.get("patternProperties", {}).items() if pattern_matches(p, name)]
+    if matched:
+        return matched[0] if len(matched) == 1 else {"allOf": matched}
+    return rest.get("additionalProperties", True)
+
+
+# Keywords whose meaning depends on others beside them: equal only together.
+_TOGETHER = {"additionalProperties": ("properties", "patternProperties"), "items": ("prefixItems",),
+             "then": ("if",), "else": ("if",)}
+
+
+def subsumed(own, sub) -> bool:
+    """True only when every value ``own`` accepts satisfies ``sub``: ``sub`` is true, or each
+    of its assertions stands in ``own`` with the same value (so own and not sub is empty)."""
+    if sub is True or own is False or own == sub:
+        return True
+    if not isinstance(own, dict) or not isinstance(sub, dict):
+        return False
+    for key in set(sub) & ASSERTIONS:
+        if key not in own or own[key] != sub[key]:
+            return False
+        if any(own.get(k) != sub.get(k) for k in _TOGETHER.get(key, ())):
+            return False
+    return True
 
 
 def _with_property(rest: dict, name: str, sub) -> dict:
@@ -236,6 +441,7 @@ def branch_if(schema: dict, ptr: str) -> dict | bool:
     cond, then, other = schema["if"], schema.get("then", True), schema.get("else", True)
     if cond is True or cond is False:
         return {**rest, "allOf": [*rest.get("allOf", []), then if cond else other]}
-    if "anyOf" in rest or "oneOf" in rest:
-        raise UnsupportedSchemaError.at("if", f"{ptr}/if", "next to anyOf/oneOf is not supported")
-    return {**rest, "anyOf": [{"allOf": [cond, then]}, {"allOf": [{"not": cond}, other]}]}
+    branches = [{"allOf": [cond, then]}, {"allOf": [{"not": cond}, other]}]
+    if "anyOf" in rest:  # both hold: merged as allOf parts (json_merge distributes them)
+        return {**rest, "allOf": [*rest.get("allOf", []), {"anyOf": branches}]}
+    return {**rest, "anyOf": branches}

@@ -38,6 +38,7 @@ from .json_context import (
     merge_or_fail,
     punct,
     resolve_ref,
+    shape,
 )
 from .json_drafts import normalize_drafts
 from .json_keywords import UNSUPPORTED
@@ -168,15 +169,15 @@ def emit_schema(ctx: Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -
         schema, refs = flatten(ctx, schema, ptr, refs)
         if schema is False:
             return emit_nothing(nfa, start)
-    if "not" in schema:
+    if "not" in schema and not {"enum", "const"} & schema.keys():
         try:
-            schema = narrow_not(ctx, schema, ptr)
+            narrowed = narrow_not(ctx, schema, ptr)
         except UnsupportedSchemaError:
             if not ctx.lenient:
                 raise
-            schema = {k: v for k, v in schema.items() if k != "not"}
-        if schema is False:
-            return emit_nothing(nfa, start)
+            narrowed = {k: v for k, v in schema.items() if k != "not"}
+        # Emitted from the top: not (not X) merges X in, with its own $ref, allOf or not.
+        return emit_schema(ctx, nfa, start, narrowed, ptr, refs)
     for key in ("anyOf", "oneOf"):
         if key in schema:
             return _emit_branches(ctx, nfa, start, schema, key, ptr, refs)
@@ -233,7 +234,7 @@ def _one_of_disjoint(ctx: Ctx, branches: list, raw: list, ptr: str) -> list:
     """oneOf generated as anyOf, exactly: branches provably disjoint stay as they are; a
     branch that may overlap another is narrowed by `not` of it (branch i and not branch j:
     i's own part beside the oneOf already holds j's), exact where narrow_not is."""
-    shapes = [_call_target(ctx, b) for b in branches]
+    shapes = [shape(ctx, b) for b in branches]
     out = list(branches)
     for i in range(len(branches)):
         for j in range(len(branches)):
@@ -252,19 +253,13 @@ def _narrow_by_not(ctx: Ctx, branch, other, ptr: str):
     if not isinstance(branch, dict) or isinstance(other, RefCall):
         raise UnsupportedSchemaError.at("not", f"{ptr}/not", "of a recursive $ref is not supported")
     if "not" in branch:
-        if not {"enum", "const"} & branch.keys():
-            raise UnsupportedSchemaError.at("not", f"{ptr}/not", "beside another not")
-        # Listed values are each validated against the whole schema: both nots hold.
-        return {**branch, "not": {"anyOf": [branch["not"], other]}}
+        if {"enum", "const"} & branch.keys():
+            # Listed values are each validated against the whole schema: both nots hold.
+            return {**branch, "not": {"anyOf": [branch["not"], other]}}
+        branch = narrow_not(ctx, branch, ptr)  # its own not first, then the other branch's
+        if not isinstance(branch, dict):
+            return branch
     return narrow_not(ctx, {**branch, "not": other}, ptr)
-
-
-def _call_target(ctx: Ctx, schema):
-    """The schema a recursive call stands for, one level deep (for the oneOf disjointness test)."""
-    if not isinstance(schema, RefCall):
-        return schema
-    target, _ = flatten(ctx, schema.as_schema(), "", ())
-    return True if isinstance(target, RefCall) else target
 
 
 def _emit_literals(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:

@@ -218,6 +218,8 @@ ARRAY_SCHEMAS = [
     {"type": "array", "items": {"enum": ["a", "b", "c", "d"]}, "uniqueItems": True, "minItems": 2, "maxItems": 3},
     {"type": "array", "items": {"type": ["boolean", "null"]}, "uniqueItems": True, "minItems": 1},
     {"type": "array", "items": {"enum": [1, 1.0, 2, "2"]}, "uniqueItems": True},
+    # 40 values, past the old cap of 32 (Travis CI's osx_image lists 34 Xcode versions)
+    {"type": "array", "items": {"enum": [f"v{i}" for i in range(40)]}, "uniqueItems": True, "minItems": 1},
 ]
 
 
@@ -226,6 +228,8 @@ ARRAY_SCHEMAS = [
     (ARRAY_SCHEMAS[1], ['["a","b"]', '["b","c","d"]'], ['["a"]', '["a","b","c","d"]', '["a","a"]']),
     (ARRAY_SCHEMAS[2], ["[false,true,null]", "[null]"], ["[]", "[true,true]"]),
     (ARRAY_SCHEMAS[3], ['[1,2,"2"]'], ["[1,1.0]", "[2,2]"]),
+    (ARRAY_SCHEMAS[4], ['["v3","v17"]', '["v39"]', '["v0","v1","v2","v3","v4","v5","v6"]'],
+     ["[]", '["v3","v3"]', '["v1","v2","v1"]', '["v40"]']),
 ])
 def test_unique_items_over_a_finite_domain(byte_compiler, schema, valid, invalid):
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
@@ -265,6 +269,22 @@ NOT_SCHEMAS = [
     {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": ["string", "null"]}},
      "additionalProperties": False, "not": {"properties": {"a": {"const": 1}, "b": {"type": "string"}}}},
     {"type": "string", "maxLength": 1, "allOf": [{"not": {"const": "a"}}, {"not": {"const": "b"}}]},
+    # not of several keywords: one branch per keyword it could fail
+    {"not": {"type": "string", "maxLength": 3}},
+    {"type": "array", "not": {"items": {"type": "string"}}},
+    {"type": "number", "not": {"type": "integer", "minimum": 2, "exclusiveMaximum": 5}},
+    # a closed object less another closed object: a name the other does not declare
+    # (SchemaStore's buildkite notify: {} and {"if": ...} match both)
+    {"type": "object", "properties": {"email": {"type": "string"}, "if": {"type": "string"}},
+     "additionalProperties": False,
+     "not": {"type": "object", "properties": {"slack": {"type": "string"}, "if": {"type": "string"}},
+             "additionalProperties": False}},
+    {"type": "array", "items": {"type": "integer"}, "maxItems": 2, "not": {"contains": {"minimum": 5}}},
+    # a name rest does not declare is ruled by its additionalProperties: here forbidden
+    {"type": "object", "properties": {"a": {}}, "additionalProperties": False,
+     "not": {"properties": {"b": {"type": "string"}}, "required": ["b"]}},
+    # not of a oneOf whose branches are disjoint: not of their anyOf
+    {"type": ["string", "integer", "null"], "maxLength": 2, "not": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]}},
 ]
 
 
@@ -286,6 +306,13 @@ NOT_SCHEMAS = [
     (NOT_SCHEMAS[14], ['{"a":2}', '{"b":null}', '{"a":1,"b":null}', '{"a":0,"b":"x"}'],
      ["{}", '{"a":1}', '{"a":1,"b":"x"}', '{"b":"x"}']),
     (NOT_SCHEMAS[15], ['"c"', '""'], ['"a"', '"b"']),
+    (NOT_SCHEMAS[16], ['"abcd"', "1", "null", "[]", "{}"], ['"abc"', '""']),
+    (NOT_SCHEMAS[17], ["[1]", '["a",null]', '[{}]', '["a","b",1]'], ["[]", '["a"]', '["a","b","c"]', "{}"]),
+    (NOT_SCHEMAS[18], ["1", "5", "2.5", "-3", "1.5"], ["2", "3", "4"]),
+    (NOT_SCHEMAS[19], ['{"email":"x"}', '{"email":"x","if":"y"}'], ["{}", '{"if":"y"}', '{"slack":"s"}']),
+    (NOT_SCHEMAS[20], ["[]", "[1,4]", "[-1]"], ["[5]", "[1,9]", '["x"]']),
+    (NOT_SCHEMAS[21], ["{}", '{"a":1}'], ['{"b":1}', '{"b":"x"}']),
+    (NOT_SCHEMAS[22], ['""', "null"], ['"a"', '"ab"', "1", '"abc"']),
 ])
 def test_not_of_types_values_and_a_required_name(byte_compiler, schema, valid, invalid):
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
@@ -293,8 +320,10 @@ def test_not_of_types_values_and_a_required_name(byte_compiler, schema, valid, i
 
 @pytest.mark.parametrize("schema", [
     {"type": "number", "not": {"const": 1}},  # 1, 1.0, 1e0 ... cannot all be excluded
-    {"not": {"type": "string", "maxLength": 3}},
-    {"type": "array", "not": {"items": {"type": "string"}}},
+    {"not": {"type": "string", "format": "date"}},  # a format's complement
+    {"type": "array", "not": {"uniqueItems": True}},  # arrays with a duplicate
+    # an object open to any name less a closed one: "some name outside a set" is not a grammar of ours
+    {"type": "object", "not": {"properties": {"a": {}}, "additionalProperties": False}},
 ])
 def test_not_beyond_exact_complements_is_a_clear_error(byte_compiler, schema):
     with pytest.raises(UnsupportedSchemaError) as err:
@@ -340,7 +369,7 @@ def test_if_then_else(byte_compiler, schema, valid, invalid):
 
 def test_if_whose_negation_is_not_exact_is_a_clear_error(byte_compiler):
     with pytest.raises(UnsupportedSchemaError) as err:
-        byte_compiler.compile_json_schema({"type": "number", "if": {"minimum": 3}, "then": {"maximum": 5}})
+        byte_compiler.compile_json_schema({"type": "string", "if": {"format": "date"}, "then": {"maxLength": 5}})
     assert err.value.keyword == "not"
 
 
@@ -603,6 +632,71 @@ def test_one_of_branches_told_apart_by_the_types_of_their_own_alternatives(byte_
     _assert_cases(byte_compiler.compile_json_schema(schema), schema,
                   ['"a.y"', '{"local":"x"}', '["a",{"local":"b"}]', "[]"],
                   ['"abcd"', "{}", '[{"x":1}]', "1", "null"])
+
+
+def test_one_of_branches_told_apart_through_refs_and_nested_one_of(byte_compiler):
+    """Branches that are $refs to oneOfs of $refs (SchemaStore's travis node_js, snapcraft's
+    bases): their types and discriminating consts are read through the refs, so the branches
+    are disjoint and generated as anyOf, where they had counted as 'any value' and refused."""
+    schema = {"$defs": {
+        "name": {"type": "string", "minLength": 1}, "scalar": {"oneOf": [{"$ref": "#/$defs/name"}, {"type": "number"}]},
+        "core": {"type": "object", "required": ["base"], "properties": {"base": {"const": "core"}, "x": {}}},
+        "bare": {"type": "object", "required": ["base"], "properties": {"base": {"const": "bare"}}},
+        "bases": {"oneOf": [{"$ref": "#/$defs/core"}, {"$ref": "#/$defs/bare"}]}},
+        "oneOf": [{"$ref": "#/$defs/scalar"}, {"type": "array", "items": {"$ref": "#/$defs/scalar"}},
+                  {"$ref": "#/$defs/bases"}]}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema,
+                  ['"a"', "1.5", '["a",2]', '{"base":"core","x":1}', '{"base":"bare"}'],
+                  ['""', "null", '[""]', '{"base":"other"}', "{}"])
+
+
+def test_one_of_branches_narrowed_by_a_closed_object(byte_compiler):
+    """Closed objects with names in common (SchemaStore's buildkite notify, travis env): a
+    value matching both ({} or only the shared names) is refused; one with a name only one
+    branch declares is generated. Each branch less the other is its objects holding one of
+    its own names; the nested oneOf of strings and closed objects is narrowed per branch."""
+    env = {"oneOf": [{"type": "string", "pattern": "="},
+                     {"type": "object", "additionalProperties": False, "properties": {"secure": {"type": "string"}}}]}
+    schema = {"oneOf": [env, {"type": "object", "additionalProperties": False,
+                              "properties": {"global": env, "matrix": env}}]}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema,
+                  ['"a=b"', '{"secure":"s"}', '{"global":"a=b"}', '{"matrix":{}}', '{"global":{"secure":"x"}}'],
+                  ["{}", '"ab"', '{"secure":"s","global":"a=b"}', '{"other":1}'])
+
+
+def test_all_of_parts_with_one_of_each_and_if_beside_any_of(byte_compiler):
+    """allOf parts with an anyOf (oneOf) each are both enforced: (A1 or A2) and (B1 or B2) is
+    each Ai with (B1 or B2) (SchemaStore's github-workflows, circle-ci); an if/then beside an
+    anyOf is one more allOf part (dependabot)."""
+    schema = {"allOf": [{"oneOf": [{"type": "string"}, {"type": "object", "required": ["a"]}]},
+                        {"oneOf": [{"type": "string", "maxLength": 2},
+                                   {"type": "object", "properties": {"a": {"type": "integer"}}}]}]}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema,
+                  ['"ab"', '""', '{"a":1}'], ['"abc"', '{"a":"x"}', "{}", "1", "[]"])
+    schema = {"type": "object", "properties": {"a": {}, "c": {}}, "additionalProperties": False,
+              "anyOf": [{"required": ["a"]}, {"required": ["c"]}],
+              "if": {"required": ["c"]}, "then": {"properties": {"c": {"type": "string"}}}}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema,
+                  ['{"a":1}', '{"c":"x"}', '{"a":1,"c":"y"}'], ['{"c":1}', "{}", '{"a":1,"c":2}'])
+
+
+@pytest.mark.parametrize("schema,valid,invalid", [
+    # not (not X) brings X in with a not of its own (every value fails it here)
+    ({"type": ["null", "integer"], "not": {"not": {"not": {"required": ["b"]}, "type": ["null", "string"]}}},
+     [], ["null", "1", '"x"']),
+    ({"not": {"not": {"not": {"pattern": "^x"}}}}, ['"ab"', '""'], ['"xa"', '"x"', "5", "null"]),
+    # a branch's own not and the one beside it both hold
+    ({"not": {"type": "null"}, "if": {"type": ["array", "integer"]}, "then": {"type": ["boolean", "null"]}},
+     ['"x"', "1.5", "true"], ["-1", "[]", "null"]),
+    # numbers without integers stay without them when merged with a branch of integers
+    ({"type": ["string", "integer", "null"], "maxLength": 2,
+      "not": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]}}, ['""', "null"], ["1", '"a"']),
+])
+def test_nested_nots_are_all_enforced(byte_compiler, schema, valid, invalid):
+    """Found by a differential fuzz of random schemas against jsonschema: each once let
+    through a value the schema rejects."""
+    grammar = byte_compiler.compile_json_schema(schema)
+    _assert_cases(grammar, schema, valid, invalid)
 
 
 def test_one_of_object_branches_generate_a_valid_subset(byte_compiler):
