@@ -12,7 +12,15 @@ from .json_contains import emit_contains
 from .json_context import Ctx, emit_leaf, finite_texts, flatten, merge_or_fail, punct
 from .json_keywords import ANNOTATIONS
 from .json_leaves import json_string, key_dfa, leaf_budget, pattern_matches, string_dfa
-from .json_merge import CONTAINS, OTHER_TYPES_ONLY, TYPE_ONLY, type_list
+from .json_merge import (
+    ALSO_PATTERNS,
+    CONTAINS,
+    NOT_PATTERNS,
+    OTHER_TYPES_ONLY,
+    TYPE_ONLY,
+    type_list,
+)
+from .json_not import narrow_not
 from .nfa import NFA, emit_bytes, emit_call, emit_nothing, emit_repeat
 
 
@@ -148,6 +156,12 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
         flat, srefs = flatten(ctx, schema, ptr, srefs)
         if flat is False:
             continue
+        if isinstance(flat, dict) and "not" in flat and not {"enum", "const"} & flat.keys():
+            try:  # the alternatives `not` leaves (a string less a pattern, say)
+                todo.append((narrow_not(ctx, flat, ptr), srefs))
+            except UnsupportedSchemaError:
+                return None
+            continue
         if not isinstance(flat, dict) or {"not", "if", "enum", "const"} & flat.keys():
             return None
         branches = [k for k in ("anyOf", "oneOf") if k in flat]
@@ -172,7 +186,7 @@ def _open_alternative(ctx, flat: dict, t: str, ptr: str) -> bool:
     if t in ("integer", "number"):
         return keys <= _UNIQUE_ITEM_KEYWORDS[t]
     if t == "string":
-        return keys <= {"minLength"} or keys <= TYPE_ONLY["string"] and _endless_string(flat)
+        return keys <= {"minLength"} or keys <= _STRING_KEYWORDS and _endless_string(flat)
     if t == "array":
         return ("maxItems" not in flat and not flat.get("prefixItems") and flat.get("uniqueItems") is not True
                 and flat.get("items", True) is not False)
@@ -185,12 +199,21 @@ def _open_alternative(ctx, flat: dict, t: str, ptr: str) -> bool:
     return False  # null, boolean: one value each
 
 
+_STRING_KEYWORDS = TYPE_ONLY["string"] | {NOT_PATTERNS, ALSO_PATTERNS}
+
+
 def _endless_string(flat: dict) -> bool:
-    """A string (pattern, format, lengths) whose every prefix goes on in infinitely many ways."""
+    """A string (patterns, patterns it must not match, format, lengths) whose every prefix goes
+    on in infinitely many ways."""
     if "maxLength" in flat:
         return False
+    nots, also = flat.get(NOT_PATTERNS, ()), flat.get(ALSO_PATTERNS, ())
+    pattern = flat.get("pattern", "" if nots or also else None)  # "": unescaped text, as theirs
+    budget = leaf_budget()
     try:
-        dfa = string_dfa(int(flat.get("minLength", 0)), None, flat.get("pattern"), flat.get("format"))
+        dfa = string_dfa(int(flat.get("minLength", 0)), None, pattern, flat.get("format"))
+        for p, op in [*((p, "diff") for p in nots), *((p, "and") for p in also)]:
+            dfa = trim_and_minimize(product(dfa, string_dfa(0, None, p, None), op, budget))
     except ConstraintError:
         return False
     return endless_everywhere(dfa)

@@ -20,7 +20,15 @@ from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaEr
 from .fsm import ByteDFA, embed_dfa
 from .json_keywords import ANNOTATIONS
 from .json_leaves import pattern_matches
-from .json_merge import CONTAINS, EXCLUDED, NOT_PATTERNS, declared_types, merge_schemas, type_list
+from .json_merge import (
+    ALSO_PATTERNS,
+    CONTAINS,
+    EXCLUDED,
+    NOT_PATTERNS,
+    declared_types,
+    merge_schemas,
+    type_list,
+)
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_repeat
 
 _FLEX_WS = b" \t\n"
@@ -280,7 +288,8 @@ def literal_texts(ctx: Ctx, schema: dict, ptr: str) -> list[bytes]:
             raise InvalidConstraintError(f"invalid schema at {ptr or '/'}: {e}") from e
         if ok and any(json_equal(v, w) for w in removed):  # a `not` merged in from outside
             ok = False
-        if ok and isinstance(v, str) and any(pattern_matches(p, v) for p in schema.get(NOT_PATTERNS, ())):
+        if ok and isinstance(v, str) and (any(pattern_matches(p, v) for p in schema.get(NOT_PATTERNS, ()))
+                                          or not all(pattern_matches(p, v) for p in schema.get(ALSO_PATTERNS, ()))):
             ok = False
         if ok and isinstance(v, list):  # contains, held apart from the keywords the validator reads
             ok = all(validator.evolve(schema=_contains_schema(c)).is_valid(v) for c in schema.get(CONTAINS, ()))

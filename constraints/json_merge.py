@@ -14,6 +14,8 @@ from .json_keywords import ANNOTATIONS
 EXCLUDED = "x-sglang-lite-excluded"
 FRACTIONAL = "x-sglang-lite-fractional"
 NOT_PATTERNS = "x-sglang-lite-not-patterns"
+# Patterns a string must match beside `pattern` (allOf parts with differing patterns).
+ALSO_PATTERNS = "x-sglang-lite-also-patterns"
 # contains / minContains / maxContains of a schema and its allOf parts: (schema, lo, hi) each.
 CONTAINS = "x-sglang-lite-contains"
 
@@ -29,6 +31,7 @@ TYPE_ONLY = {
 TYPE_ONLY["integer"] = TYPE_ONLY["number"]
 OTHER_TYPES_ONLY = {t: frozenset().union(*(kws for u, kws in TYPE_ONLY.items() if kws is not TYPE_ONLY.get(t)))
                      for t in ("null", "boolean", "object", "array", "string", "number", "integer")}
+_CONDITIONAL = {"if", "then", "else"}
 _MAX_OF = {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"}
 _MIN_OF = {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"}
 _IGNORED = {"title", "description", "default", "examples", "$comment", "$schema", "$defs",
@@ -41,7 +44,7 @@ ASSERTIONS = {"type", "enum", "const", "properties", "required", "additionalProp
                "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties", "propertyNames",
                "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "not", "if",
                "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
-               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL, NOT_PATTERNS,
+               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL, NOT_PATTERNS, ALSO_PATTERNS,
                CONTAINS}
 
 
@@ -87,6 +90,10 @@ def merge_schemas(a, b, ptr: str) -> dict | bool:
     """Conjunction of two schemas as one dict (exact, or UnsupportedSchemaError)."""
     if a is False or b is False:
         return False
+    if isinstance(a, dict) and isinstance(b, dict) and _CONDITIONAL & a.keys() and _CONDITIONAL & b.keys():
+        b = branch_if(b, ptr)  # two ifs: one as its branches (an anyOf, or an allOf part)
+        if b is False:
+            return False
     if a is True or a == {}:
         return b if b is not True else {}
     if b is True or b == {}:
@@ -100,6 +107,8 @@ def merge_schemas(a, b, ptr: str) -> dict | bool:
             continue
         if key not in out:
             out[key] = bv
+        elif key == "pattern" and out[key] != bv and isinstance(bv, str):
+            out[ALSO_PATTERNS] = tuple(dict.fromkeys((*out.get(ALSO_PATTERNS, ()), bv)))  # both must match
         else:
             out[key] = _merge_key(key, out[key], bv, a, b, ptr)
     _merge_additional(out, a, b, ptr)
@@ -134,7 +143,7 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
         return _lcm(av, bv, ptr)
     if key == CONTAINS:
         return (*av, *[c for c in bv if c not in av])
-    if key in (EXCLUDED, NOT_PATTERNS):
+    if key in (EXCLUDED, NOT_PATTERNS, ALSO_PATTERNS):
         return tuple(dict.fromkeys((*av, *bv)))
     if key in ("anyOf", "oneOf") and isinstance(av, list) and isinstance(bv, list):
         # (A1 or A2) and (B1 or B2) is (A1 and (B1 or B2)) or (A2 and (B1 or B2)); for oneOf,
@@ -418,3 +427,18 @@ def _discriminated(a: dict, b: dict) -> bool:
                     {_canon(v) for v in va} & {_canon(v) for v in vb}):
                 return True
     return False
+
+
+def branch_if(schema: dict, ptr: str) -> dict | bool:
+    """``if``/``then``/``else`` as anyOf[(if and then), (not if and else)]; then or else
+    without if, or if without both, have no effect."""
+    rest = {k: v for k, v in schema.items() if k not in ("if", "then", "else")}
+    if "if" not in schema or "then" not in schema and "else" not in schema:
+        return rest
+    cond, then, other = schema["if"], schema.get("then", True), schema.get("else", True)
+    if cond is True or cond is False:
+        return {**rest, "allOf": [*rest.get("allOf", []), then if cond else other]}
+    branches = [{"allOf": [cond, then]}, {"allOf": [{"not": cond}, other]}]
+    if "anyOf" in rest:  # both hold: merged as allOf parts (json_merge distributes them)
+        return {**rest, "allOf": [*rest.get("allOf", []), {"anyOf": branches}]}
+    return {**rest, "anyOf": branches}

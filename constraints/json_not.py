@@ -1,5 +1,5 @@
-"""`not`, where its complement is exact, and `if`/`then`/`else` as the two disjoint branches
-(if and then) or (not if and else).
+"""`not`, where its complement is exact (`if`/`then`/`else` becomes the two disjoint branches
+(if and then) or (not if and else): json_merge.branch_if).
 
 `not` of types, of enum/const values (strings, booleans, null; integers where only integers
 are generated), of a pattern, of required names, of one property's schema, of an anyOf (each
@@ -430,18 +430,3 @@ def _char_spellings(ch: str) -> list[bytes]:
         return [ch.encode()]
     hexes = {f"\\u{code:04x}", f"\\u{code:04X}"}
     return ([_SHORT[code]] if code in _SHORT else []) + [h.encode() for h in sorted(hexes)]
-
-
-def branch_if(schema: dict, ptr: str) -> dict | bool:
-    """``if``/``then``/``else`` as anyOf[(if and then), (not if and else)]; then or else
-    without if, or if without both, have no effect."""
-    rest = {k: v for k, v in schema.items() if k not in ("if", "then", "else")}
-    if "if" not in schema or "then" not in schema and "else" not in schema:
-        return rest
-    cond, then, other = schema["if"], schema.get("then", True), schema.get("else", True)
-    if cond is True or cond is False:
-        return {**rest, "allOf": [*rest.get("allOf", []), then if cond else other]}
-    branches = [{"allOf": [cond, then]}, {"allOf": [{"not": cond}, other]}]
-    if "anyOf" in rest:  # both hold: merged as allOf parts (json_merge distributes them)
-        return {**rest, "allOf": [*rest.get("allOf", []), {"anyOf": branches}]}
-    return {**rest, "anyOf": branches}

@@ -45,15 +45,17 @@ from .json_keywords import UNSUPPORTED
 from .json_leaves import key_dfa, leaves_within, regex_leaf, string_dfa
 from .json_lowering import lower_keywords
 from .json_merge import (
+    ALSO_PATTERNS,
     FRACTIONAL,
     NOT_PATTERNS,
     TYPES,
+    branch_if,
     exclusive_branches,
     free_types,
     type_list,
     without_types,
 )
-from .json_not import branch_if, excluded, narrow_not, spellings_dfa
+from .json_not import excluded, narrow_not, spellings_dfa
 from .leaves import CountedLeaf
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
 from .numbers import (
@@ -365,7 +367,7 @@ def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
     if hi is not None and hi < lo:
         return emit_nothing(nfa, start)
     not_patterns = schema.get(NOT_PATTERNS, ())
-    if not_patterns and pattern is None:
+    if (not_patterns or schema.get(ALSO_PATTERNS)) and pattern is None:
         pattern = ""  # unescaped text, as the subtracted patterns' automata read it
     if (pattern is None and fmt is None and (lo or hi is not None) and not ctx.inline_leaves
             and not excluded(schema, str)):
@@ -385,6 +387,8 @@ def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
             raise UnsupportedSchemaError.at(keyword, f"{ptr}/{keyword}", f"cannot be enforced: {e}") from e
     for p in not_patterns:
         dfa = _minus_pattern(dfa, p, ctx.budget, ptr)
+    for p in schema.get(ALSO_PATTERNS, ()):
+        dfa = _matching_pattern(dfa, p, ctx.budget, ptr)
     return emit_leaf(ctx, nfa, start, _minus_excluded(dfa, schema, str, ctx.budget), ptr)
 
 
@@ -395,6 +399,16 @@ def _minus_pattern(dfa, pattern: str, budget: CompileBudget, ptr: str):
     except ConstraintError as e:
         raise UnsupportedSchemaError.at("not", f"{ptr}/not/pattern", f"cannot be enforced: {e}") from e
     return trim_and_minimize(product(dfa, matching, "diff", budget))
+
+
+def _matching_pattern(dfa, pattern: str, budget: CompileBudget, ptr: str):
+    """``dfa`` (unescaped strings) less those ``pattern`` does not match (a second pattern)."""
+    try:
+        matching = string_dfa(0, None, pattern, None, budget.max_states)
+        return trim_and_minimize(product(dfa, matching, "and", budget))
+    except ConstraintError as e:
+        raise UnsupportedSchemaError.at("pattern", f"{ptr}/pattern", f"{pattern!r} beside another "
+                                        f"pattern cannot be enforced: {e}") from e
 
 
 def _emit_any(ctx: Ctx, nfa: NFA, start: int) -> int:

@@ -193,6 +193,26 @@ def test_property_name_keywords_accept_and_reject(byte_compiler, schema, valid, 
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
 
 
+def test_all_of_parts_with_differing_patterns_both_hold(byte_compiler):
+    """Two patterns on one string (allOf parts; SchemaStore's gitlab-ci include) are both
+    enforced, on generated strings and on listed values alike."""
+    schema = {"type": "string", "maxLength": 5, "allOf": [{"pattern": "^a"}, {"pattern": "b$"}, {"pattern": "x"}]}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema,
+                  ['"axb"', '"axxb"', '"a-xb"'], ['"ab"', '"xab"', '"axbc"', '"axxxxb"'])
+    listed = {"enum": ["axb", "ab", 3], "allOf": [{"pattern": "^a"}, {"pattern": "x"}]}
+    _assert_cases(byte_compiler.compile_json_schema(listed), listed, ['"axb"', "3"], ['"ab"'])
+
+
+def test_conditionals_in_several_all_of_parts(byte_compiler):
+    """allOf parts each with their own if/then/else (gitlab-ci's inputs): both conditions hold."""
+    schema = {"type": "object", "properties": {"a": {}, "b": {}, "c": {}, "d": {}}, "additionalProperties": False,
+              "allOf": [{"if": {"required": ["a"]}, "then": {"required": ["b"]}},
+                        {"if": {"required": ["c"]}, "then": {"required": ["d"]}, "else": {"properties": {"d": False}}}]}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema,
+                  ["{}", '{"a":1,"b":2}', '{"c":1,"d":1}', '{"a":1,"b":1,"c":1,"d":1}'],
+                  ['{"a":1}', '{"c":1}', '{"d":1}', '{"a":1,"c":1,"d":1}'])
+
+
 def test_conflicting_pattern_merge_is_a_clear_error(byte_compiler):
     schema = {"allOf": [{"patternProperties": {"^a": {}}}, {"additionalProperties": False}]}
     with pytest.raises(UnsupportedSchemaError) as err:

@@ -21,6 +21,9 @@ MIXED = {"type": "array", "uniqueItems": True, "items": {"type": ["string", "arr
 IN_OBJECTS = {"type": "array", "uniqueItems": True, "items": {  # unique arrays inside unique items
     "type": "object", "properties": {"tags": STRINGS}}}
 PATTERNED = {"type": "array", "uniqueItems": True, "items": {"type": "string", "pattern": "^a+$"}}
+# a path without commas, nor a space at either end (SchemaStore's buildkite checkout paths)
+TRIMMED = {"type": "array", "uniqueItems": True,
+           "items": {"type": "string", "pattern": "^[^,]+$", "not": {"pattern": "^ | $"}}}
 NESTED = {"type": "object", "properties": {
     "tags": {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True},
     "rows": {"type": "array", "items": STRINGS}}, "required": ["tags", "rows"]}
@@ -67,6 +70,10 @@ CASES = [
     (IN_OBJECTS, '[{"tags":["a","a"]}]', False),
     (PATTERNED, '["a","aa","aaa"]', True),  # every prefix goes on: "a", "aa", ...
     (PATTERNED, '["aa","a","aa"]', False),
+    (TRIMMED, '["a","a b","b"]', True),
+    (TRIMMED, '["a b","a b"]', False),
+    (TRIMMED, '[" a"]', False),
+    (TRIMMED, '["a,b"]', False),
 ]
 
 
@@ -110,7 +117,8 @@ def test_items_the_check_cannot_keep_exact_are_refused(byte_compiler):
     """A pattern or maxLength gives prefixes with few completions, where refusing a
     duplicate could leave nothing to write: still a clear refusal naming the keyword."""
     for items in ({"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^a+b$"},
-                  {"type": "integer", "maximum": 3}):
+                  {"type": "integer", "maximum": 3},
+                  {"type": "string", "not": {"pattern": "^a."}}):  # "a" can only end: a dead end once used
         with pytest.raises(UnsupportedSchemaError) as e:
             byte_compiler.compile_json_schema({"type": "array", "items": items, "uniqueItems": True})
         assert e.value.keyword == "uniqueItems"
