@@ -21,3 +21,10 @@ class CompiledGrammar:
     @property
     def vocab_size(self) -> int:
         return self.automaton.info.vocab_size
+
+    @property
+    def admits_nothing(self) -> bool:
+        """No output can even start (a schema of an object that must be a string, say): exact
+        as a language, but a request under it can only stop at its first step."""
+        automaton = self.automaton
+        return not automaton.is_accepting(automaton.initial) and not automaton.mask_words(automaton.initial).any()

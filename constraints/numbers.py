@@ -13,10 +13,11 @@ NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
 _FRAC_ANY = r"(\.[0-9]+)?"
 _FRAC_ZERO = r"(\.0+)?"
 _FRAC_POSITIVE = r"\.[0-9]*[1-9][0-9]*"
+_EMPTY = r"[^\d\D]"  # no string at all (an empty range); once a non-ASCII byte and NUL, which it let through
 
 
 def integer_range_regex(lo: int | None, hi: int | None) -> str:
-    """Integers in [lo, hi] (None = unbounded); "(?!)"-like empty alternation if none."""
+    """Integers in [lo, hi] (None = unbounded); a regex of no string if there are none."""
     alts = []
     if lo is None or lo < 0:
         # Negative values -m with m in [max(1, -hi), -lo].
@@ -25,7 +26,7 @@ def integer_range_regex(lo: int | None, hi: int | None) -> str:
         alts += ["-" + a for a in _nonneg_range(m_lo, m_hi)]
     if hi is None or hi >= 0:
         alts += _nonneg_range(max(lo or 0, 0), hi)
-    return "(" + "|".join(alts) + ")" if alts else "[^\\x00-\\x7f]\\x00"
+    return "(" + "|".join(alts) + ")" if alts else _EMPTY
 
 
 def _nonneg_range(lo: int, hi: int | None) -> list[str]:
@@ -185,4 +186,4 @@ def multiple_of_table(step: Decimal, max_states: int) -> tuple[np.ndarray, np.nd
 
 def _int_part(lo: int, hi: int | None) -> str:
     alts = _nonneg_range(lo, hi)
-    return "(" + "|".join(alts) + ")" if alts else "[^\\x00-\\x7f]\\x00"
+    return "(" + "|".join(alts) + ")" if alts else _EMPTY

@@ -85,6 +85,9 @@ class GrammarBackend:
         """Compile ``params``' constraint (never on the scheduler thread) and check that
         max_new_tokens leaves room for a complete output; InvalidRequest naming the field."""
         grammar = self.compile(params, cancel)
+        if grammar.admits_nothing:
+            raise ConstraintRefused(params.constraint[0], "no output satisfies this constraint (no value "
+                                    "matches it)", "invalid")
         matcher = grammar.matcher()
         if matcher.finishes_within(params.max_new_tokens):
             return grammar

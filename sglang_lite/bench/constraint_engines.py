@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from constraints import GrammarCompiler, TokenizerInfo, allocate_token_bitmask
+from constraints import GrammarCompiler, InvalidConstraintError, TokenizerInfo, allocate_token_bitmask
 from sglang_lite.bench.schema_walk import MAX_TOKENS
 
 PEERS = ("xgrammar", "llguidance")
@@ -60,6 +60,8 @@ class OursEngine:
         """As the engine admits a request: compile, then its max_tokens check (the walk's
         MAX_TOKENS: ``GrammarBackend.admit``)."""
         compiled = self.compiler.compile_json_schema(schema_text)
+        if compiled.admits_nothing:
+            raise InvalidConstraintError("no output satisfies this constraint")  # admit's 400
         compiled.matcher().finishes_within(MAX_TOKENS)
         return compiled
 

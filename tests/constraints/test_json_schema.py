@@ -92,6 +92,32 @@ def test_unsupported_keywords_name_keyword_and_pointer(compiler, schema, keyword
     assert keyword in str(err.value) and pointer in str(err.value)
 
 
+@pytest.mark.parametrize("schema", [
+    # an object that must be a string or a number (a Kubernetes Quantity schema, type left over)
+    {"type": "object", "additionalProperties": False, "oneOf": [{"type": "string"}, {"type": "number"}]},
+    {"type": "integer", "minimum": 5, "maximum": 3},
+    {"enum": ["a", "b"], "not": {"type": "string"}},
+])
+def test_a_schema_no_value_satisfies_admits_nothing(compiler, schema):
+    """Exact as a language (nothing), and flagged, so the engine refuses it at admission (a
+    400) rather than run a request whose first mask is empty."""
+    grammar = compiler.compile_json_schema(schema)
+    assert grammar.admits_nothing
+    assert not compiler.compile_json_schema({**schema, "type": ["string", "integer"], "not": {"type": "integer"}}
+                                            if "enum" not in schema else {"enum": ["a"]}).admits_nothing
+
+
+def test_an_empty_integer_range_is_no_value(compiler):
+    """minimum above maximum leaves no integer: the member is absent from every output (its
+    leaf once took a non-ASCII character and a NUL as its value)."""
+    grammar = compiler.compile_json_schema(
+        {"type": "object", "properties": {"a": {"type": "integer", "minimum": 5, "maximum": 3}}})
+    m = grammar.matcher()
+    assert not (m.accept_string('{"a":\u00e9\u0000}') and m.can_terminate())
+    m = grammar.matcher()
+    assert m.accept_string("{}") and m.can_terminate()
+
+
 def test_lenient_ignores_unsupported_keywords(compiler):
     schema = {"type": "array", "items": {"type": "integer"}, "not": {"uniqueItems": True}}
     with pytest.raises(UnsupportedSchemaError):

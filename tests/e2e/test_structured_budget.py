@@ -45,6 +45,17 @@ def test_budgets_below_the_minimum_are_refused(engine, tokenizer, name):
     jsonschema.validate(json.loads(out["text"]), SCHEMAS[name])
 
 
+def test_a_schema_no_value_satisfies_is_refused_at_admission(engine):
+    """A schema no value satisfies (Kubernetes' Quantity: an object that must be a string or a
+    number) is a clear error naming the field, and the engine goes on serving."""
+    schema = {"type": "object", "additionalProperties": False, "oneOf": [{"type": "string"}, {"type": "number"}]}
+    with pytest.raises(ValueError, match=r"^json_schema: no output satisfies this constraint") as e:
+        engine.generate("x", {"json_schema": schema, "max_new_tokens": 8})
+    assert e.value.field == "json_schema"
+    out = engine.generate("x", {"json_schema": {"type": "integer"}, "max_new_tokens": 8, "temperature": 0})
+    int(out["text"])
+
+
 @pytest.mark.parametrize("temperature", [0, 0.9])
 @pytest.mark.parametrize("name", list(SCHEMAS))
 def test_every_budget_from_the_minimum_to_three_times_it_gives_valid_json(engine, name, temperature):
