@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import importlib.util
 
-from constraints import GrammarCompiler, InvalidConstraintError, TokenizerInfo, allocate_token_bitmask
+from constraints import (
+    GrammarCompiler,
+    InvalidConstraintError,
+    TokenizerInfo,
+    allocate_token_bitmask,
+)
 from sglang_lite.bench.schema_walk import MAX_TOKENS
 
 PEERS = ("xgrammar", "llguidance")
