@@ -7,6 +7,7 @@ interrupted on a pathological pattern).
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache, partial
 
 import interegular.patterns as ip
@@ -29,9 +30,101 @@ def parse_regex(pattern: str) -> ip.Pattern:
     if body.endswith("$") and not _escaped_at(body, len(body) - 1):
         body = body[:-1]
     try:
-        return ip.parse_pattern(body)
+        return ip.parse_pattern(_unicode_escapes(body))
     except (ip.Unsupported, ip.InvalidSyntax, ValueError, IndexError) as e:
         raise InvalidConstraintError(f"unsupported or invalid regex {pattern!r}: {e}") from e
+
+
+# ECMA-262 (JSON Schema's regex dialect) escapes interegular does not read.
+_PROPERTY = re.compile(r"\\([pP])\{(?:(?:General_Category|gc)=)?([A-Za-z_]+)\}")
+_CODE_POINT = re.compile(r"\\u(?:\{([0-9A-Fa-f]{1,6})\}|([0-9A-Fa-f]{4}))")
+_CATEGORY_NAMES = {"Letter": "L", "Cased_Letter": "LC", "Uppercase_Letter": "Lu", "Lowercase_Letter": "Ll",
+                   "Titlecase_Letter": "Lt", "Modifier_Letter": "Lm", "Other_Letter": "Lo", "Mark": "M",
+                   "Nonspacing_Mark": "Mn", "Spacing_Mark": "Mc", "Enclosing_Mark": "Me", "Number": "N",
+                   "Decimal_Number": "Nd", "digit": "Nd", "Letter_Number": "Nl", "Other_Number": "No",
+                   "Punctuation": "P", "punct": "P", "Connector_Punctuation": "Pc", "Dash_Punctuation": "Pd",
+                   "Open_Punctuation": "Ps", "Close_Punctuation": "Pe", "Initial_Punctuation": "Pi",
+                   "Final_Punctuation": "Pf", "Other_Punctuation": "Po", "Symbol": "S", "Math_Symbol": "Sm",
+                   "Currency_Symbol": "Sc", "Modifier_Symbol": "Sk", "Other_Symbol": "So", "Separator": "Z",
+                   "Space_Separator": "Zs", "Line_Separator": "Zl", "Paragraph_Separator": "Zp", "Other": "C",
+                   "Control": "Cc", "cntrl": "Cc", "Format": "Cf", "Private_Use": "Co", "Unassigned": "Cn"}
+
+
+def _unicode_escapes(body: str) -> str:
+    """``body`` with \\uXXXX, \\u{X..} (and surrogate pairs) as the characters they name,
+    and \\p{..} / \\P{..} of a Unicode general category (Lu, L, Letter, gc=Cc, ...) as
+    a class of its ranges; escapes are read left to right, so an escaped backslash stays one."""
+    if "\\u" not in body and "\\p" not in body and "\\P" not in body:
+        return body
+    out, i, depth = [], 0, 0  # depth: inside a [...] class
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            depth = 1 if c == "[" else 0 if c == "]" else depth
+            out.append(c)
+            i += 1
+            continue
+        code = _CODE_POINT.match(body, i)
+        prop = _PROPERTY.match(body, i)
+        if code:
+            point = int(code.group(1) or code.group(2), 16)
+            i = code.end()
+            low = _CODE_POINT.match(body, i)
+            if 0xD800 <= point < 0xDC00 and low and low.group(2) and 0xDC00 <= int(low.group(2), 16) < 0xE000:
+                point = 0x10000 + ((point - 0xD800) << 10) + int(low.group(2), 16) - 0xDC00
+                i = low.end()
+            if point > 0x10FFFF or 0xD800 <= point < 0xE000:
+                raise ValueError(f"\\u escape of {point:#x} names no character")
+            out.append(_class_char(point))
+        elif prop:
+            ranges = _category_ranges(_CATEGORY_NAMES.get(prop.group(2), prop.group(2)))
+            text = "".join(_class_char(a) + ("" if a == b else "-" + _class_char(b)) for a, b in ranges)
+            if prop.group(1) == "P" and depth:
+                raise ValueError(f"{prop.group(0)} inside a class is not supported")
+            out.append(text if depth else f"[{'^' if prop.group(1) == 'P' else ''}{text}]")
+            i = prop.end()
+        else:
+            out.append(body[i:i + 2])
+            i += 2
+    return "".join(out)
+
+
+def _class_char(point: int) -> str:
+    """A code point as regex text, inside or outside a class (escaped where it could be syntax)."""
+    if point < 0x20 or 0x7F <= point < 0x100:
+        return f"\\x{point:02x}"
+    ch = chr(point)
+    return "\\" + ch if ch in "\\]^-[.*+?(){}|$/" else ch
+
+
+def _category_ranges(category: str) -> tuple[tuple[int, int], ...]:
+    """The code point ranges of a Unicode general category ("Lu") or its major class ("L";
+    "LC": Lu, Ll, Lt), by this Python's unicodedata; surrogates left out."""
+    wanted = {"LC": ("Lu", "Ll", "Lt")}.get(category, (category,))
+    table = _categories()
+    if not all(w in table for w in wanted):
+        raise ValueError(f"unknown Unicode property {category!r} (general categories only)")
+    return tuple(sorted(r for w in wanted for r in table[w]))
+
+
+@lru_cache(maxsize=1)
+def _categories() -> dict[str, tuple[tuple[int, int], ...]]:
+    """Every general category's ranges, and each major class's (L, M, N, ...): one pass over
+    the code points (about half a second, once a process)."""
+    import unicodedata
+
+    ranges: dict[str, list[list[int]]] = {}
+    for point in range(0x110000):
+        if 0xD800 <= point < 0xE000:
+            continue
+        cat = unicodedata.category(chr(point))
+        for key in (cat, cat[0]):
+            runs = ranges.setdefault(key, [])
+            if runs and runs[-1][1] == point - 1:
+                runs[-1][1] = point
+            else:
+                runs.append([point, point])
+    return {k: tuple((a, b) for a, b in v) for k, v in ranges.items()}
 
 
 def _escaped_at(text: str, i: int) -> bool:

@@ -31,6 +31,15 @@ CASES = [
     (r"\\\.", ["\\."], ["\\a", "."]),
     (r"[\w]+@[a-z]+\.com", ["joe_1@mail.com"], ["joe@mail.org", "@a.com"]),
     (r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", ["0", "-12.5", "7"], ["01", "-", "1."]),
+    # ECMA-262 escapes JSON Schema patterns use: code points, surrogate pairs, general categories
+    (r"\u00e9+\u{1F600}", ["é😀", "éé😀"], ["e😀", "é"]),
+    (r"[\u0041-\u0043\-]+", ["AB-C"], ["AD", "a"]),
+    (r"\uD83D\uDE00", ["😀"], ["x", "\ufffd"]),
+    (r"\\u0041", ["\\u0041"], ["A"]),  # an escaped backslash, then the letters
+    (r"[^\s\p{Cc}]+", ["AB", "é日"], ["A B", "A\x01", "\x85", "\x7f"]),  # CircleCI's orb names
+    (r"\p{Lu}\p{Ll}+", ["Ába", "Ωμ"], ["aba", "ÁB", "A1"]),
+    (r"\P{L}+", ["12 !", "٣"], ["a1", "日"]),
+    (r"\p{General_Category=Decimal_Number}\p{gc=Letter}", ["٣a", "7日"], ["a7", "½a"]),
 ]
 
 
@@ -41,6 +50,14 @@ def test_regex_accepts_and_rejects(pattern, accepts, rejects):
         assert dfa.matches(text.encode()), (pattern, text)
     for text in rejects:
         assert not dfa.matches(text.encode()), (pattern, text)
+
+
+@pytest.mark.parametrize("pattern", [r"\p{Latin}", r"[\P{L}x]", r"\u{110000}", r"\uDE00"])
+def test_unicode_escapes_we_do_not_read_are_a_clear_error(pattern):
+    """Scripts (not general categories), a negated property inside a class, a code point past
+    Unicode or a lone surrogate: refused, never read as something else."""
+    with pytest.raises(InvalidConstraintError, match="unsupported or invalid regex"):
+        regex_to_dfa(pattern, CompileBudget())
 
 
 def test_invalid_utf8_never_accepted():
