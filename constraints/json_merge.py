@@ -278,7 +278,7 @@ def provably_disjoint(a, b) -> bool:
             own = {k: v for k, v in x.items() if k != "allOf"}
             return any(provably_disjoint(part, y) for part in [own, *x["allOf"]])
     ta, tb = _possible_types(a), _possible_types(b)
-    if not (ta & tb):
+    if not (ta & tb) or _values_negated(a, b) or _values_negated(b, a):
         return True
     for x, y in ((a, b), (b, a)):
         for key in ("anyOf", "oneOf"):  # x's values are among its branches' values
@@ -294,6 +294,16 @@ def provably_disjoint(a, b) -> bool:
         return _values_fail_pattern(va, b) or _values_fail_pattern(vb, a) or _patterns_disjoint(
             a.get("pattern"), b.get("pattern"))
     return ta & tb == {"object"} and (_discriminated(a, b) or _objects_fail(a, b) or _objects_fail(b, a))
+
+
+def _values_negated(a, b) -> bool:
+    """Every value ``a`` lists is one ``b``'s `not` lists (a tagged union's catch-all branch:
+    {"not": {"enum": [the other tags]}})."""
+    if not isinstance(a, dict) or not isinstance(b, dict) or not isinstance(b.get("not"), dict):
+        return False
+    va, neg = _values(a), b["not"]
+    vn = _values(neg) if set(neg) - ANNOTATIONS <= {"enum", "const"} else None
+    return va is not None and vn is not None and {_canon(v) for v in va} <= {_canon(v) for v in vn}
 
 
 def _values_fail_pattern(values, s: dict) -> bool:
@@ -421,11 +431,8 @@ def _discriminated(a: dict, b: dict) -> bool:
     for name in shared:
         pa = a.get("properties", {}).get(name)
         pb = b.get("properties", {}).get(name)
-        if isinstance(pa, dict) and isinstance(pb, dict):
-            va, vb = _values(pa), _values(pb)
-            if va is not None and vb is not None and not (
-                    {_canon(v) for v in va} & {_canon(v) for v in vb}):
-                return True
+        if isinstance(pa, dict) and isinstance(pb, dict) and provably_disjoint(pa, pb):
+            return True
     return False
 
 

@@ -134,6 +134,8 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
     # where the exact complement is beyond us, or has more alternatives (each `not` of a
     # oneOf's overlapping branches multiplies those of the ones before).
     return narrow_not(ctx, {**rest, "not": {"required": missing}}, where)
+
+
 _MAX_PARTS = 32  # anyOf branches one `not` may become
 
 
@@ -141,16 +143,26 @@ def _not_by_parts(ctx, rest: dict, neg: dict, keys: set, where: str) -> dict | b
     """not (K1 and K2 and ...) is (not K1) or (not K2) or ...: one anyOf branch per keyword of
     ``neg``, each ``rest`` narrowed to the values failing that keyword (a keyword of one type
     fails values of that type only; values of a type ``neg`` does not allow fail it whole).
-    Exact where each keyword's failure is; anything else is an UnsupportedSchemaError."""
+    Exact where each keyword's failure is. A keyword whose failure we cannot generate (a
+    format's complement, arrays with a duplicate) is left out while others are left: the
+    values failing only it are not generated, a subset (over-, never under-constrained);
+    with none left, an UnsupportedSchemaError."""
     for key in ("anyOf", "oneOf"):
         if key in rest:  # (A or B) and not N is (A and not N) or (B and not N); for oneOf too
             return _distribute(ctx, rest, neg, where, key)
     types = declared_types(neg)
     branches = [without_types(rest, types)] if "type" in keys else []
+    beyond: list[UnsupportedSchemaError] = []
     for key in [k for k in neg if k in keys and k != "type"]:
-        part = _failing(ctx, rest, neg, key, types, where)
+        try:
+            part = _failing(ctx, rest, neg, key, types, where)
+        except UnsupportedSchemaError as e:
+            beyond.append(e)
+            continue
         branches += part["anyOf"] if isinstance(part, dict) and set(part) == {"anyOf"} else [part]
     branches = [b for b in branches if b is not False]
+    if beyond and not branches:
+        raise beyond[0]
     if not branches:
         return False
     return _bounded(branches[0] if len(branches) == 1 else {"anyOf": branches}, where)
@@ -219,8 +231,8 @@ def _failing(ctx, rest: dict, neg: dict, key: str, types: set, where: str) -> di
                  for name, others in value.items() for other in others]
         return {"anyOf": [p for p in parts if p is not False]} if parts else False
     if key == "items" and "array" in types and not neg.get("prefixItems"):
-        if value is True:
-            return False
+        if subsumed(rest.get("items", True) if not rest.get("prefixItems") else True, value):
+            return False  # every item rest allows passes
         # Some item fails `items`: an array containing a value of not items.
         return _narrowed(rest, {"type": ["array"], CONTAINS: (({"not": value} if value is not False else True, 1, None),)}, where)
     if key == CONTAINS and "array" in types and len(value) == 1 and value[0][1:] == (1, None):
@@ -350,7 +362,7 @@ _TOGETHER = {"additionalProperties": ("properties", "patternProperties"), "items
 def subsumed(own, sub) -> bool:
     """True only when every value ``own`` accepts satisfies ``sub``: ``sub`` is true, or each
     of its assertions stands in ``own`` with the same value (so own and not sub is empty)."""
-    if sub is True or own is False or own == sub:
+    if sub is True or own is False or own == sub or isinstance(sub, dict) and not set(sub) & ASSERTIONS:
         return True
     if not isinstance(own, dict) or not isinstance(sub, dict):
         return False

@@ -340,7 +340,7 @@ def test_not_of_types_values_and_a_required_name(byte_compiler, schema, valid, i
 
 @pytest.mark.parametrize("schema", [
     {"type": "number", "not": {"const": 1}},  # 1, 1.0, 1e0 ... cannot all be excluded
-    {"not": {"type": "string", "format": "date"}},  # a format's complement
+    {"type": "string", "not": {"format": "date"}},  # a format's complement
     {"type": "array", "not": {"uniqueItems": True}},  # arrays with a duplicate
     # an object open to any name less a closed one: "some name outside a set" is not a grammar of ours
     {"type": "object", "not": {"properties": {"a": {}}, "additionalProperties": False}},
@@ -349,6 +349,16 @@ def test_not_beyond_exact_complements_is_a_clear_error(byte_compiler, schema):
     with pytest.raises(UnsupportedSchemaError) as err:
         byte_compiler.compile_json_schema(schema)
     assert err.value.keyword == "not" and err.value.pointer == "/not"
+
+
+def test_not_of_keywords_some_beyond_us_generates_a_subset(byte_compiler):
+    """not {type: string, format: date}: non-strings, and strings that are no date. The
+    second part (a format's complement) is beyond us: left out, the rest generated (valid,
+    over- never under-constrained)."""
+    schema = {"not": {"type": "string", "format": "date"}}
+    grammar = byte_compiler.compile_json_schema(schema)
+    _assert_cases(grammar, schema, ["1", "null", '{"a":"2024-01-01"}'], ['"2024-01-01"'])
+    assert not _accepts(grammar, '"x"')  # valid, left out
 
 
 # ---- if / then / else -------------------------------------------------------------------------
