@@ -142,8 +142,11 @@ def open_items(items):
 
 def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
     """"value", "value:integer" or "value:number" where every alternative of ``items`` is an
-    open value (unique_items.py: each prefix has infinitely many completions), else None."""
-    numbers = set()
+    open value (unique_items.py: each prefix has infinitely many completions), else None.
+    Where some are closed objects of open members ("value+ahead..."), a prefix has infinitely
+    many completions or exactly one (the rest is forced), and the matcher looks ahead
+    through forced bytes for a duplicate."""
+    numbers, closed = set(), []
     todo = [(items, refs)]
     seen = 0
     while todo:
@@ -174,11 +177,36 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
         for t in type_list(flat):
             if t == "integer" and "number" in type_list(flat):
                 continue
+            if t == "object" and _closed_of_open_members(ctx, flat, ptr, srefs, closed):
+                continue
             if not _open_alternative(ctx, flat, t, ptr):
                 return None
             if t in ("integer", "number"):
                 numbers.add(t)
-    return "value" + (":number" if "number" in numbers else ":integer" if numbers else "")
+    return ("value" + ("+ahead" if closed else "")
+            + (":number" if "number" in numbers else ":integer" if numbers else ""))
+
+
+def _closed_of_open_members(ctx, flat: dict, ptr: str, refs: tuple, closed: list) -> bool:
+    """A closed object (additionalProperties false, no patternProperties or propertyNames)
+    whose every member is an open value (CloudFormation's Tags: {Key, Value} strings): each
+    prefix of one has infinitely many completions, or only its forced rest (``}`` after the
+    last member). Recorded in ``closed``."""
+    extra = flat.get("additionalProperties", True)
+    if isinstance(extra, dict):
+        extra, _ = flatten(ctx, extra, ptr, ())
+    props = flat.get("properties", {})
+    if (extra is not False or not isinstance(props, dict) or not props
+            or {"patternProperties", "propertyNames", "maxProperties", "minProperties",
+                "dependentRequired"} & flat.keys() or len(closed) >= _MAX_ALTERNATIVES):
+        return False
+    for name, member in props.items():
+        if member is False:
+            continue
+        if open_value_kind(ctx, open_items(member), f"{ptr}/properties/{name}", refs) is None:
+            return False
+    closed.append(flat)
+    return True
 
 
 def _open_alternative(ctx, flat: dict, t: str, ptr: str) -> bool:

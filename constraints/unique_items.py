@@ -131,10 +131,18 @@ class UniqueItems:
 
     # -- following the output ---------------------------------------------------------------
     def feed(self, tracker: Tracker, state, data: bytes) -> Tracker:
-        """The tracker after ``data`` read from automaton ``state``; raises Duplicate."""
+        """The tracker after ``data`` read from automaton ``state``; raises Duplicate, also
+        where an item of closed objects has only its forced rest left and that rest finishes
+        a duplicate (the token that leaves no other way is the one refused)."""
         t = tracker
         for i, b in enumerate(data):
             t = self._byte(t, b, state, data, i)
+        if any(a.item is not None and a.kind.startswith("value+ahead") for a in t.arrays):
+            after = self.automaton.advance(state, data)
+            rest = b"" if after is None else self.automaton.forced_bytes(after)
+            u = t
+            for i, b in enumerate(rest):
+                u = self._byte(u, b, after, rest, i)
         return t
 
     def _byte(self, t: Tracker, b: int, state, data: bytes, i: int) -> Tracker:
@@ -244,6 +252,12 @@ class UniqueItems:
 
 
     def _value_candidates(self, t: Tracker, a: _Array) -> np.ndarray:
+        if a.kind.startswith("value+ahead"):
+            # Closed objects: a token after which the rest is forced, which ends outside a
+            # string (open members are endless: inside one, infinitely many ways go on).
+            if a.item is None:
+                return self._two_quotes | self._opener | self._digit
+            return self._quote if t.in_string else ~(self._quote & ~self._two_quotes)
         if a.item is None:  # a token with a whole item in it
             return self._two_quotes | self._opener & (self._closers > 0) | self._digit
         if a.in_container:  # closing every container down to the array's (a string first)

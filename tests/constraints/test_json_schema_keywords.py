@@ -256,13 +256,15 @@ def test_unique_items_over_a_finite_domain(byte_compiler, schema, valid, invalid
 
 
 def test_unique_items_over_closed_objects_is_a_clear_error(byte_compiler):
-    """Open values are checked in the matcher (test_unique_items.py); items the check does
-    not keep exact (a closed object, whose last member can leave one completion) are
+    """Open values, and closed objects of open members, are checked in the matcher
+    (test_unique_items.py); items the check does not keep exact (a closed object with a
+    member of few values, whose prefix can have few completions, all of them seen) are
     refused, naming the keyword and where it is."""
     with pytest.raises(UnsupportedSchemaError) as err:
         byte_compiler.compile_json_schema({"type": "object", "properties": {
-            "tags": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}},
-                                                "additionalProperties": False}, "uniqueItems": True}}})
+            "tags": {"type": "array", "items": {"type": "object", "properties": {
+                "a": {"type": "string"}, "on": {"type": "boolean"}}, "additionalProperties": False},
+                "uniqueItems": True}}})
     assert err.value.keyword == "uniqueItems" and err.value.pointer == "/properties/tags/uniqueItems"
 
 

@@ -21,6 +21,10 @@ MIXED = {"type": "array", "uniqueItems": True, "items": {"type": ["string", "arr
 IN_OBJECTS = {"type": "array", "uniqueItems": True, "items": {  # unique arrays inside unique items
     "type": "object", "properties": {"tags": STRINGS}}}
 PATTERNED = {"type": "array", "uniqueItems": True, "items": {"type": "string", "pattern": "^a+$"}}
+# closed objects of open members (CloudFormation's Tags): the rest of an item may be forced
+TAGS = {"type": "array", "uniqueItems": True, "items": {
+    "type": "object", "additionalProperties": False, "required": ["Key", "Value"],
+    "properties": {"Key": {"type": "string"}, "Value": {"type": "string"}, "Note": {"type": "string"}}}}
 # a path without commas, nor a space at either end (SchemaStore's buildkite checkout paths)
 TRIMMED = {"type": "array", "uniqueItems": True,
            "items": {"type": "string", "pattern": "^[^,]+$", "not": {"pattern": "^ | $"}}}
@@ -70,6 +74,9 @@ CASES = [
     (IN_OBJECTS, '[{"tags":["a","a"]}]', False),
     (PATTERNED, '["a","aa","aaa"]', True),  # every prefix goes on: "a", "aa", ...
     (PATTERNED, '["aa","a","aa"]', False),
+    (TAGS, '[{"Key":"a","Value":"b"},{"Key":"a","Value":"c"},{"Key":"a","Value":"b","Note":""}]', True),
+    (TAGS, '[{"Key":"a","Value":"b"},{"Key":"a","Value":"b"}]', False),
+    (TAGS, '[{"Key":"a","Value":"b","Note":"n"},{"Key":"a","Value":"b","Note":"n"}]', False),
     (TRIMMED, '["a","a b","b"]', True),
     (TRIMMED, '["a b","a b"]', False),
     (TRIMMED, '[" a"]', False),
@@ -102,6 +109,17 @@ def test_prefixes_that_can_only_be_zero_are_refused_as_soon_as_written(byte_comp
     assert not numbers.accept_string("e")  # 0.0e... is 0 whatever follows
 
 
+def test_a_closed_item_is_refused_where_only_its_forced_rest_is_left(byte_compiler):
+    """After the last member of a closed object only "}" may follow: the byte that leaves
+    nothing but a duplicate (the closing quote) is refused, not the forced "}" after it,
+    which would be a dead end; a longer value still goes on."""
+    m = byte_compiler.compile_json_schema({**TAGS, "items": {**TAGS["items"], "properties": {
+        "Key": {"type": "string"}, "Value": {"type": "string"}}}}).matcher()
+    assert m.accept_string('[{"Key":"a","Value":"b"},{"Key":"a","Value":"b')
+    assert not m.accept_string('"')
+    assert m.accept_string('b"}]') and m.can_terminate()
+
+
 def test_rollback_forgets_items(byte_compiler):
     grammar = byte_compiler.compile_json_schema(STRINGS)
     m = grammar.matcher()
@@ -117,6 +135,7 @@ def test_items_the_check_cannot_keep_exact_are_refused(byte_compiler):
     """A pattern or maxLength gives prefixes with few completions, where refusing a
     duplicate could leave nothing to write: still a clear refusal naming the keyword."""
     for items in ({"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^a+b$"},
+                  {"type": "object", "additionalProperties": False, "properties": {"on": {"type": "boolean"}}},
                   {"type": "integer", "maximum": 3},
                   {"type": "string", "not": {"pattern": "^a."}}):  # "a" can only end: a dead end once used
         with pytest.raises(UnsupportedSchemaError) as e:
@@ -126,7 +145,8 @@ def test_items_the_check_cannot_keep_exact_are_refused(byte_compiler):
 
 # Tokens the walker prefers: short items that repeat often, so duplicates are tried.
 _FAVOURITES = {"string": ['"', "a", '",', '"]', ",", "]"], "number": ["1", "0", ",", "]", "."],
-               "object": ["{", '{"', "}", "},", "}]", "b", '":', "1", ",", "]", "[", "[]", "{}"]}
+               "object": ["{", '{"', "}", "},", "}]", "b", '":', "1", ",", "]", "[", "[]", "{}"],
+               "tags": ['{"', "Key", '":"', "a", '","', "Value", '"', '"}', '"},', '"}]', ","]}
 
 
 def _walk(grammar, hf_tokenizer, favourites: list[int], rng, max_tokens: int = 60) -> bytes | None:
@@ -150,8 +170,9 @@ def _walk(grammar, hf_tokenizer, favourites: list[int], rng, max_tokens: int = 6
 
 
 @pytest.mark.parametrize("schema,kind", [(STRINGS, "string"), (NESTED, "string"), (INTEGERS, "number"),
-                                         (NUMBERS, "number"), (OBJECTS, "object"), (MIXED, "object")],
-                         ids=["strings", "nested", "integers", "numbers", "objects", "mixed"])
+                                         (NUMBERS, "number"), (OBJECTS, "object"), (MIXED, "object"),
+                                         (TAGS, "tags")],
+                         ids=["strings", "nested", "integers", "numbers", "objects", "mixed", "tags"])
 def test_walks_through_the_masks_never_repeat_an_item(compiler, hf_tokenizer, schema, kind):
     """Random walks that keep trying the same short items (a real tokenizer, budget-aware
     closing on) end in valid instances only, and did try duplicates: without the check
