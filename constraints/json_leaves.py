@@ -187,7 +187,8 @@ def _plain_run(chars, lo: int, hi: int | None, budget: CompileBudget) -> ByteDFA
     return trim_and_minimize(determinize(nfa, start, end, budget))
 
 
-_LENGTH_PRODUCT_STATES = 4_000
+_EXACT_PRODUCT_STATES = 20_000  # a pattern times its length bounds, built pair by pair
+_LONGEST_EXACT = 4_096  # maxLength past which the count is not built (its run alone is large)
 
 
 def _counted_run(chars: ByteDFA, lo: int, hi: int | None) -> ByteDFA:
@@ -210,27 +211,33 @@ def _counted_run(chars: ByteDFA, lo: int, hi: int | None) -> ByteDFA:
 
 def _within_length(lang: ByteDFA, chars, lo: int, hi: int | None,
                    budget: CompileBudget) -> ByteDFA:
-    """``lang`` cut to lo..hi characters. A pattern's automaton times a long maxLength would
-    outgrow any budget (a 100-state pattern with maxLength 4096), so past about
-    _LENGTH_PRODUCT_STATES states the longest maximum that fits is used instead: a valid
-    subset, every string still within lo..hi."""
-    fits = max(_LENGTH_PRODUCT_STATES // (lang.num_states + 1), 1)
-    if hi is None and lo > fits:
-        raise GrammarTooComplexError(
-            f"a pattern of {lang.num_states} states with minLength {lo} exceeds "
-            f"{_LENGTH_PRODUCT_STATES} states")
-    cut = hi is not None and hi > fits
-    if cut:
-        if fits < max(lo, 1):
-            raise GrammarTooComplexError(
-                f"a pattern of {lang.num_states} states with minLength {lo} exceeds "
-                f"{_LENGTH_PRODUCT_STATES} states")
-        hi = fits
-    run = _counted_run(_plain_run(chars, 0, None, budget), lo, hi)
-    bounded = trim_and_minimize(product(lang, run, "and", budget), minimize=False)
-    if cut and bounded.is_empty():
-        raise GrammarTooComplexError(f"no string of the pattern has {lo}..{hi} characters")
-    return bounded
+    """``lang`` cut to lo..hi characters: its product with a character count, built over the
+    (state, count) pairs reachable only (a pattern's states are mostly reached at few counts:
+    an ARN's fixed parts), within _EXACT_PRODUCT_STATES. Where a long maxLength over a pattern
+    whose loops reach every count outgrows that, shorter maxima are tried, halving: a valid
+    subset, every string still within lo..hi; none of them holding a string of the pattern
+    is a GrammarTooComplexError."""
+    if hi is not None and hi < lo:
+        return ByteDFA(np.full((1, 256), DEAD, dtype=np.int32), np.zeros(1, dtype=bool))
+    tries = [None] if hi is None else []
+    top = None if hi is None else min(hi, _LONGEST_EXACT)
+    while top is not None and top >= max(lo, 1):
+        tries.append(top)
+        top //= 2
+    plain = _plain_run(chars, 0, None, budget)
+    for top in tries:
+        if (lo if top is None else top) > _LONGEST_EXACT:
+            break
+        try:
+            bounded = trim_and_minimize(product(lang, _counted_run(plain, lo, top), "and",
+                                                leaf_budget(_EXACT_PRODUCT_STATES)), minimize=False)
+        except GrammarTooComplexError:
+            continue
+        if top == hi or not bounded.is_empty():
+            return bounded
+        break
+    raise GrammarTooComplexError(f"a pattern of {lang.num_states} states within {lo}..{hi} characters "
+                                 f"exceeds {_EXACT_PRODUCT_STATES} states")
 
 
 @lru_cache(maxsize=256)

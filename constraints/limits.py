@@ -22,7 +22,7 @@ class ConstraintLimits:
     max_schema_depth: int = 64  # JSON nesting of a schema document
     max_enum_values: int = 1024  # one enum's values
     max_regex_chars: int = 8192  # one pattern (a regex, or a schema's pattern keyword)
-    max_repetition: int = 1000  # a {n,m} bound in a pattern
+    max_repetition: int = 1024  # a {n,m} bound in a pattern (AWS writes {0,1024} for its 1,024-character names)
     max_grammar_rules: int = 1024  # EBNF rule definitions
     max_grammar_alternatives: int = 2048  # EBNF `|` alternatives, all rules together
 

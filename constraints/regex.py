@@ -173,10 +173,23 @@ def _group_ranges(chars: frozenset[str], negated: bool, ignore_case: bool) -> tu
     return tuple(complement_ranges(ranges) if negated else ranges)
 
 
+def python_anchors(pattern: str) -> str:
+    """``\\A`` at the start and ``\\Z`` at the end (Python's string anchors, which schemas
+    written for Python validators use: AWS's) as ``^`` and ``$``."""
+    if pattern.startswith("\\A"):
+        pattern = "^" + pattern[2:]
+    if pattern.endswith("\\Z$") and not _escaped_at(pattern, len(pattern) - 3):
+        pattern = pattern[:-3] + "$"
+    elif pattern.endswith("\\Z") and not _escaped_at(pattern, len(pattern) - 2):
+        pattern = pattern[:-2] + "$"
+    return pattern
+
+
 def regex_to_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     """Full-match byte DFA for a regex. Lookaheads at the very start, ``(?!A)B`` or
     ``(?=A)B`` (as Pydantic writes Decimal patterns), become a difference or an intersection
     with the strings that begin with a match of A."""
+    pattern = python_anchors(pattern)
     looks, rest = split_leading_lookaheads(pattern[1:] if pattern.startswith("^") else pattern)
     nfa = NFA(budget)
     start = nfa.new_state()
@@ -241,6 +254,7 @@ def search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     """Strings in which ``pattern`` finds a match (JSON Schema's `pattern` is a search, not a
     full match): an unanchored start or end is padded with any text; lookaheads right after
     ``^`` test the string from its start."""
+    pattern = python_anchors(pattern)
     looks: list = []
     if pattern.startswith("^"):
         looks, rest = split_leading_lookaheads(pattern[1:])

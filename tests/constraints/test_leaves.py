@@ -100,6 +100,18 @@ def test_patterned_strings_keep_their_length_bounds(byte_compiler, lo, hi):
         assert not accepted_by_masks(grammar, _text("a" * 1025))
 
 
+def test_a_pattern_with_long_length_bounds_keeps_them_all(byte_compiler):
+    """An ARN pattern (50 states) under maxLength 128: its product with a character count
+    has few reachable (state, count) pairs, so it is built exact; the old cut to the
+    longest maximum that fit a full product (80 here) left no ARN at all."""
+    arn = "^arn:(aws|aws-cn):datasync:[a-z\\-0-9]+:[0-9]{12}:agent/agent-[0-9a-z]{17}$"
+    grammar = byte_compiler.compile_json_schema({"type": "string", "maxLength": 128, "minLength": 65, "pattern": arn})
+    for n, ok in ((1, False), (4, False), (5, True), (9, True), (68, True), (69, False)):
+        text = f"arn:aws:datasync:{'r' * n}:123456789012:agent/agent-0123456789abcdefg"  # 60 + n characters
+        assert accepted_by_masks(grammar, _text(text)) == ok, (len(text), text)
+    assert not accepted_by_masks(grammar, _text("arn:aws:datasync:r:1:agent/agent-0123456789abcdefg" + "x" * 20))
+
+
 def _generated_language(grammar, max_len: int) -> set[bytes]:
     """Every text the masks let through, EOS included, by exhaustive search over bytes."""
     from constraints import allocate_token_bitmask

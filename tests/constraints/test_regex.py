@@ -40,6 +40,9 @@ CASES = [
     (r"\p{Lu}\p{Ll}+", ["Ába", "Ωμ"], ["aba", "ÁB", "A1"]),
     (r"\P{L}+", ["12 !", "٣"], ["a1", "日"]),
     (r"\p{General_Category=Decimal_Number}\p{gc=Letter}", ["٣a", "7日"], ["a7", "½a"]),
+    (r"\A[a-z]{1,3}\Z", ["ab"], ["abcd", ""]),  # Python's string anchors (AWS's schemas)
+    (r"^[a-z]+\Z$", ["ab"], ["a1"]),
+    (r"^a\\Z$", ["a\\Z"], ["a"]),  # an escaped backslash, then Z
 ]
 
 
@@ -121,7 +124,7 @@ _TIME_ZONES = "UTC|" + "|".join(f"({area}/[A-Za-z]+)" for area in (
     "Indian", "Pacific"))
 
 
-@pytest.mark.parametrize("pattern", [_TIME_ZONES, r"^ab|cd$|x+y+", r"ab$|^c", r"(foo|bar)[0-9]+|baz"])
+@pytest.mark.parametrize("pattern", [_TIME_ZONES, r"^ab|cd$|x+y+", r"ab$|^c", r"(foo|bar)[0-9]+|baz", r"[a-c]\Z", r"\Ab[a-c]"])
 def test_search_patterns_match_python_re_search(pattern):
     # JSON Schema's pattern is a search. Once an unanchored-end alternative has matched, any
     # text may follow: the search automaton stays small however many looping alternatives it
