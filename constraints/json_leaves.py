@@ -187,7 +187,7 @@ def _plain_run(chars, lo: int, hi: int | None, budget: CompileBudget) -> ByteDFA
     return trim_and_minimize(determinize(nfa, start, end, budget))
 
 
-_EXACT_PRODUCT_STATES = 20_000  # a pattern times its length bounds, built pair by pair
+_EXACT_PRODUCT_STATES = 4_000  # a pattern times its length bounds, built pair by pair (a larger leaf costs its walks)
 _LONGEST_EXACT = 4_096  # maxLength past which the count is not built (its run alone is large)
 
 
@@ -213,31 +213,49 @@ def _within_length(lang: ByteDFA, chars, lo: int, hi: int | None,
                    budget: CompileBudget) -> ByteDFA:
     """``lang`` cut to lo..hi characters: its product with a character count, built over the
     (state, count) pairs reachable only (a pattern's states are mostly reached at few counts:
-    an ARN's fixed parts), within _EXACT_PRODUCT_STATES. Where a long maxLength over a pattern
-    whose loops reach every count outgrows that, shorter maxima are tried, halving: a valid
-    subset, every string still within lo..hi; none of them holding a string of the pattern
-    is a GrammarTooComplexError."""
-    if hi is not None and hi < lo:
-        return ByteDFA(np.full((1, 256), DEAD, dtype=np.int32), np.zeros(1, dtype=bool))
-    tries = [None] if hi is None else []
-    top = None if hi is None else min(hi, _LONGEST_EXACT)
-    while top is not None and top >= max(lo, 1):
-        tries.append(top)
-        top //= 2
+    an ARN's fixed parts) and kept where it has at most _EXACT_PRODUCT_STATES states. Where a
+    long maxLength over a pattern whose loops reach every count outgrows that, the longest
+    shorter maximum that fits is found by bisection: a valid subset, every string still
+    within lo..hi; none holding a string of the pattern is a GrammarTooComplexError."""
     plain = _plain_run(chars, 0, None, budget)
-    for top in tries:
-        if (lo if top is None else top) > _LONGEST_EXACT:
-            break
+
+    def bounded(top: int | None) -> ByteDFA | None:  # None: too large
         try:
-            bounded = trim_and_minimize(product(lang, _counted_run(plain, lo, top), "and",
-                                                leaf_budget(_EXACT_PRODUCT_STATES)), minimize=False)
+            out = trim_and_minimize(product(lang, _counted_run(plain, lo, top), "and",
+                                            leaf_budget(4 * _EXACT_PRODUCT_STATES)), minimize=False)
         except GrammarTooComplexError:
-            continue
-        if top == hi or not bounded.is_empty():
-            return bounded
-        break
-    raise GrammarTooComplexError(f"a pattern of {lang.num_states} states within {lo}..{hi} characters "
-                                 f"exceeds {_EXACT_PRODUCT_STATES} states")
+            return None
+        return out if out.num_states <= _EXACT_PRODUCT_STATES else None
+
+    if hi is None or hi <= _LONGEST_EXACT:
+        exact = bounded(hi) if lo <= _LONGEST_EXACT else None
+        if exact is not None:
+            return exact
+        if hi is None:
+            raise GrammarTooComplexError(f"a pattern of {lang.num_states} states with minLength {lo} "
+                                         f"exceeds {_EXACT_PRODUCT_STATES} states")
+    # Halve the maximum until the product fits; where that leaves no string of the pattern
+    # (its strings are longer), bisect between it and the last maximum too large.
+    best, high = None, min(hi, _LONGEST_EXACT)
+    top = high if hi > _LONGEST_EXACT else high // 2  # hi itself was tried above
+    while top >= max(lo, 1):
+        found = bounded(top)
+        if found is not None:
+            best = found
+            break
+        high, top = top - 1, top // 2
+    low = top + 1
+    while best is not None and best.is_empty() and low <= high:
+        mid = (low + high) // 2
+        found = bounded(mid)
+        if found is None:
+            high = mid - 1
+        else:
+            best, low = found, mid + 1
+    if best is None or best.is_empty():
+        raise GrammarTooComplexError(f"a pattern of {lang.num_states} states within {lo}..{hi} characters "
+                                     f"exceeds {_EXACT_PRODUCT_STATES} states")
+    return best
 
 
 @lru_cache(maxsize=256)
