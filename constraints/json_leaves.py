@@ -214,9 +214,10 @@ def _within_length(lang: ByteDFA, chars, lo: int, hi: int | None,
     """``lang`` cut to lo..hi characters: its product with a character count, built over the
     (state, count) pairs reachable only (a pattern's states are mostly reached at few counts:
     an ARN's fixed parts) and kept where it has at most _EXACT_PRODUCT_STATES states. Where a
-    long maxLength over a pattern whose loops reach every count outgrows that, the longest
-    shorter maximum that fits is found by bisection: a valid subset, every string still
-    within lo..hi; none holding a string of the pattern is a GrammarTooComplexError."""
+    long maxLength over a pattern whose loops reach every count outgrows that, a shorter
+    maximum: the one a full product of that size fits, or where the pattern has no string so
+    short, the longest that fits (bisection). A valid subset, every string still within
+    lo..hi; none holding a string of the pattern is a GrammarTooComplexError."""
     plain = _plain_run(chars, 0, None, budget)
 
     def bounded(top: int | None) -> ByteDFA | None:  # None: too large
@@ -234,18 +235,12 @@ def _within_length(lang: ByteDFA, chars, lo: int, hi: int | None,
         if hi is None:
             raise GrammarTooComplexError(f"a pattern of {lang.num_states} states with minLength {lo} "
                                          f"exceeds {_EXACT_PRODUCT_STATES} states")
-    # Halve the maximum until the product fits; where that leaves no string of the pattern
-    # (its strings are longer), bisect between it and the last maximum too large.
-    best, high = None, min(hi, _LONGEST_EXACT)
-    top = high if hi > _LONGEST_EXACT else high // 2  # hi itself was tried above
-    while top >= max(lo, 1):
-        found = bounded(top)
-        if found is not None:
-            best = found
-            break
-        high, top = top - 1, top // 2
-    low = top + 1
-    while best is not None and best.is_empty() and low <= high:
+    # The maximum a full product of the budget's size fits; where that leaves no string of
+    # the pattern (its strings are longer), bisect up to the longest maximum that fits.
+    fits = max(_EXACT_PRODUCT_STATES // (lang.num_states + 1), max(lo, 1))
+    best = bounded(fits) if fits < min(hi, _LONGEST_EXACT) else None
+    low, high = fits + 1, min(hi, _LONGEST_EXACT) - (hi <= _LONGEST_EXACT)
+    while (best is None or best.is_empty()) and low <= high:
         mid = (low + high) // 2
         found = bounded(mid)
         if found is None:

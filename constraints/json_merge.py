@@ -278,22 +278,28 @@ def provably_disjoint(a, b) -> bool:
             own = {k: v for k, v in x.items() if k != "allOf"}
             return any(provably_disjoint(part, y) for part in [own, *x["allOf"]])
     ta, tb = _possible_types(a), _possible_types(b)
-    if not (ta & tb) or _values_negated(a, b) or _values_negated(b, a):
+    if not (ta & tb) or _values_negated(a, b) or _values_negated(b, a) or _disjoint_values(a, b, ta & tb):
         return True
     for x, y in ((a, b), (b, a)):
         for key in ("anyOf", "oneOf"):  # x's values are among its branches' values
             if isinstance(x, dict) and isinstance(x.get(key), list) and x[key] and all(
                     provably_disjoint(branch, y) for branch in x[key]):
                 return True
+    return False
+
+
+def _disjoint_values(a, b, common: set[str]) -> bool:
+    """Disjoint by listed values, patterns, or object members (``common``: the types both
+    may have)."""
     if not isinstance(a, dict) or not isinstance(b, dict):
         return False
     va, vb = _values(a), _values(b)
     if va is not None and vb is not None:
         return not ({_canon(v) for v in va} & {_canon(v) for v in vb})
-    if ta & tb == {"string"}:
+    if common == {"string"}:
         return _values_fail_pattern(va, b) or _values_fail_pattern(vb, a) or _patterns_disjoint(
             a.get("pattern"), b.get("pattern"))
-    return ta & tb == {"object"} and (_discriminated(a, b) or _objects_fail(a, b) or _objects_fail(b, a))
+    return common == {"object"} and (_discriminated(a, b) or _objects_fail(a, b) or _objects_fail(b, a))
 
 
 def _values_negated(a, b) -> bool:

@@ -237,10 +237,12 @@ def _one_of_disjoint(ctx: Ctx, branches: list, raw: list, ptr: str) -> list:
     branch that may overlap another is narrowed by `not` of it (branch i and not branch j:
     i's own part beside the oneOf already holds j's), exact where narrow_not is."""
     shapes = [shape(ctx, b) for b in branches]
+    apart = {(i, j) for i in range(len(shapes)) for j in range(i)  # exclusive_branches is symmetric
+             if exclusive_branches(shapes[i], shapes[j])}
     out = list(branches)
     for i in range(len(branches)):
         for j in range(len(branches)):
-            if i == j or out[i] is False or exclusive_branches(shapes[i], shapes[j]):
+            if i == j or out[i] is False or (max(i, j), min(i, j)) in apart:
                 continue
             try:
                 out[i] = _narrow_by_not(ctx, out[i], raw[j], f"{ptr}/oneOf/{i}")
