@@ -14,7 +14,7 @@ import interegular.patterns as ip
 
 from .budget import CompileBudget
 from .errors import InvalidConstraintError
-from .fsm import ByteDFA, determinize, product, trim_and_minimize
+from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .nfa import NFA, emit_alt, emit_code_point_ranges, emit_nothing, emit_repeat, emit_seq
 from .utf8 import complement_ranges, ranges_of_chars
 
@@ -255,6 +255,15 @@ def search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     full match): an unanchored start or end is padded with any text; lookaheads right after
     ``^`` test the string from its start."""
     pattern = python_anchors(pattern)
+    alternatives = _top_level_alternatives(pattern)
+    if len(alternatives) > 1 and any(a.startswith(("^(?=", "^(?!")) for a in alternatives):
+        # A lookahead belongs to its own alternative (^(?!x)a|b is (^(?!x)a)|b): each
+        # alternative's automaton on its own, then their union.
+        parts = [search_dfa(a, budget) for a in alternatives]
+        nfa = NFA(budget)
+        start = nfa.new_state()
+        end = emit_alt(nfa, start, [partial(embed_dfa, dfa=d) for d in parts])
+        return trim_and_minimize(determinize(nfa, start, end, budget))
     looks: list = []
     if pattern.startswith("^"):
         looks, rest = split_leading_lookaheads(pattern[1:])

@@ -195,3 +195,12 @@ def test_subset_moves_partition_the_bytes_by_target_set():
             for b in range(lo, hi + 1):
                 got[b] = targets
         assert got == want
+
+
+def test_a_lookahead_belongs_to_its_own_alternative():
+    """^(?![0-9_])\\w+$|^_\\w*[a-z0-9]\\w*$ (an AWS name): the lookahead tests the first
+    alternative only; each alternative is built on its own and their union taken."""
+    pattern = r"^(?![0-9_])\w+$|^_\w*[a-zA-Z0-9]\w*$"
+    dfa = search_dfa(pattern, CompileBudget())
+    texts = ["abc", "1ab", "_a", "_", "__", "a_1", "_1", "", "a b", "_9_"]
+    assert [dfa.matches(t.encode()) for t in texts] == [re.search(pattern, t) is not None for t in texts]
