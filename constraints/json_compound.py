@@ -6,7 +6,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ConstraintError, InvalidConstraintError, UnsupportedSchemaError
+from .errors import (
+    ConstraintError,
+    GrammarTooComplexError,
+    InvalidConstraintError,
+    UnsupportedSchemaError,
+)
 from .fsm import determinize, product, trim_and_minimize
 from .json_contains import emit_contains
 from .json_context import Ctx, emit_leaf, finite_texts, flatten, merge_or_fail, punct
@@ -482,9 +487,16 @@ def _property_names_dfa(ctx, schema: dict, ptr: str):
     ctx.inline_leaves, outer = True, ctx.inline_leaves
     try:
         end = ctx.emit_schema(sub, start, names, f"{ptr}/propertyNames", ())
+        return trim_and_minimize(determinize(sub, start, end, ctx.budget))
+    except (GrammarTooComplexError, UnsupportedSchemaError) as e:
+        # Names are one automaton (keys are no counted leaves): a long maxLength (Mergify's
+        # 1,024) is cut to a quarter until it fits, a valid subset of the names.
+        most = names.get("maxLength") if isinstance(names, dict) else None
+        if not isinstance(most, int) or most < 64 or getattr(e, "keyword", "maxLength") != "maxLength":
+            raise
+        return _property_names_dfa(ctx, {"propertyNames": {**names, "maxLength": most // 4}}, ptr)
     finally:
         ctx.inline_leaves = outer
-    return trim_and_minimize(determinize(sub, start, end, ctx.budget))
 
 
 def _enumerated_names(names) -> list[str]:

@@ -213,6 +213,15 @@ def test_conditionals_in_several_all_of_parts(byte_compiler):
                   ['{"a":1}', '{"c":1}', '{"d":1}', '{"a":1,"c":1,"d":1}'])
 
 
+def test_property_names_with_a_long_max_length_are_a_subset(byte_compiler):
+    """propertyNames {maxLength: 1024} (Mergify): names are one automaton, too large at 1,024
+    characters; the maximum is cut until it fits, every name still within it."""
+    schema = {"type": "object", "propertyNames": {"maxLength": 1024}, "additionalProperties": {"type": "integer"}}
+    grammar = byte_compiler.compile_json_schema(schema)
+    _assert_cases(grammar, schema, ['{"abc":1}', "{}", '{"a":1,"b":2}'], ['{"abc":"x"}'])
+    assert not _accepts(grammar, json.dumps({"x" * 1000: 1}))  # valid, past the cut
+
+
 def test_conflicting_pattern_merge_is_a_clear_error(byte_compiler):
     schema = {"allOf": [{"patternProperties": {"^a": {}}}, {"additionalProperties": False}]}
     with pytest.raises(UnsupportedSchemaError) as err:
