@@ -73,6 +73,14 @@ def _unicode_escapes(body: str) -> str:
             if 0xD800 <= point < 0xDC00 and low and low.group(2) and 0xDC00 <= int(low.group(2), 16) < 0xE000:
                 point = 0x10000 + ((point - 0xD800) << 10) + int(low.group(2), 16) - 0xDC00
                 i = low.end()
+            if 0xD800 <= point < 0xE000 and depth:
+                # A lone UTF-16 code unit in a class (JavaScript's way to list astral
+                # characters, \uD83C-\uDBFF\uDC00-\uDFFF): no character of a Unicode string
+                # is one, so it and a surrogate range it starts add nothing (a subset where a
+                # validator reads code units).
+                upper = re.compile(r"-\\u([dD][89a-fA-F][0-9a-fA-F]{2})").match(body, i)
+                i = upper.end() if upper else i
+                continue
             if point > 0x10FFFF or 0xD800 <= point < 0xE000:
                 raise ValueError(f"\\u escape of {point:#x} names no character")
             out.append(_class_char(point))

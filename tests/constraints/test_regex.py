@@ -41,6 +41,8 @@ CASES = [
     (r"\P{L}+", ["12 !", "٣"], ["a1", "日"]),
     (r"\p{General_Category=Decimal_Number}\p{gc=Letter}", ["٣a", "7日"], ["a7", "½a"]),
     (r"\A[a-z]{1,3}\Z", ["ab"], ["abcd", ""]),  # Python's string anchors (AWS's schemas)
+    # UTF-16 code units in a class (AWS MediaConnect): no character is one; no "-" added either
+    (r"[a-z\uD83C-\uDBFF\uDC00-\uDFFF]+", ["ab"], ["😀", "-", "a-b"]),
     (r"^[a-z]+\Z$", ["ab"], ["a1"]),
     (r"^a\\Z$", ["a\\Z"], ["a"]),  # an escaped backslash, then Z
 ]
