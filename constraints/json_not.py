@@ -115,7 +115,8 @@ def narrow_not(ctx, schema: dict, ptr: str) -> dict | bool:
         # not (X or Y) is (not X) and (not Y): narrow by each in turn.
         out = rest
         for i, sub in enumerate(neg["anyOf"]):
-            out = narrow_not(ctx, {**out, "not": sub}, f"{where}/anyOf/{i}")
+            both = {"anyOf": [out["not"], sub]} if "not" in out else sub  # a not X merged in stays
+            out = narrow_not(ctx, {**out, "not": both}, f"{where}/anyOf/{i}")
             if out is False:
                 return False
         return out

@@ -256,13 +256,10 @@ def _one_of_disjoint(ctx: Ctx, branches: list, raw: list, ptr: str) -> list:
 def _narrow_by_not(ctx: Ctx, branch, other, ptr: str):
     if not isinstance(branch, dict) or isinstance(other, RefCall):
         raise UnsupportedSchemaError.at("not", f"{ptr}/not", "of a recursive $ref is not supported")
-    if "not" in branch:
-        if {"enum", "const"} & branch.keys():
-            # Listed values are each validated against the whole schema: both nots hold.
-            return {**branch, "not": {"anyOf": [branch["not"], other]}}
-        branch = narrow_not(ctx, branch, ptr)  # its own not first, then the other branch's
-        if not isinstance(branch, dict):
-            return branch
+    if "not" in branch:  # (not A) and (not B) is not (A or B)
+        both = {**branch, "not": {"anyOf": [branch["not"], other]}}
+        # Listed values are each validated against the whole schema: both nots hold.
+        return both if {"enum", "const"} & branch.keys() else narrow_not(ctx, both, ptr)
     return narrow_not(ctx, {**branch, "not": other}, ptr)
 
 

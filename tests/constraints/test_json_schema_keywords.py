@@ -726,6 +726,13 @@ def test_all_of_parts_with_one_of_each_and_if_beside_any_of(byte_compiler):
     ({"type": ["null", "integer"], "not": {"not": {"not": {"required": ["b"]}, "type": ["null", "string"]}}},
      [], ["null", "1", '"x"']),
     ({"not": {"not": {"not": {"pattern": "^x"}}}}, ['"ab"', '""'], ['"xa"', '"x"', "5", "null"]),
+    # not (A or B) narrows by not A, then not B: a not that not A merged in stays
+    ({"type": ["string", "integer"], "not": {"anyOf": [
+        {"not": {"not": {"type": "string", "not": {"maxLength": 1}}}}, {"type": "integer", "minimum": 5}]}},
+     ['"a"', "3", '""'], ['"abc"', "7"]),
+    # a oneOf branch's own not (brought in by not-not) and the other branch's both hold
+    ({"oneOf": [{"type": "string", "not": {"not": {"maxLength": 3, "not": {"const": "ab"}}}},
+                {"type": "string", "minLength": 3}]}, ['"a"', '"abcd"', '""'], ['"ab"', '"abc"']),
     # a branch's own not and the one beside it both hold
     ({"not": {"type": "null"}, "if": {"type": ["array", "integer"]}, "then": {"type": ["boolean", "null"]}},
      ['"x"', "1.5", "true"], ["-1", "[]", "null"]),
