@@ -48,7 +48,7 @@ def _error(r: httpx.Response, status: int, param: str | None = None) -> dict:
     ("/v1/chat/completions", {"messages": CHAT, "response_format": {"type": "xml"}},
      "response_format.type"),
     ("/v1/chat/completions", {"messages": CHAT, "response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "string", "not": {"minLength": 3}}}}}, "json_schema"),
+        "name": "x", "schema": {"type": "string", "not": {"format": "date"}}}}}, "json_schema"),
     ("/generate", {"sampling_params": {"max_new_tokens": 1}}, "text"),
     ("/generate", {"text": "x", "sampling_params": {"bogus": 1}}, "sampling_params"),
 ])
@@ -58,7 +58,7 @@ def test_400_names_the_field(http, path, body, param):
 
 
 def test_unsupported_schema_keyword_is_named(http):
-    schema = {"type": "string", "not": {"minLength": 3}}
+    schema = {"type": "string", "not": {"format": "date"}}
     r = http.post("/v1/chat/completions", json={"messages": CHAT, "response_format": {
         "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
     assert "not" in _error(r, 400)["message"]
@@ -66,9 +66,9 @@ def test_unsupported_schema_keyword_is_named(http):
 
 @pytest.mark.parametrize("path,body", [
     ("/v1/chat/completions", {"messages": CHAT, "response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "string", "not": {"minLength": 3}}}}}}}),
+        "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "string", "not": {"format": "date"}}}}}}}),
     ("/generate", {"text": "x", "sampling_params": {"json_schema": {
-        "type": "object", "properties": {"a": {"type": "string", "not": {"minLength": 3}}}}}}),
+        "type": "object", "properties": {"a": {"type": "string", "not": {"format": "date"}}}}}}),
 ])
 def test_a_refused_schema_keyword_reaches_the_client_as_fields(http, path, body):
     """Compiled in the server's worker processes: keyword and pointer survive the pool too."""

@@ -118,7 +118,7 @@ def test_history_with_calls_and_results_renders(client, model_name):
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"s": {"type": "string", "not": {"minLength": 3}}}}}}],
+        "type": "object", "properties": {"s": {"type": "string", "not": {"format": "date"}}}}}}],
       "tool_choice": "required"}, "tools"),
 ])
 def test_bad_tools_are_400_naming_the_field(http, extra, param):
