@@ -39,13 +39,13 @@ _IGNORED = {"title", "description", "default", "examples", "$comment", "$schema"
 # Keywords that assert something. Any other key (an annotation such as $id or a draft-4 `id`
 # left in a 2020-12 document, an `x-` extension, an unknown keyword) never blocks a merge.
 ASSERTIONS = {"type", "enum", "const", "properties", "required", "additionalProperties", "items",
-               "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
-               "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
-               "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties", "propertyNames",
-               "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "not", "if",
-               "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
-               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL, NOT_PATTERNS, ALSO_PATTERNS,
-               CONTAINS}
+              "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
+              "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
+              "$ref", "nullable", "uniqueItems", "multipleOf", "patternProperties", "propertyNames",
+              "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "not", "if",
+              "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
+              "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL, NOT_PATTERNS,
+              ALSO_PATTERNS, CONTAINS}
 
 
 def declared_types(schema: dict) -> set[str]:
