@@ -239,7 +239,7 @@ def _within_length(lang: ByteDFA, chars, lo: int, hi: int | None,
     # the pattern (its strings are longer), bisect up to the longest maximum that fits.
     fits = max(_EXACT_PRODUCT_STATES // (lang.num_states + 1), max(lo, 1))
     best = bounded(fits) if fits < min(hi, _LONGEST_EXACT) else None
-    low, high = fits + 1, min(hi, _LONGEST_EXACT) - (hi <= _LONGEST_EXACT)
+    low, high = fits + 1, min(hi - 1, _LONGEST_EXACT)  # hi itself was tried above where it could be
     while (best is None or best.is_empty()) and low <= high:
         mid = (low + high) // 2
         found = bounded(mid)

@@ -22,6 +22,7 @@ from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, trim_and_minimize
 from .json_context import RefCall, flatten, shape
 from .json_keywords import ANNOTATIONS
+from .json_leaves import pattern_matches
 from .json_merge import (
     ASSERTIONS,
     CONTAINS,
@@ -263,8 +264,6 @@ def _extra_names_failing(rest: dict, neg: dict, key: str, where: str) -> dict | 
     with a value failing that schema) or patternProperties (a name matching a pattern with a
     value failing its schema). Exact where ``rest`` is closed (its names are known): one
     branch per name that could fail."""
-    from .json_leaves import pattern_matches
-
     if "object" not in type_list(rest):
         return False
     if rest.get("additionalProperties", True) is not False or rest.get("patternProperties"):
@@ -344,8 +343,6 @@ def _distribute(ctx, rest: dict, neg: dict, where: str, key: str = "anyOf") -> d
 def _member_schema(rest: dict, name: str):
     """The schema ``rest`` applies to a member ``name``: its property, else the patterns the
     name matches, else additionalProperties."""
-    from .json_leaves import pattern_matches
-
     props = rest.get("properties", {})
     if name in props:
         return props[name]

@@ -38,6 +38,7 @@ def parse_regex(pattern: str) -> ip.Pattern:
 # ECMA-262 (JSON Schema's regex dialect) escapes interegular does not read.
 _PROPERTY = re.compile(r"\\([pP])\{(?:(?:General_Category|gc)=)?([A-Za-z_]+)\}")
 _CODE_POINT = re.compile(r"\\u(?:\{([0-9A-Fa-f]{1,6})\}|([0-9A-Fa-f]{4}))")
+_SURROGATE_UPPER = re.compile(r"-\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # "-\uDBFF" closing a range
 _CATEGORY_NAMES = {"Letter": "L", "Cased_Letter": "LC", "Uppercase_Letter": "Lu", "Lowercase_Letter": "Ll",
                    "Titlecase_Letter": "Lt", "Modifier_Letter": "Lm", "Other_Letter": "Lo", "Mark": "M",
                    "Nonspacing_Mark": "Mn", "Spacing_Mark": "Mc", "Enclosing_Mark": "Me", "Number": "N",
@@ -78,7 +79,7 @@ def _unicode_escapes(body: str) -> str:
                 # characters, \uD83C-\uDBFF\uDC00-\uDFFF): no character of a Unicode string
                 # is one, so it and a surrogate range it starts add nothing (a subset where a
                 # validator reads code units).
-                upper = re.compile(r"-\\u([dD][89a-fA-F][0-9a-fA-F]{2})").match(body, i)
+                upper = _SURROGATE_UPPER.match(body, i)
                 i = upper.end() if upper else i
                 continue
             if point > 0x10FFFF or 0xD800 <= point < 0xE000:
