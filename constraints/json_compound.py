@@ -151,7 +151,7 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
     Where some are closed objects of open members ("value+ahead..."), a prefix has infinitely
     many completions or exactly one (the rest is forced), and the matcher looks ahead
     through forced bytes for a duplicate."""
-    numbers, closed = set(), []
+    numbers, closed, texts, others = set(), [], [], 0
     todo = [(items, refs)]
     seen = 0
     while todo:
@@ -184,10 +184,20 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
                 continue
             if t == "object" and _closed_of_open_members(ctx, flat, ptr, srefs, closed):
                 continue
+            if t == "object" and _closed_of_texts(ctx, flat, ptr, srefs, texts):
+                continue
             if not _open_alternative(ctx, flat, t, ptr):
                 return None
+            others += 1
             if t in ("integer", "number"):
                 numbers.add(t)
+    if texts:
+        # Objects of bounded strings: exact only where every item is such an object (one
+        # spelling per value) and some member's strings cannot run out (a plain string).
+        texts += closed
+        if others or not all(_canonical_members(ctx, o, ptr, refs) for o in texts):
+            return None
+        return "value+texts" if any(_plain_member(ctx, o, ptr, refs) for o in texts) else None
     return ("value" + ("+ahead" if closed else "")
             + (":number" if "number" in numbers else ":integer" if numbers else ""))
 
@@ -212,6 +222,65 @@ def _closed_of_open_members(ctx, flat: dict, ptr: str, refs: tuple, closed: list
             return False
     closed.append(flat)
     return True
+
+
+def _closed_of_texts(ctx, flat: dict, ptr: str, refs: tuple, texts: list) -> bool:
+    """A closed object (as ``_closed_of_open_members``) whose members are strings, bounded
+    or not, string enums, booleans or null: values of one spelling each in our grammar (no
+    whitespace, members in schema order, one escape per character), so two items are equal
+    exactly where their texts are. unique_items.py then finds, at each token, whether the
+    item's prefix has a completion no earlier item's text has. Recorded in ``texts``."""
+    extra = flat.get("additionalProperties", True)
+    if isinstance(extra, dict):
+        extra, _ = flatten(ctx, extra, ptr, ())
+    props = flat.get("properties", {})
+    if (extra is not False or not isinstance(props, dict) or not props
+            or {"patternProperties", "propertyNames", "maxProperties", "minProperties",
+                "dependentRequired"} & flat.keys() or len(texts) >= _MAX_ALTERNATIVES):
+        return False
+    if not _canonical_members(ctx, flat, ptr, refs):
+        return False
+    texts.append(flat)
+    return True
+
+
+def _member_schemas(ctx, obj: dict, ptr: str, refs: tuple):
+    for name, member in obj.get("properties", {}).items():
+        if member is not False:
+            flat, _ = flatten(ctx, member, f"{ptr}/properties/{name}", refs)
+            yield flat
+
+
+_TEXT_TYPES = {"string", "boolean", "null"}
+
+
+def _canonical_members(ctx, obj: dict, ptr: str, refs: tuple) -> bool:
+    """Every member a string, boolean or null (enums of them too), with no keyword the
+    string leaves do not build (no anyOf, not, ...)."""
+    for flat in _member_schemas(ctx, obj, ptr, refs):
+        if not isinstance(flat, dict):
+            return False
+        values = flat["enum"] if "enum" in flat else [flat["const"]] if "const" in flat else None
+        if values is not None and not isinstance(values, list):
+            return False
+        if values is not None and not all(isinstance(v, (str, bool)) or v is None for v in values):
+            return False
+        types = set(type_list(flat))
+        keys = set(flat) - ANNOTATIONS - {"type", "nullable", "enum", "const"} - OTHER_TYPES_ONLY["string"]
+        if values is None and not types <= _TEXT_TYPES or not keys <= _STRING_KEYWORDS:
+            return False
+    return True
+
+
+def _plain_member(ctx, obj: dict, ptr: str, refs: tuple) -> bool:
+    """Some member takes any string of one character or more: over a million values, so a
+    unique array of these objects never runs out of new items."""
+    for flat in _member_schemas(ctx, obj, ptr, refs):
+        if (isinstance(flat, dict) and "string" in type_list(flat)
+                and set(flat) - ANNOTATIONS - OTHER_TYPES_ONLY["string"] <= {"type", "nullable", "minLength", "maxLength"}
+                and flat.get("maxLength", 1) >= max(1, flat.get("minLength", 0))):
+            return True
+    return False
 
 
 def _open_alternative(ctx, flat: dict, t: str, ptr: str) -> bool:

@@ -41,6 +41,8 @@ from .bitmask import unpack_bitmask
 _WS = frozenset(b" \t\n\r")
 _NUMBER_BYTES = frozenset(b"0123456789+-.eE")
 _ZEROS = (b"0", b"-0")
+_MAX_CACHED = 4096
+TEXTS = "value+texts"  # closed objects of strings: items compared by their one spelling
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,7 @@ class _Array:
     kind: str  # "string" | "number" | "integer" | "value" | "value:integer" | "value:number"
     seen: frozenset
     item: bytes | None = None
+    texts: frozenset = frozenset()  # kind "value+texts": the finished items' texts
 
     @property
     def number_kind(self) -> str:
@@ -128,6 +131,8 @@ class UniqueItems:
         if features is None:
             features = automaton.info.unique_item_features = _token_features(automaton.info.token_bytes)
         self._two_quotes, self._quote, self._digit, self._closers, self._opener = features
+        self._fresh: dict = {}  # (item prefix, finished texts) -> whether a new item goes on
+        self._token_ids: dict[bytes, int] | None = None  # token bytes -> id, built on first use
 
     # -- following the output ---------------------------------------------------------------
     def feed(self, tracker: Tracker, state, data: bytes) -> Tracker:
@@ -143,7 +148,41 @@ class UniqueItems:
             u = t
             for i, b in enumerate(rest):
                 u = self._byte(u, b, after, rest, i)
+        for a in t.arrays:
+            if a.kind == TEXTS and a.item is not None and _extends(a.texts, a.item):
+                if not self._goes_on_new(self.automaton.advance(state, data), a.item, a.texts):
+                    raise Duplicate
         return t
+
+    def _goes_on_new(self, state, item: bytes, texts: frozenset) -> bool:
+        """Whether the item written so far (a prefix of some finished item's text) has a
+        completion no finished item has: a search along the finished texts only, since the
+        first byte the automaton allows off them starts a text none has (one spelling per
+        value, ``json_compound._closed_of_texts``). Cached by the prefix and the texts."""
+        key = (item, texts)
+        out = self._fresh.get(key)
+        if out is None:
+            if len(self._fresh) >= _MAX_CACHED:
+                self._fresh.clear()
+            out = self._fresh[key] = self._search_new(state, item, texts)
+        return out
+
+    def _search_new(self, state, item: bytes, texts: frozenset) -> bool:
+        todo = [(state, item)]
+        while todo:
+            state, item = todo.pop()
+            after = {s[len(item)] for s in texts if len(s) > len(item) and s.startswith(item)}
+            for group in self.automaton.byte_classes(state):
+                nxt = self.automaton.advance(state, bytes((group[0],)))
+                if nxt is None:
+                    continue
+                for b in group:
+                    if b not in after:
+                        return True  # off every finished text: a new item
+                    longer = item + bytes((b,))
+                    if longer not in texts:  # a finished text's prefix: search on
+                        todo.append((nxt, longer))
+        return False
 
     def _byte(self, t: Tracker, b: int, state, data: bytes, i: int) -> Tracker:
         t = _capture(t, b)
@@ -242,6 +281,8 @@ class UniqueItems:
 
     def _candidates(self, t: Tracker, a: _Array) -> np.ndarray:
         """Tokens that could finish an item equal to a seen one (a superset)."""
+        if a.kind == TEXTS:
+            return self._texts_candidates(a)
         if a.kind.startswith("value"):
             return self._value_candidates(t, a)
         if a.kind != "string":
@@ -250,6 +291,28 @@ class UniqueItems:
             return self._two_quotes  # only a token with a whole item in it
         return self._quote
 
+
+    def _texts_candidates(self, a: _Array) -> np.ndarray:
+        """Tokens after which the item may be a finished one's prefix (the only place a dead
+        end can be): those that begin or end an item ({ or } in them), and those that go on
+        along a finished text from the item written so far."""
+        out = self._opener | (self._closers > 0)
+        if a.item is None:
+            return out
+        out = out.copy()
+        ids = self._token_ids
+        if ids is None:
+            tokens = self.automaton.info.token_bytes
+            ids = self._token_ids = {b: i for i, b in enumerate(tokens) if b}
+            self._longest = max(map(len, tokens))
+        n = len(a.item)
+        for s in a.texts:
+            if s.startswith(a.item):
+                for k in range(n + 1, min(len(s), n + self._longest) + 1):
+                    tok = ids.get(s[n:k])
+                    if tok is not None:
+                        out[tok] = True
+        return out
 
     def _value_candidates(self, t: Tracker, a: _Array) -> np.ndarray:
         if a.kind.startswith("value+ahead"):
@@ -272,7 +335,7 @@ def _capture(t: Tracker, b: int) -> Tracker:
     """``b`` appended to every open value being written that it lies inside."""
     if not any(a.in_container and t.depth > a.depth for a in t.arrays):
         return t
-    arrays = tuple(_Array(a.depth, a.kind, a.seen, a.item + bytes((b,)))
+    arrays = tuple(_Array(a.depth, a.kind, a.seen, a.item + bytes((b,)), a.texts)
                    if a.in_container and t.depth > a.depth else a for a in t.arrays)
     return Tracker(t.in_string, t.escaped, t.depth, arrays)
 
@@ -296,6 +359,10 @@ def _only_zero(kind: str, item: bytes) -> bool:
     return bool(e) and not mantissa.strip(b"-0.")
 
 
+def _extends(texts: frozenset, item: bytes) -> bool:
+    return any(s.startswith(item) for s in texts)
+
+
 def _prefix_of_seen(a: _Array) -> bool:
     try:
         written = json.loads(a.item + b'"')
@@ -311,10 +378,11 @@ def _with(t: Tracker, **changes) -> Tracker:
 
 
 def _item(t: Tracker, a: _Array, item: bytes, in_string: bool) -> Tracker:
-    return Tracker(in_string, False, t.depth, t.arrays[:-1] + (_Array(a.depth, a.kind, a.seen, item),))
+    return Tracker(in_string, False, t.depth, t.arrays[:-1] + (_Array(a.depth, a.kind, a.seen, item, a.texts),))
 
 
 def _finished(t: Tracker, a: _Array, value) -> Tracker:
     if value in a.seen:
         raise Duplicate
-    return Tracker(False, False, t.depth, t.arrays[:-1] + (_Array(a.depth, a.kind, a.seen | {value}),))
+    texts = a.texts | {a.item} if a.kind == TEXTS else a.texts
+    return Tracker(False, False, t.depth, t.arrays[:-1] + (_Array(a.depth, a.kind, a.seen | {value}, None, texts),))

@@ -120,6 +120,39 @@ def test_a_closed_item_is_refused_where_only_its_forced_rest_is_left(byte_compil
     assert m.accept_string('b"}]') and m.can_terminate()
 
 
+# closed objects of bounded strings (CloudFormation's Tags with maxLength and patterns): a
+# prefix may have a few completions, all written before; Note keeps new items from running out
+BOUNDED_TAGS = {"type": "array", "uniqueItems": True, "items": {
+    "type": "object", "additionalProperties": False, "required": ["Key", "Value"], "properties": {
+        "Note": {"type": "string", "maxLength": 2},
+        "Key": {"type": "string", "pattern": "^[ab]$"}, "Value": {"enum": ["x", "y"]}}}}
+
+
+def test_a_bounded_item_is_refused_where_every_completion_was_written(byte_compiler):
+    """With {a,x} and {a,y} written, a third item's Key "a" can only repeat one: the byte "a"
+    is refused, "b" goes on; Note is optional and first, so after it anything goes."""
+    m = byte_compiler.compile_json_schema(BOUNDED_TAGS).matcher()
+    assert m.accept_string('[{"Key":"a","Value":"x"},{"Key":"a","Value":"y"},{"Key":"')
+    assert not m.accept_string("a")
+    assert m.accept_string('b","Value":"x"},{"Note":"n","Key":"a","Value":"x"}')
+    assert not m.accept_string(',{"Note":"n","Key":"a","Value":"x"}')  # written just before
+    assert m.accept_string(',{"Note":"","Key":"a","Value":"x"}]') and m.can_terminate()
+
+
+def test_a_bounded_item_is_refused_where_its_last_string_is_full(byte_compiler):
+    """Value of at most one character: with {"Key":"k","Value":"v"} written, "v" after the same
+    Key leaves only the duplicate's closing; a Key of two characters may still differ."""
+    schema = {"type": "array", "uniqueItems": True, "items": {
+        "type": "object", "additionalProperties": False, "required": ["Key", "Value"],
+        "properties": {"Key": {"type": "string", "maxLength": 2}, "Value": {"type": "string", "maxLength": 1}}}}
+    m = byte_compiler.compile_json_schema(schema).matcher()
+    assert m.accept_string('[{"Key":"k","Value":"v"},{"Key":"k","Value":"')
+    assert not m.accept_string("v")
+    assert m.accept_string('w"}')
+    assert m.accept_string(',{"Key":"k')  # "kk" may follow, so "k" is no dead end
+    assert m.accept_string('","Value":""}]') and m.can_terminate()
+
+
 def test_rollback_forgets_items(byte_compiler):
     grammar = byte_compiler.compile_json_schema(STRINGS)
     m = grammar.matcher()
@@ -146,7 +179,8 @@ def test_items_the_check_cannot_keep_exact_are_refused(byte_compiler):
 # Tokens the walker prefers: short items that repeat often, so duplicates are tried.
 _FAVOURITES = {"string": ['"', "a", '",', '"]', ",", "]"], "number": ["1", "0", ",", "]", "."],
                "object": ["{", '{"', "}", "},", "}]", "b", '":', "1", ",", "]", "[", "[]", "{}"],
-               "tags": ['{"', "Key", '":"', "a", '","', "Value", '"', '"}', '"},', '"}]', ","]}
+               "tags": ['{"', "Key", '":"', "a", '","', "Value", '"', '"}', '"},', '"}]', ","],
+               "bounded": ['{"', "Key", '":"', "a", "b", '","', "Value", "x", "y", '"}', '"},', '"}]', ","]}
 
 
 def _walk(grammar, hf_tokenizer, favourites: list[int], rng, max_tokens: int = 60) -> bytes | None:
@@ -171,8 +205,9 @@ def _walk(grammar, hf_tokenizer, favourites: list[int], rng, max_tokens: int = 6
 
 @pytest.mark.parametrize("schema,kind", [(STRINGS, "string"), (NESTED, "string"), (INTEGERS, "number"),
                                          (NUMBERS, "number"), (OBJECTS, "object"), (MIXED, "object"),
-                                         (TAGS, "tags")],
-                         ids=["strings", "nested", "integers", "numbers", "objects", "mixed", "tags"])
+                                         (TAGS, "tags"), (BOUNDED_TAGS, "bounded")],
+                         ids=["strings", "nested", "integers", "numbers", "objects", "mixed", "tags",
+                              "bounded"])
 def test_walks_through_the_masks_never_repeat_an_item(compiler, hf_tokenizer, schema, kind):
     """Random walks that keep trying the same short items (a real tokenizer, budget-aware
     closing on) end in valid instances only, and did try duplicates: without the check
