@@ -151,7 +151,7 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
     Where some are closed objects of open members ("value+ahead..."), a prefix has infinitely
     many completions or exactly one (the rest is forced), and the matcher looks ahead
     through forced bytes for a duplicate."""
-    numbers, closed, texts, others = set(), [], [], 0
+    numbers, closed, texts, others, strings = set(), [], [], 0, 0
     todo = [(items, refs)]
     seen = 0
     while todo:
@@ -186,18 +186,23 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
                 continue
             if t == "object" and _closed_of_texts(ctx, flat, ptr, srefs, texts):
                 continue
+            if t == "string" and not _open_alternative(ctx, flat, t, ptr) and _rich_string(flat):
+                strings += 1
+                continue
             if not _open_alternative(ctx, flat, t, ptr):
                 return None
             others += 1
             if t in ("integer", "number"):
                 numbers.add(t)
-    if texts:
-        # Objects of bounded strings: exact only where every item is such an object (one
-        # spelling per value) and some member's strings cannot run out (a plain string).
+    if texts or strings:
+        # Bounded strings, or objects of them: exact only where every item is one (a single
+        # spelling per value) and some alternative cannot run out of new items.
         texts += closed
         if others or not all(_canonical_members(ctx, o, ptr, refs) for o in texts):
             return None
-        return "value+texts" if any(_plain_member(ctx, o, ptr, refs) for o in texts) else None
+        if strings or any(_rich_member(ctx, o, ptr, refs) for o in texts):
+            return "value+texts" + (":string" if strings else "")
+        return None
     return ("value" + ("+ahead" if closed else "")
             + (":number" if "number" in numbers else ":integer" if numbers else ""))
 
@@ -218,7 +223,8 @@ def _closed_of_open_members(ctx, flat: dict, ptr: str, refs: tuple, closed: list
     for name, member in props.items():
         if member is False:
             continue
-        if open_value_kind(ctx, open_items(member), f"{ptr}/properties/{name}", refs) is None:
+        kind = open_value_kind(ctx, open_items(member), f"{ptr}/properties/{name}", refs)
+        if kind is None or kind.startswith("value+texts"):  # bounded: _closed_of_texts
             return False
     closed.append(flat)
     return True
@@ -272,15 +278,49 @@ def _canonical_members(ctx, obj: dict, ptr: str, refs: tuple) -> bool:
     return True
 
 
-def _plain_member(ctx, obj: dict, ptr: str, refs: tuple) -> bool:
-    """Some member takes any string of one character or more: over a million values, so a
-    unique array of these objects never runs out of new items."""
+# Items a unique array can never run out of: no output within any model's context holds a
+# million items.
+_RICH = 1 << 20
+_RICH_BYTES = 64
+
+
+def _rich_member(ctx, obj: dict, ptr: str, refs: tuple) -> bool:
+    """Some member takes over a million strings (any string of one character or more, or a
+    pattern's: counted over its texts of up to 64 bytes that maxLength allows), so a unique
+    array of these objects never runs out of new items."""
     for flat in _member_schemas(ctx, obj, ptr, refs):
-        if (isinstance(flat, dict) and "string" in type_list(flat)
-                and set(flat) - ANNOTATIONS - OTHER_TYPES_ONLY["string"] <= {"type", "nullable", "minLength", "maxLength"}
-                and flat.get("maxLength", 1) >= max(1, flat.get("minLength", 0))):
+        if not isinstance(flat, dict) or "string" not in type_list(flat):
+            continue
+        if _rich_string(flat):
             return True
     return False
+
+
+def _rich_string(flat: dict) -> bool:
+    """Whether a string schema (lengths, patterns, format) takes over a million strings."""
+    if set(flat) - ANNOTATIONS - OTHER_TYPES_ONLY["string"] <= {"type", "nullable", "minLength", "maxLength"}:
+        # over a million characters (counted in bytes below: far fewer)
+        return flat.get("maxLength", 1) >= max(1, flat.get("minLength", 0))
+    if {"enum", "const"} & flat.keys() or not set(flat) - ANNOTATIONS - OTHER_TYPES_ONLY["string"] <= _STRING_KEYWORDS | {"type"}:
+        return False
+    try:
+        dfa = _string_body(flat)
+    except ConstraintError:
+        return False
+    return count_strings(dfa, min(int(flat.get("maxLength", _RICH_BYTES)), _RICH_BYTES) + 2, _RICH) >= _RICH
+
+
+def count_strings(dfa, max_bytes: int, cap: int) -> int:
+    """How many strings of at most ``max_bytes`` bytes the DFA accepts, counted up to ``cap``."""
+    trans = dfa.trans[:, :256]
+    live = trans >= 0
+    to = np.clip(trans, 0, None)
+    counts = dfa.accept[:dfa.num_states].astype(np.int64)
+    for _ in range(max_bytes):
+        counts = np.minimum(dfa.accept[:dfa.num_states] + np.where(live, counts[to], 0).sum(axis=1), cap)
+        if counts[0] >= cap:
+            break
+    return int(counts[0])
 
 
 def _open_alternative(ctx, flat: dict, t: str, ptr: str) -> bool:
@@ -309,16 +349,22 @@ def _endless_string(flat: dict) -> bool:
     on in infinitely many ways."""
     if "maxLength" in flat:
         return False
+    try:
+        return endless_everywhere(_string_body(flat))
+    except ConstraintError:
+        return False
+
+
+def _string_body(flat: dict):
+    """The quoted strings of a string schema's patterns, format and minLength (maxLength
+    left out)."""
     nots, also = flat.get(NOT_PATTERNS, ()), flat.get(ALSO_PATTERNS, ())
     pattern = flat.get("pattern", "" if nots or also else None)  # "": unescaped text, as theirs
     budget = leaf_budget()
-    try:
-        dfa = string_dfa(int(flat.get("minLength", 0)), None, pattern, flat.get("format"))
-        for p, op in [*((p, "diff") for p in nots), *((p, "and") for p in also)]:
-            dfa = trim_and_minimize(product(dfa, string_dfa(0, None, p, None), op, budget))
-    except ConstraintError:
-        return False
-    return endless_everywhere(dfa)
+    dfa = string_dfa(int(flat.get("minLength", 0)), None, pattern, flat.get("format"))
+    for p, op in [*((p, "diff") for p in nots), *((p, "and") for p in also)]:
+        dfa = trim_and_minimize(product(dfa, string_dfa(0, None, p, None), op, budget))
+    return dfa
 
 
 def endless_everywhere(dfa) -> bool:
@@ -345,7 +391,9 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
             f"(enum, const, boolean, null; at most {_MAX_UNIQUE_VALUES} values) or open values: "
             f"strings every prefix of which goes on endlessly (no maxLength or enum), numbers with "
             f"lower bounds only, arrays without maxItems, objects open to further members (not "
-            f"additionalProperties false, maxProperties or propertyNames); without prefixItems")
+            f"additionalProperties false, maxProperties or propertyNames); or strings of over a "
+            f"million values (maxLength, pattern) and closed objects of strings, one member such; "
+            f"without prefixItems")
     k = len(texts)
     hi = k if hi is None else min(hi, k)
     cap = hi if hi < k else max(lo, 1)  # counts past cap are all alike

@@ -25,6 +25,16 @@ a dead end. The item's raw bytes are kept (nested containers and strings include
 value compared when it closes, as validators compare: objects unordered, arrays in order,
 true never equal to 1.
 
+Bounded items (kind "value+texts", ":string" where strings are items): strings with maxLength
+or a pattern, and closed objects of strings, string enums, booleans and null (CloudFormation's
+Tags with maxLength). Our grammar spells each such value one way (no whitespace, members in
+schema order, one escape per character), so two items are equal exactly where their texts are,
+and a prefix no finished item's text starts with has a new completion. Where the item written
+so far is such a prefix, a search along the finished texts (the automaton's next bytes, off
+them at the first chance) decides whether a new completion is left; the token that leaves none
+is refused. json_compound also requires an alternative of over a million values (an array
+never runs out of new items within any context).
+
 Tracker states are immutable tuples, one per accepted step, so rollback is popping them.
 """
 
@@ -42,7 +52,7 @@ _WS = frozenset(b" \t\n\r")
 _NUMBER_BYTES = frozenset(b"0123456789+-.eE")
 _ZEROS = (b"0", b"-0")
 _MAX_CACHED = 4096
-TEXTS = "value+texts"  # closed objects of strings: items compared by their one spelling
+TEXTS = "value+texts"  # bounded strings, closed objects of strings: compared by their one spelling
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +159,7 @@ class UniqueItems:
             for i, b in enumerate(rest):
                 u = self._byte(u, b, after, rest, i)
         for a in t.arrays:
-            if a.kind == TEXTS and a.item is not None and _extends(a.texts, a.item):
+            if a.kind.startswith(TEXTS) and a.item is not None and _extends(a.texts, a.item):
                 if not self._goes_on_new(self.automaton.advance(state, data), a.item, a.texts):
                     raise Duplicate
         return t
@@ -238,7 +248,7 @@ class UniqueItems:
                 return _with(_item(t, a, item, in_string=True), escaped=True)
             if b != 0x22:
                 return _item(t, a, item, in_string=True)
-            return _finished(t, a, _value_of(a, item))
+            return _finished(t, a, _value_of(a, item), item)
         if b in _NUMBER_BYTES:
             return self._number_byte(t, a, a.item, b)
         t = _finished(t, a, _value_of(a))
@@ -281,7 +291,7 @@ class UniqueItems:
 
     def _candidates(self, t: Tracker, a: _Array) -> np.ndarray:
         """Tokens that could finish an item equal to a seen one (a superset)."""
-        if a.kind == TEXTS:
+        if a.kind.startswith(TEXTS):
             return self._texts_candidates(a)
         if a.kind.startswith("value"):
             return self._value_candidates(t, a)
@@ -294,9 +304,12 @@ class UniqueItems:
 
     def _texts_candidates(self, a: _Array) -> np.ndarray:
         """Tokens after which the item may be a finished one's prefix (the only place a dead
-        end can be): those that begin or end an item ({ or } in them), and those that go on
-        along a finished text from the item written so far."""
+        end can be): those that begin or end an item (a brace in them, or a quote where
+        strings are items), and those that go on along a finished text from the item written
+        so far."""
         out = self._opener | (self._closers > 0)
+        if a.kind.endswith(":string"):  # string items begin and end at a quote
+            out |= self._quote
         if a.item is None:
             return out
         out = out.copy()
@@ -381,8 +394,8 @@ def _item(t: Tracker, a: _Array, item: bytes, in_string: bool) -> Tracker:
     return Tracker(in_string, False, t.depth, t.arrays[:-1] + (_Array(a.depth, a.kind, a.seen, item, a.texts),))
 
 
-def _finished(t: Tracker, a: _Array, value) -> Tracker:
+def _finished(t: Tracker, a: _Array, value, raw: bytes | None = None) -> Tracker:
     if value in a.seen:
         raise Duplicate
-    texts = a.texts | {a.item} if a.kind == TEXTS else a.texts
+    texts = a.texts | {a.item if raw is None else raw} if a.kind.startswith(TEXTS) else a.texts
     return Tracker(False, False, t.depth, t.arrays[:-1] + (_Array(a.depth, a.kind, a.seen | {value}, None, texts),))

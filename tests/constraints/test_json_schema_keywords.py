@@ -265,15 +265,17 @@ def test_unique_items_over_a_finite_domain(byte_compiler, schema, valid, invalid
 
 
 def test_unique_items_over_closed_objects_is_a_clear_error(byte_compiler):
-    """Open values, and closed objects of open members, are checked in the matcher
-    (test_unique_items.py); items the check does not keep exact (a closed object with a
-    member of few values, whose prefix can have few completions, all of them seen) are
-    refused, naming the keyword and where it is."""
+    """Open values, closed objects of open members, and closed objects of strings and
+    booleans are checked in the matcher (test_unique_items.py); items the check does not keep
+    exact (a closed object with a bounded number, which has several spellings and whose prefix
+    can have few completions, all of them seen) are refused, naming the keyword and where."""
+    tags = {"type": "array", "items": {"type": "object", "properties": {
+        "a": {"type": "string"}, "on": {"type": "boolean"}}, "additionalProperties": False},
+        "uniqueItems": True}
+    byte_compiler.compile_json_schema(tags)
     with pytest.raises(UnsupportedSchemaError) as err:
-        byte_compiler.compile_json_schema({"type": "object", "properties": {
-            "tags": {"type": "array", "items": {"type": "object", "properties": {
-                "a": {"type": "string"}, "on": {"type": "boolean"}}, "additionalProperties": False},
-                "uniqueItems": True}}})
+        byte_compiler.compile_json_schema({"type": "object", "properties": {"tags": {**tags, "items": {
+            **tags["items"], "properties": {"a": {"type": "string"}, "n": {"type": "integer", "maximum": 3}}}}}})
     assert err.value.keyword == "uniqueItems" and err.value.pointer == "/properties/tags/uniqueItems"
 
 

@@ -153,6 +153,36 @@ def test_a_bounded_item_is_refused_where_its_last_string_is_full(byte_compiler):
     assert m.accept_string('","Value":""}]') and m.can_terminate()
 
 
+@pytest.mark.parametrize("items", [{"type": "string", "maxLength": 1},
+                                   {"type": "string", "not": {"pattern": "^a."}},
+                                   {"type": "string", "maxLength": 5, "pattern": "^[a-z]+$"}],
+                         ids=["maxLength", "not-pattern", "pattern"])
+def test_a_bounded_string_item_is_refused_where_it_can_only_repeat(byte_compiler, items):
+    """Once "a" is an item, the prefix "a" of a string that can only end there is refused at
+    the byte that writes it; "b" and longer strings go on."""
+    m = byte_compiler.compile_json_schema({"type": "array", "items": items, "uniqueItems": True}).matcher()
+    assert m.accept_string('["a","')
+    assert not m.accept_string("a") if "not" in items or items.get("maxLength") == 1 else m.accept_string("a")
+    assert m.accept_string('b"]') and m.can_terminate()
+
+
+def test_bounded_items_need_a_member_that_never_runs_out(byte_compiler):
+    """Members with patterns count when a million of their strings fit (AWS's tag keys); with
+    every member small, new items could run out before the array may end: refused."""
+    tag = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[a-zA-Z0-9\\s+=._:/-]+$"}
+    items = {"type": "object", "additionalProperties": False, "required": ["Key", "Value"],
+             "properties": {"Key": tag, "Value": tag}}
+    m = byte_compiler.compile_json_schema({"type": "array", "uniqueItems": True, "items": items}).matcher()
+    assert m.accept_string('[{"Key":"a","Value":"b"},{"Key":"a","Value":"b')
+    assert not m.accept_string('"')
+    assert m.accept_string('c"}]')
+    small = {**items, "properties": {"Key": {"type": "string", "pattern": "^[a-z]{1,3}$"},
+                                     "Value": {"enum": ["x", "y"]}}}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        byte_compiler.compile_json_schema({"type": "array", "uniqueItems": True, "items": small})
+    assert e.value.keyword == "uniqueItems"
+
+
 def test_rollback_forgets_items(byte_compiler):
     grammar = byte_compiler.compile_json_schema(STRINGS)
     m = grammar.matcher()
@@ -167,10 +197,9 @@ def test_rollback_forgets_items(byte_compiler):
 def test_items_the_check_cannot_keep_exact_are_refused(byte_compiler):
     """A pattern or maxLength gives prefixes with few completions, where refusing a
     duplicate could leave nothing to write: still a clear refusal naming the keyword."""
-    for items in ({"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^a+b$"},
+    for items in ({"type": "string", "pattern": "^a+b$"},  # 63 strings within 64 bytes: may run out
                   {"type": "object", "additionalProperties": False, "properties": {"on": {"type": "boolean"}}},
-                  {"type": "integer", "maximum": 3},
-                  {"type": "string", "not": {"pattern": "^a."}}):  # "a" can only end: a dead end once used
+                  {"type": "integer", "maximum": 3}):
         with pytest.raises(UnsupportedSchemaError) as e:
             byte_compiler.compile_json_schema({"type": "array", "items": items, "uniqueItems": True})
         assert e.value.keyword == "uniqueItems"
@@ -205,9 +234,10 @@ def _walk(grammar, hf_tokenizer, favourites: list[int], rng, max_tokens: int = 6
 
 @pytest.mark.parametrize("schema,kind", [(STRINGS, "string"), (NESTED, "string"), (INTEGERS, "number"),
                                          (NUMBERS, "number"), (OBJECTS, "object"), (MIXED, "object"),
-                                         (TAGS, "tags"), (BOUNDED_TAGS, "bounded")],
+                                         (TAGS, "tags"), (BOUNDED_TAGS, "bounded"),
+                                         ({**STRINGS, "items": {"type": "string", "maxLength": 2}}, "string")],
                          ids=["strings", "nested", "integers", "numbers", "objects", "mixed", "tags",
-                              "bounded"])
+                              "bounded", "short-strings"])
 def test_walks_through_the_masks_never_repeat_an_item(compiler, hf_tokenizer, schema, kind):
     """Random walks that keep trying the same short items (a real tokenizer, budget-aware
     closing on) end in valid instances only, and did try duplicates: without the check
