@@ -106,9 +106,15 @@ def _class_char(point: int) -> str:
     return "\\" + ch if ch in "\\]^-[.*+?(){}|$/" else ch
 
 
+# ECMA-262's binary properties that name a fixed range (not a category)
+_BINARY = {"ASCII": ((0, 0x7F),), "Any": ((0, 0xD7FF), (0xE000, 0x10FFFF))}
+
+
 def _category_ranges(category: str) -> tuple[tuple[int, int], ...]:
     """The code point ranges of a Unicode general category ("Lu") or its major class ("L";
     "LC": Lu, Ll, Lt), by this Python's unicodedata; surrogates left out."""
+    if category in _BINARY:
+        return _BINARY[category]
     wanted = {"LC": ("Lu", "Ll", "Lt")}.get(category, (category,))
     table = _categories()
     if not all(w in table for w in wanted):

@@ -40,6 +40,8 @@ CASES = [
     (r"\p{Lu}\p{Ll}+", ["Ába", "Ωμ"], ["aba", "ÁB", "A1"]),
     (r"\P{L}+", ["12 !", "٣"], ["a1", "日"]),
     (r"\p{General_Category=Decimal_Number}\p{gc=Letter}", ["٣a", "7日"], ["a7", "½a"]),
+    (r"^\p{ASCII}+$", ["a~\x7f"], ["é", "a日"]),  # binary properties of a fixed range (AWS's KMS ids)
+    (r"^\P{ASCII}\p{Any}$", ["éa", "日😀"], ["aa"]),
     (r"\A[a-z]{1,3}\Z", ["ab"], ["abcd", ""]),  # Python's string anchors (AWS's schemas)
     # UTF-16 code units in a class (AWS MediaConnect): no character is one; no "-" added either
     (r"[a-z\uD83C-\uDBFF\uDC00-\uDFFF]+", ["ab"], ["😀", "-", "a-b"]),
