@@ -270,6 +270,8 @@ def search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     full match): an unanchored start or end is padded with any text; lookaheads right after
     ``^`` test the string from its start."""
     pattern = python_anchors(pattern)
+    if pattern.startswith(("(?=", "(?!")) and len(_top_level_alternatives(pattern)) == 1:
+        return _unanchored_lookaheads(pattern, budget)
     alternatives = _top_level_alternatives(pattern)
     if len(alternatives) > 1 and any(a.startswith(("^(?=", "^(?!")) for a in alternatives):
         # A lookahead belongs to its own alternative (^(?!x)a|b is (^(?!x)a)|b): each
@@ -295,6 +297,24 @@ def search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
                                 for a in alternatives])
     dfa = determinize(nfa, start, end, budget, absorbing=frozenset(absorbing))
     return apply_lookaheads(trim_and_minimize(dfa), looks, budget)
+
+
+def _unanchored_lookaheads(pattern: str, budget: CompileBudget) -> ByteDFA:
+    """``(?!^A)B`` searched anywhere (AWS's resource names): lookaheads that begin with ``^``
+    can hold only where the search starts at the string's start, so the matches are those
+    of ``^(?!^A)B`` and, past the first character, those of B alone (where a negative one
+    always holds and a positive one never does). Other lookaheads mid-string are refused."""
+    looks, rest = split_leading_lookaheads(pattern)
+    if not all(inner.startswith("^") for _, inner in looks):
+        raise InvalidConstraintError(f"a lookahead that can hold past the string's start: {pattern!r}")
+    at_start = search_dfa("^" + pattern, budget)
+    if any(positive for positive, _ in looks):
+        return at_start
+    later = search_dfa(f"^[\\s\\S]+(?:{rest})", budget)
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    end = emit_alt(nfa, start, [partial(embed_dfa, dfa=d) for d in (at_start, later)])
+    return trim_and_minimize(determinize(nfa, start, end, budget))
 
 
 def _emit_search(nfa: NFA, start: int, alternative: str, absorbing: list[int]) -> int:

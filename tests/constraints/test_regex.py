@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import time
@@ -208,3 +209,19 @@ def test_a_lookahead_belongs_to_its_own_alternative():
     dfa = search_dfa(pattern, CompileBudget())
     texts = ["abc", "1ab", "_a", "_", "__", "a_1", "_1", "", "a b", "_9_"]
     assert [dfa.matches(t.encode()) for t in texts] == [re.search(pattern, t) is not None for t in texts]
+
+
+@pytest.mark.parametrize("pattern", [r"(?!^[0-9]+$)([a-zA-Z0-9-_' ']+)", r"(?=^a)b*", r"(?!^ab)(?!^c$)[a-c]c"])
+def test_an_unanchored_lookahead_that_begins_with_a_caret(pattern):
+    """AWS's resource names: a lookahead anchored at the start holds only where the search
+    starts at 0, so the search is the anchored pattern's, or, past the first character (a
+    negative lookahead then always holds), the rest's alone; as Python's re.search."""
+    dfa = search_dfa(pattern, CompileBudget())
+    texts = ["".join(t) for n in range(4) for t in itertools.product("a1bc !é", repeat=n)]
+    wrong = [t for t in texts if dfa.matches(t.encode()) != (re.search(pattern, t) is not None)]
+    assert not wrong, wrong[:5]
+
+
+def test_an_unanchored_lookahead_that_can_hold_mid_string_is_refused():
+    with pytest.raises(InvalidConstraintError, match="past the string's start"):
+        search_dfa(r"(?!ab)[a-c]+", CompileBudget())
