@@ -197,6 +197,20 @@ def python_anchors(pattern: str) -> str:
         pattern = pattern[:-3] + "$"
     elif pattern.endswith("\\Z") and not _escaped_at(pattern, len(pattern) - 2):
         pattern = pattern[:-2] + "$"
+    return _inner_anchors(pattern)
+
+
+_OPENS = re.compile(r"\^((?:\((?:\?:)?)+)\^")
+_CLOSES = re.compile(r"\$(\)+)\$\Z")
+
+
+def _inner_anchors(pattern: str) -> str:
+    """``^(^a)$`` and ``^(a$)$`` (AWS): an anchor inside the groups that open right after the
+    leading ``^`` (close right before the trailing ``$``) repeats it: dropped."""
+    pattern = _OPENS.sub(r"^\1", pattern, count=1) if pattern.startswith("^(") else pattern
+    found = _CLOSES.search(pattern)
+    if found and not _escaped_at(pattern, found.start()):
+        pattern = pattern[:found.start()] + found.group(1) + "$"
     return pattern
 
 

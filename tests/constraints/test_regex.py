@@ -44,6 +44,8 @@ CASES = [
     (r"^\p{ASCII}+$", ["a~\x7f"], ["é", "a日"]),  # binary properties of a fixed range (AWS's KMS ids)
     (r"^\P{ASCII}\p{Any}$", ["éa", "日😀"], ["aa"]),
     (r"\A[a-z]{1,3}\Z", ["ab"], ["abcd", ""]),  # Python's string anchors (AWS's schemas)
+    (r"^(^\$\{P\.[a-z]+\}$)$", ["${P.ab}"], ["x${P.ab}", "${P.ab}x"]),  # anchors repeated inside (AWS)
+    (r"^(?:(^a|b\$))$", ["a", "b$"], ["ba"]),  # an escaped dollar is not an anchor
     # UTF-16 code units in a class (AWS MediaConnect): no character is one; no "-" added either
     (r"[a-z\uD83C-\uDBFF\uDC00-\uDFFF]+", ["ab"], ["😀", "-", "a-b"]),
     (r"^[a-z]+\Z$", ["ab"], ["a1"]),
