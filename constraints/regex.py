@@ -206,7 +206,15 @@ _CLOSES = re.compile(r"\$(\)+)\$\Z")
 
 def _inner_anchors(pattern: str) -> str:
     """``^(^a)$`` and ``^(a$)$`` (AWS): an anchor inside the groups that open right after the
-    leading ``^`` (close right before the trailing ``$``) repeats it: dropped."""
+    leading ``^`` (close right before the trailing ``$``) repeats it: dropped. A pattern that
+    is one group anchored inside, ``(^a$)``, is anchored outside first."""
+    if pattern.startswith("(") and not pattern.startswith(("(?=", "(?!")) and _group_end(pattern) == len(pattern):
+        # (^a$): one group, the whole pattern, anchored inside on every alternative
+        head = 3 if pattern.startswith("(?:") else 1
+        inner = pattern[head:-1]
+        if inner.startswith("^") and len(_top_level_alternatives(inner)) == 1:
+            end = inner.endswith("$") and not _escaped_at(inner, len(inner) - 1)
+            pattern = "^" + pattern[:head] + inner[1:len(inner) - end] + ")" + "$" * end
     pattern = _OPENS.sub(r"^\1", pattern, count=1) if pattern.startswith("^(") else pattern
     found = _CLOSES.search(pattern)
     if found and not _escaped_at(pattern, found.start()):
