@@ -253,3 +253,56 @@ def test_walks_through_the_masks_never_repeat_an_item(compiler, hf_tokenizer, sc
         validate_with_formats(value, schema)
         items += len(value) if isinstance(value, list) else len(value["tags"])
     assert items >= 12  # the walks wrote items, so duplicates were on offer
+
+
+def _bounded_items(rng) -> dict:
+    """A random closed object of small string members, one of them plain (never runs out)."""
+    pool = [{"type": "string", "maxLength": 1}, {"type": "string", "pattern": "^[ab]{0,2}$"},
+            {"enum": ["a", "b"]}, {"type": "string", "maxLength": 2, "minLength": 1},
+            {"type": "boolean"}, {"enum": ["x", None, True]}]
+    names = ["k", "v", "w"][:int(rng.integers(1, 4))]
+    props = {n: pool[int(rng.integers(len(pool)))] for n in names}
+    props[names[int(rng.integers(len(names)))]] = {"type": "string", "maxLength": int(rng.integers(1, 3))}
+    required = [n for n in names if rng.random() < 0.6]
+    return {"type": "object", "additionalProperties": False, "properties": props, "required": required}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_bounded_items_never_dead_end_nor_repeat(byte_compiler, seed):
+    """Random closed objects of bounded strings, walked byte by byte with a strong pull toward
+    repeating the items already written (the byte that continues one of them): the mask is
+    never empty before the output ends, and every output validates (uniqueItems included)."""
+    rng = np.random.default_rng(seed)
+    vocab = byte_compiler.compile_json_schema({"type": "string"}).vocab_size
+    for _ in range(4):
+        schema = {"type": "array", "uniqueItems": True, "items": _bounded_items(rng)}
+        grammar = byte_compiler.compile_json_schema(schema)
+        bm = allocate_token_bitmask(1, vocab)
+        for _ in range(3):
+            m, out = grammar.matcher(), b""
+            for left in range(400, 0, -1):
+                if m.is_terminated():
+                    break
+                m.fill_next_token_bitmask(bm, 0, max_tokens=left)
+                allowed = set(np.nonzero(unpack_bitmask(bm[0], vocab))[0].tolist())
+                assert allowed, f"dead end after {out!r} ({schema})"
+                written = out.split(b"},{")  # earlier items' texts: follow one of them
+                model = written[int(rng.integers(len(written)))] if len(written) > 1 else b""
+                cur = written[-1]
+                nxt = model[len(cur)] if model.startswith(cur) and len(model) > len(cur) else None
+                small = [b for b in b'ab"{}' if b in allowed]  # few values: repeats likely
+                if nxt is not None and nxt in allowed and rng.random() < 0.9:
+                    tok = nxt
+                elif ord(",") in allowed and len(written) < 10 and rng.random() < 0.9:
+                    tok = ord(",")
+                elif small and rng.random() < 0.8:
+                    tok = int(rng.choice(small))
+                else:
+                    tok = int(rng.choice(sorted(allowed)))
+                assert m.accept_token(tok)
+                if tok >= 256:
+                    break
+                out += bytes((tok,))
+            if not m.is_terminated():
+                continue  # the budget ran out mid-way (rare): nothing to validate
+            validate_with_formats(json.loads(out), schema)
