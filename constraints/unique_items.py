@@ -292,7 +292,7 @@ class UniqueItems:
     def _candidates(self, t: Tracker, a: _Array) -> np.ndarray:
         """Tokens that could finish an item equal to a seen one (a superset)."""
         if a.kind.startswith(TEXTS):
-            return self._texts_candidates(a)
+            return self._texts_candidates(t, a)
         if a.kind.startswith("value"):
             return self._value_candidates(t, a)
         if a.kind != "string":
@@ -302,7 +302,7 @@ class UniqueItems:
         return self._quote
 
 
-    def _texts_candidates(self, a: _Array) -> np.ndarray:
+    def _texts_candidates(self, t: Tracker, a: _Array) -> np.ndarray:
         """Tokens after which the item may be a finished one's prefix (the only place a dead
         end can be): those that begin or end an item (a brace in them, or a quote where
         strings are items), and those that go on along a finished text from the item written
@@ -310,6 +310,8 @@ class UniqueItems:
         out = self._opener | (self._closers > 0)
         if a.kind.endswith(":string"):  # string items begin and end at a quote
             out |= self._quote
+        elif t.in_string:  # inside a member: the item ends only past a closing quote
+            out &= self._quote
         if a.item is None:
             return out
         out = out.copy()

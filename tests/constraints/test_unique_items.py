@@ -166,6 +166,25 @@ def test_a_bounded_string_item_is_refused_where_it_can_only_repeat(byte_compiler
     assert m.accept_string('b"]') and m.can_terminate()
 
 
+def test_a_token_that_ends_a_string_and_a_repeated_item_is_masked(compiler, hf_tokenizer):
+    """A real tokenizer's '"},' closes the last member, the item and goes on to the next one:
+    where that item repeats an earlier one the mask leaves it out, elsewhere it stays."""
+    schema = {"type": "array", "uniqueItems": True, "items": {
+        "type": "object", "additionalProperties": False, "required": ["Key", "Value"],
+        "properties": {"Key": {"type": "string", "maxLength": 8}, "Value": {"type": "string", "maxLength": 8}}}}
+    grammar = compiler.compile_json_schema(schema)
+    close = [hf_tokenizer.encode(t, add_special_tokens=False) for t in ('"}', '"},')]
+    assert all(len(ids) == 1 for ids in close)
+    bm = allocate_token_bitmask(1, grammar.vocab_size)
+    for prefix, allowed in (('[{"Key":"a","Value":"b"},{"Key":"a","Value":"b', False),
+                            ('[{"Key":"a","Value":"b"},{"Key":"a","Value":"c', True)):
+        m = grammar.matcher()
+        assert m.accept_string(prefix)
+        m.fill_next_token_bitmask(bm, 0)
+        row = unpack_bitmask(bm[0], grammar.vocab_size)
+        assert [bool(row[ids[0]]) for ids in close] == [allowed, allowed], prefix
+
+
 def test_bounded_items_need_a_member_that_never_runs_out(byte_compiler):
     """Members with patterns count when a million of their strings fit (AWS's tag keys); with
     every member small, new items could run out before the array may end: refused."""
