@@ -151,7 +151,7 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
     Where some are closed objects of open members ("value+ahead..."), a prefix has infinitely
     many completions or exactly one (the rest is forced), and the matcher looks ahead
     through forced bytes for a duplicate."""
-    numbers, closed, texts, others, strings = set(), [], [], 0, 0
+    numbers, closed, texts, others, strings, open_strings = set(), [], [], 0, 0, 0
     todo = [(items, refs)]
     seen = 0
     while todo:
@@ -191,7 +191,8 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
                 continue
             if not _open_alternative(ctx, flat, t, ptr):
                 return None
-            others += 1
+            others += t != "string"  # strings have one spelling each: texts too
+            open_strings += t == "string"
             if t in ("integer", "number"):
                 numbers.add(t)
     if texts or strings:
@@ -200,8 +201,8 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
         texts += closed
         if others or not all(_canonical_members(ctx, o, ptr, refs) for o in texts):
             return None
-        if strings or any(_rich_member(ctx, o, ptr, refs) for o in texts):
-            return "value+texts" + (":string" if strings else "")
+        if strings or open_strings or any(_rich_member(ctx, o, ptr, refs) for o in texts):
+            return "value+texts" + (":string" if strings or open_strings else "")
         return None
     return ("value" + ("+ahead" if closed else "")
             + (":number" if "number" in numbers else ":integer" if numbers else ""))

@@ -185,6 +185,20 @@ def test_a_token_that_ends_a_string_and_a_repeated_item_is_masked(compiler, hf_t
         assert [bool(row[ids[0]]) for ids in close] == [allowed, allowed], prefix
 
 
+def test_strings_beside_closed_objects_of_strings_are_compared_as_texts(byte_compiler):
+    """Travis's imports: an object {source, mode} or a plain string, items unique; a string is
+    spelled one way too, so the two kinds share the texts check."""
+    items = {"anyOf": [{"type": "object", "additionalProperties": False, "required": ["source"], "properties": {
+        "source": {"type": "string", "minLength": 1}, "mode": {"enum": ["merge", "keep"]}}},
+        {"type": "string", "minLength": 1}]}
+    m = byte_compiler.compile_json_schema({"type": "array", "uniqueItems": True, "items": items}).matcher()
+    assert m.accept_string('["a",{"source":"s","mode":"keep"},{"source":"s","mode":"')
+    assert not m.accept_string('keep"}')
+    assert m.accept_string('merge"},')
+    assert not m.accept_string('"a"')
+    assert m.accept_string('"ab"]') and m.can_terminate()
+
+
 def test_bounded_items_need_a_member_that_never_runs_out(byte_compiler):
     """Members with patterns count when a million of their strings fit (AWS's tag keys); with
     every member small, new items could run out before the array may end: refused."""
