@@ -52,6 +52,7 @@ _WS = frozenset(b" \t\n\r")
 _NUMBER_BYTES = frozenset(b"0123456789+-.eE")
 _ZEROS = (b"0", b"-0")
 _MAX_CACHED = 4096
+_SEARCH_NODES = 50_000
 TEXTS = "value+texts"  # bounded strings, closed objects of strings: compared by their one spelling
 
 
@@ -178,8 +179,16 @@ class UniqueItems:
         return out
 
     def _search_new(self, state, item: bytes, texts: frozenset) -> bool:
+        """The search goes down only where every byte the automaton allows continues some
+        finished text (an enum used up, a string at its maxLength), so it visits at most the
+        finished texts' bytes; past _SEARCH_NODES (far more than any output's items hold in
+        practice) it gives up and lets the token through."""
         todo = [(state, item)]
+        visited = 0
         while todo:
+            visited += 1
+            if visited > _SEARCH_NODES:
+                return True
             state, item = todo.pop()
             after = {s[len(item)] for s in texts if len(s) > len(item) and s.startswith(item)}
             for group in self.automaton.byte_classes(state):
