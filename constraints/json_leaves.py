@@ -24,9 +24,12 @@ from .regex import regex_to_dfa, search_dfa
 # Unescaped string characters: anything but '"', '\\' and C0 controls.
 _PLAIN = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)]
 _PLAIN_ASCII = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E)]
-# "\/" and \u escapes of ordinary characters are left out: one spelling per key keeps
-# property-name exclusion and length counting exact.
+# "\/", \u escapes of ordinary characters, of controls with a short escape, and upper-case
+# hex digits are left out: one spelling per character keeps property-name exclusion, length
+# counting and uniqueness by text exact.
 _SHORT_ESCAPES = b'"\\bfnrt'
+_HEX_LOWER = [(0x30, 0x39), (0x61, 0x66)]
+_CONTROLS_0 = [(0x30, 0x37), (0x62, 0x62), (0x65, 0x66)]  # \u0000-\u0007, \u000b, \u000e-f
 
 FORMATS = {
     "date": r"([0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)"
@@ -128,8 +131,13 @@ def emit_json_char(nfa: NFA, start: int) -> int:
             lambda n2, s2, b=b: emit_bytes(n2, s2, bytes([b])) for b in _SHORT_ESCAPES])
 
     def control_escape(n: NFA, s: int) -> int:
-        s = emit_code_point_ranges(n, emit_bytes(n, s, b"\\u00"), [(0x30, 0x31)])
-        return emit_code_point_ranges(n, s, [(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)])
+        # \u00XX in lower case for the controls without a short escape (as json.dumps and
+        # JSON.stringify write them): one spelling per character, so equal strings are equal
+        # texts (unique_items.py compares bounded items by their texts)
+        s = emit_bytes(n, s, b"\\u00")
+        return emit_alt(n, s, [
+            lambda n2, s2: emit_code_point_ranges(n2, emit_bytes(n2, s2, b"0"), _CONTROLS_0),
+            lambda n2, s2: emit_code_point_ranges(n2, emit_bytes(n2, s2, b"1"), _HEX_LOWER)])
 
     return emit_alt(nfa, start, [plain, short_escape, control_escape])
 

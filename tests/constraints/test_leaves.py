@@ -36,6 +36,18 @@ def test_length_bounds_are_exact_at_both_edges(byte_compiler, lo, hi):
             assert accepted_by_masks(grammar, _text({"s": body})) == ok, (n, body[:8])
 
 
+def test_every_character_has_one_spelling(byte_compiler):
+    """json.dumps's spelling only: a short escape where JSON has one, else \\u00xx in lower
+    case for a control, the character itself otherwise; every control character is written."""
+    grammar = byte_compiler.compile_json_schema({"type": "string", "maxLength": 1})
+    for code in range(0x20):
+        ch = chr(code)
+        assert accepted_by_masks(grammar, json.dumps(ch).encode()), hex(code)
+        others = {f'"\\u{code:04x}"', f'"\\u{code:04X}"'} - {json.dumps(ch)}
+        assert not any(accepted_by_masks(grammar, t.encode()) for t in others), hex(code)
+    assert not accepted_by_masks(grammar, b'"\\u0061"') and not accepted_by_masks(grammar, b'"\\/"')
+
+
 def test_counted_strings_with_a_real_tokenizer(tokenizer_info, hf_tokenizer):
     compiler = GrammarCompiler(tokenizer_info, cache_size=0)
     grammar = compiler.compile_json_schema(
