@@ -213,13 +213,8 @@ def _closed_of_open_members(ctx, flat: dict, ptr: str, refs: tuple, closed: list
     whose every member is an open value (CloudFormation's Tags: {Key, Value} strings): each
     prefix of one has infinitely many completions, or only its forced rest (``}`` after the
     last member). Recorded in ``closed``."""
-    extra = flat.get("additionalProperties", True)
-    if isinstance(extra, dict):
-        extra, _ = flatten(ctx, extra, ptr, ())
-    props = flat.get("properties", {})
-    if (extra is not False or not isinstance(props, dict) or not props
-            or {"patternProperties", "propertyNames", "maxProperties", "minProperties",
-                "dependentRequired"} & flat.keys() or len(closed) >= _MAX_ALTERNATIVES):
+    props = _closed_properties(ctx, flat, ptr)
+    if props is None or len(closed) >= _MAX_ALTERNATIVES:
         return False
     for name, member in props.items():
         if member is False:
@@ -231,21 +226,28 @@ def _closed_of_open_members(ctx, flat: dict, ptr: str, refs: tuple, closed: list
     return True
 
 
-def _closed_of_texts(ctx, flat: dict, ptr: str, refs: tuple, texts: list) -> bool:
-    """A closed object (as ``_closed_of_open_members``) whose members are strings, bounded
-    or not, string enums, booleans or null: values of one spelling each in our grammar (no
-    whitespace, members in schema order, one escape per character), so two items are equal
-    exactly where their texts are. unique_items.py then finds, at each token, whether the
-    item's prefix has a completion no earlier item's text has. Recorded in ``texts``."""
+def _closed_properties(ctx, flat: dict, ptr: str) -> dict | None:
+    """The declared members of a closed object (additionalProperties false, no pattern or
+    count keyword on its names), None for any other object."""
     extra = flat.get("additionalProperties", True)
     if isinstance(extra, dict):
         extra, _ = flatten(ctx, extra, ptr, ())
     props = flat.get("properties", {})
     if (extra is not False or not isinstance(props, dict) or not props
             or {"patternProperties", "propertyNames", "maxProperties", "minProperties",
-                "dependentRequired"} & flat.keys() or len(texts) >= _MAX_ALTERNATIVES):
-        return False
-    if not _canonical_members(ctx, flat, ptr, refs):
+                "dependentRequired"} & flat.keys()):
+        return None
+    return props
+
+
+def _closed_of_texts(ctx, flat: dict, ptr: str, refs: tuple, texts: list) -> bool:
+    """A closed object (as ``_closed_of_open_members``) whose members are strings, bounded
+    or not, string enums, booleans or null: values of one spelling each in our grammar (no
+    whitespace, members in schema order, one escape per character), so two items are equal
+    exactly where their texts are. unique_items.py then finds, at each token, whether the
+    item's prefix has a completion no earlier item's text has. Recorded in ``texts``."""
+    if (_closed_properties(ctx, flat, ptr) is None or len(texts) >= _MAX_ALTERNATIVES
+            or not _canonical_members(ctx, flat, ptr, refs)):
         return False
     texts.append(flat)
     return True

@@ -411,8 +411,9 @@ def excluded(schema: dict, kind: type) -> list:
 
 
 def spellings_dfa(texts: list[bytes], budget) -> ByteDFA:
-    """Every spelling we generate of each of these values (a quoted string: each control
-    character with a short escape or either \\u00XX case), as one DFA to subtract."""
+    """Every spelling of each of these values a JSON text may use (a quoted string: each
+    control character with a short escape or either \\u00XX case; our strings use one of
+    them, json_leaves.emit_json_char), as one DFA to subtract."""
     nfa = NFA(budget)
     start = nfa.new_state()
     end = emit_alt(nfa, start, [lambda n, s, t=t: _emit_spellings(n, s, t) for t in texts])

@@ -310,7 +310,6 @@ class UniqueItems:
             return self._two_quotes  # only a token with a whole item in it
         return self._quote
 
-
     def _texts_candidates(self, t: Tracker, a: _Array) -> np.ndarray:
         """Tokens after which the item may be a finished one's prefix (the only place a dead
         end can be): those that begin or end an item (a brace in them, or a quote where
