@@ -186,10 +186,10 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
                 continue
             if t == "object" and _closed_of_texts(ctx, flat, ptr, srefs, texts):
                 continue
-            if t == "string" and not _open_alternative(ctx, flat, t, ptr) and _rich_string(flat):
-                strings += 1
-                continue
             if not _open_alternative(ctx, flat, t, ptr):
+                if t == "string" and _rich_string(flat):  # bounded: compared as texts below
+                    strings += 1
+                    continue
                 return None
             others += t != "string"  # strings have one spelling each: texts too
             open_strings += t == "string"

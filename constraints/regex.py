@@ -329,14 +329,9 @@ def _unanchored_lookaheads(pattern: str, budget: CompileBudget) -> ByteDFA:
     looks, rest = split_leading_lookaheads(pattern)
     if not all(inner.startswith("^") for _, inner in looks):
         raise InvalidConstraintError(f"a lookahead that can hold past the string's start: {pattern!r}")
-    at_start = search_dfa("^" + pattern, budget)
     if any(positive for positive, _ in looks):
-        return at_start
-    later = search_dfa(f"^[\\s\\S]+(?:{rest})", budget)
-    nfa = NFA(budget)
-    start = nfa.new_state()
-    end = emit_alt(nfa, start, [partial(embed_dfa, dfa=d) for d in (at_start, later)])
-    return trim_and_minimize(determinize(nfa, start, end, budget))
+        return search_dfa("^" + pattern, budget)
+    return search_dfa(f"^{pattern}|^[\\s\\S]+(?:{rest})", budget)  # each alternative on its own
 
 
 def _emit_search(nfa: NFA, start: int, alternative: str, absorbing: list[int]) -> int:

@@ -143,7 +143,6 @@ class UniqueItems:
             features = automaton.info.unique_item_features = _token_features(automaton.info.token_bytes)
         self._two_quotes, self._quote, self._digit, self._closers, self._opener = features
         self._fresh: dict = {}  # (item prefix, finished texts) -> whether a new item goes on
-        self._token_ids: dict[bytes, int] | None = None  # token bytes -> id, built on first use
 
     # -- following the output ---------------------------------------------------------------
     def feed(self, tracker: Tracker, state, data: bytes) -> Tracker:
@@ -323,15 +322,12 @@ class UniqueItems:
         if a.item is None:
             return out
         out = out.copy()
-        ids = self._token_ids
-        if ids is None:
-            tokens = self.automaton.info.token_bytes
-            ids = self._token_ids = {b: i for i, b in enumerate(tokens) if b}
-            self._longest = max(map(len, tokens))
+        info = self.automaton.info
+        ids, longest = info.ids_by_bytes, info.layout.max_len
         n = len(a.item)
         for s in a.texts:
             if s.startswith(a.item):
-                for k in range(n + 1, min(len(s), n + self._longest) + 1):
+                for k in range(n + 1, min(len(s), n + longest) + 1):
                     tok = ids.get(s[n:k])
                     if tok is not None:
                         out[tok] = True

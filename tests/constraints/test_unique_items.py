@@ -307,6 +307,7 @@ def test_random_bounded_items_never_dead_end_nor_repeat(byte_compiler, seed):
     never empty before the output ends, and every output validates (uniqueItems included)."""
     rng = np.random.default_rng(seed)
     vocab = byte_compiler.compile_json_schema({"type": "string"}).vocab_size
+    items = 0
     for _ in range(4):
         schema = {"type": "array", "uniqueItems": True, "items": _bounded_items(rng)}
         grammar = byte_compiler.compile_json_schema(schema)
@@ -338,4 +339,7 @@ def test_random_bounded_items_never_dead_end_nor_repeat(byte_compiler, seed):
                 out += bytes((tok,))
             if not m.is_terminated():
                 continue  # the budget ran out mid-way (rare): nothing to validate
-            validate_with_formats(json.loads(out), schema)
+            value = json.loads(out)
+            validate_with_formats(value, schema)
+            items += len(value)
+    assert items >= 40  # the walks wrote many items, so repeats were on offer (80-100 a seed)
