@@ -59,8 +59,12 @@ without a search: each segment spelled in its fewest tokens on its own (cached b
 bytes: a deep structure's callers recur from state to state) plus EOS, at least what the
 search finds spelling the same bytes whole.
 
-Near the budget, before any budget row is built, one vocabulary walk with no search proves
-the common case: if every end state's cached bound, or else its fewest bytes plus EOS, or
+Near the budget, first a proof with no walk at all: where the automaton bounds the fewest
+bytes of every state reachable from here (``max_bytes_reachable``: for a pushdown, each
+frame's costliest reachable position, its callees' and the returns below it, computed once
+per position), that plus EOS at most ``r - 1`` keeps every token, now and at every later
+state (kept for the state, exact, no margin). The last tokens of a long output are then
+the only ones that walk. Else one vocabulary walk with no search proves the common case: if every end state's cached bound, or else its fewest bytes plus EOS, or
 else its segmented bound, is at most ``r - 1``, every token fits (exact, no margin), and that
 is kept for the state. The walk records only the distinct end states (not which token ends
 where), and where the state's own segmented bound is below ``r`` (slack: no tight row can be
@@ -170,6 +174,11 @@ class ClosingDistance:
         if fits is not None and remaining - 1 >= fits[0] + (self._margin if fits[1] else 0):
             return None
         with self._lock:
+            if fits is None or fits[1]:  # every state reachable from here close enough: no walk
+                reach = self._reach_fits(state)
+                if reach is not None and remaining - 1 >= reach:
+                    self._fits[state] = (reach, False)
+                    return None
             sid = self._graph.intern(state)
             if sid not in self._levels:
                 checked = False  # whether the search-free check below ran (and failed)
@@ -205,6 +214,14 @@ class ClosingDistance:
                     return None
             k = int(np.searchsorted(levels.thresholds, remaining - 1, side="right")) - 1
             return levels.row(max(k, 0))
+
+    def _reach_fits(self, state: State) -> float | None:
+        """At least the bound of every state reachable from ``state``, by any tokens: the
+        most fewest bytes any of them can need (the automaton's ``max_bytes_reachable``)
+        plus EOS; None where the automaton cannot tell."""
+        reach = getattr(self.automaton, "max_bytes_reachable", None)
+        most = None if reach is None or not len(self._eos) else reach(state, self._single_bytes)
+        return None if most is None else most + 1
 
     def _every_token_fits(self, sid: int, state: State, remaining: int) -> bool:
         """Whether every allowed token fits ``remaining``, proved without searching (from the
@@ -515,17 +532,22 @@ class ClosingDistance:
     # -- budget rows ----------------------------------------------------------------------
     def _most_after(self, sid: int, limit: float = math.inf) -> float | None:
         """At least the largest bound after any allowed token, without searching: each end
-        state's cached bound, else its fewest bytes plus EOS (``_most_tokens``), and where that
-        is above ``limit`` its segmented bound (``_segmented_tokens``); None where an end has
-        none of them, or (the check gives up at the first) where one is above ``limit``."""
+        state's cached bound, else its fewest bytes plus EOS, and where that is above
+        ``limit`` its segmented bound (``_segmented_tokens``); None where an end has none of
+        them, or (the check gives up at the first) where one is above ``limit``. End states
+        are read as they are, not interned: most are never met again, and interning one asks
+        the automaton whether it accepts."""
+        if not len(self._eos):
+            return None
         most = 0.0
+        known, bounds, fewest = self._graph.known, self._bounds, self.automaton.min_bytes_to_accept
         for end in self._end_states(sid):
-            value = self._bounds.get(end)
+            value = bounds.get(known(end), None)
             if value is None:
-                value = self._most_tokens(end)
+                value = fewest(end, self._single_bytes)
+                value = None if value is None else value + 1
                 if value is None or value > limit:
-                    value = min(math.inf if value is None else value,
-                                self._segmented_tokens(self._graph.states[end]))
+                    value = min(math.inf if value is None else value, self._segmented_tokens(end))
                     if math.isinf(value):
                         return None
             if value > limit:
@@ -533,17 +555,17 @@ class ClosingDistance:
             most = max(most, value)
         return most
 
-    def _end_states(self, sid: int) -> list[int]:
-        """The distinct states the tokens allowed from ``sid`` end in, interned: from a walk
-        that does not record which token ends where (the automaton's ``end_states``), else
-        from ``_token_ends``."""
+    def _end_states(self, sid: int) -> list[State]:
+        """The distinct states the tokens allowed from ``sid`` end in: from a walk that does
+        not record which token ends where (the automaton's ``end_states``), else from
+        ``_token_ends``."""
         if self._last_ends[0] == sid:
-            return self._last_ends[1][1]
+            return [self._graph.states[e] for e in self._last_ends[1][1]]
         walk = getattr(self.automaton, "end_states", None)
         found = None if walk is None else walk(self._graph.states[sid])
         if found is None:
-            return self._token_ends(sid)[1]
-        return [self._graph.intern(s) for s in found]
+            return [self._graph.states[e] for e in self._token_ends(sid)[1]]
+        return found
 
     def _token_ends(self, sid: int) -> tuple[TokenEnds, list[int]]:
         """The tokens allowed from ``sid`` grouped by the state each leads to, and those end
@@ -662,6 +684,10 @@ class _ByteGraph:
         self.trans = np.full((64, 256), _UNKNOWN, dtype=np.int32)
         self.accepting = np.zeros(64, dtype=bool)
         self._expanded = np.zeros(64, dtype=bool)
+
+    def known(self, state: State) -> int | None:
+        """The id of ``state`` where it was interned, else None (interning nothing)."""
+        return self._index.get(state)
 
     def intern(self, state: State) -> int:
         sid = self._index.get(state)

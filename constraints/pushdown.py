@@ -95,6 +95,7 @@ class PushdownAutomaton(TokenAutomaton):
         self._live: dict[int, list[int]] = {}  # position -> its live bytes
         self._byte_groups: dict[frozenset[int], list[list[int]]] = {}  # positions -> byte_classes
         self._depths: dict[State, int] = {}
+        self._successors: dict = {}  # rule -> _rule_successors
         self._eos_row = info.eos_row
         # g -> [(stack suffix the walk read, token ids)]: a deeper stack with the same suffix
         # has the same tokens, so masks do not go cold with every level of nesting.
@@ -329,6 +330,122 @@ class PushdownAutomaton(TokenAutomaton):
             most = max(most, top[k] + extra)
         return most
 
+    def max_bytes_reachable(self, state: State, alphabet: np.ndarray) -> int | None:
+        """At least min_bytes_to_accept of every state reachable from ``state``, by any bytes:
+        for each configuration the most any of its frames can come to need, the reach of its
+        position (``_reach``) plus the returns below it. None where a reach is unbounded
+        (calls recurse), a distance unreachable, or configurations were ever dropped."""
+        if self.pruned:
+            return None
+        dist = self._grammar_distances(alphabet)
+        most = 0
+        for stack, g in state:
+            top = self._reach(g, dist)
+            if top is None:
+                return None
+            most = max(most, top + dist.stack_cost(stack))
+            for j, ret in enumerate(stack):
+                if ret >= 0:  # a caller's frame, entered again once the ones above return
+                    frame = self._reach(ret, dist)
+                    if frame is None:
+                        return None
+                    most = max(most, frame + dist.stack_cost(stack[:j]))
+        return most if most < UNREACHABLE else None
+
+    def _reach(self, g: int, dist: GrammarDistances) -> int | None:
+        """The most bytes any configuration reachable from position ``g`` within its frame
+        (its callees' frames above it included, its callers' below not) can need to return:
+        in a leaf, its costliest position (a counted leaf's missing characters included);
+        in a rule, every position reachable from ``g`` and each call's callee reach plus
+        its return's distance. Cached per position; None where a call recurses."""
+        k = self._leaf_of_g[g]
+        key = g if k < 0 else -1 - k  # a leaf's is one value (it is walked from its start)
+        value = dist.reach.get(key, False)
+        if value is False:
+            if k >= 0:
+                lo, hi = int(self._offsets[k]), int(self._offsets[k + 1])
+                value = int((dist.dist[lo:hi] + np.where(self._in_counted_mask[lo:hi], self._count_lo[lo:hi], 0)).max())
+            else:
+                value = self._reach_from(g, dist)
+            dist.reach[key] = value
+        return value if value < UNREACHABLE else None
+
+    def _reach_from(self, g: int, dist: GrammarDistances) -> int:
+        """``_reach`` of every rule position reachable from ``g``, kept, and g's returned
+        (UNREACHABLE: unbounded). Tarjan's strongly connected components (iterative): a
+        component is done after every one it leads to, so its reach is the most of its own
+        positions' distances, their calls' (callee reach plus the return's distance) and the
+        reach of the components it leads to. A call into a rule whose walk is under way
+        recurses: unbounded."""
+        cache, dist_of, calls = dist.reach, dist.dist_of, self._calls
+        rule = self._rule_of(g)
+        succ = self._rule_successors(rule)
+        active = dist.reach_active
+        active.add(rule)
+        index, low, on, path, work = {g: 0}, {g: 0}, {g}, [g], [(g, iter(succ(g)))]
+        try:
+            while work:
+                v, it = work[-1]
+                for w in it:
+                    if w not in index:
+                        if w in cache:
+                            continue  # done by an earlier walk
+                        index[w] = low[w] = len(index)
+                        path.append(w)
+                        on.add(w)
+                        work.append((w, iter(succ(w))))
+                        break
+                    if w in on:
+                        low[v] = min(low[v], index[w])
+                else:
+                    work.pop()
+                    if work:
+                        u = work[-1][0]
+                        low[u] = min(low[u], low[v])
+                    if low[v] != index[v]:
+                        continue
+                    component = path[path.index(v):]
+                    del path[len(path) - len(component):]
+                    on.difference_update(component)
+                    most = 0
+                    for w in component:
+                        most = max(most, dist_of[w])
+                        for start, ret, _ in calls[w]:
+                            callee = (UNREACHABLE if self._rule_of(start) in active
+                                      else self._reach(start, dist))
+                            most = max(most, UNREACHABLE if callee is None else callee + dist_of[ret])
+                        for x in succ(w):
+                            if x not in on:
+                                most = max(most, cache.get(x, 0))
+                    for w in component:
+                        cache[w] = most
+        finally:
+            active.discard(rule)
+        return cache[g]
+
+    def _rule_of(self, g: int) -> int:
+        return int(np.searchsorted(self._offsets, g, side="right")) - 1
+
+    def _rule_successors(self, rule: int):
+        """position -> the distinct positions after it in its rule: its bytes' targets and
+        its calls' returns (from one pass over the rule's rows, made once per rule)."""
+        found = self._successors.get(rule)
+        if found is None:
+            lo, hi = int(self._offsets[rule]), int(self._offsets[rule + 1])
+            rows = self._trans[lo:hi]
+            src, col = np.nonzero(rows >= 0)
+            pairs = np.unique(src.astype(np.int64) * len(self._trans) + rows[src, col])
+            ptr = np.searchsorted(pairs // len(self._trans), np.arange(hi - lo + 1)).tolist()
+            targets = (pairs % len(self._trans)).tolist()
+            calls = self._calls
+
+            def successors(w: int) -> list[int]:
+                out = targets[ptr[w - lo]:ptr[w - lo + 1]]
+                return out + [ret for _, ret, _ in calls[w]] if calls[w] else out
+
+            found = self._successors[rule] = successors
+        return found
+
     def token_ends(self, state: State) -> TokenEnds | None:
         """Every token allowed from ``state`` and the state ``advance`` gives after each, all
         found in one walk (C); None where that walk is not available (then step token by
@@ -544,7 +661,17 @@ class PushdownAutomaton(TokenAutomaton):
         return out
 
     def _token_row(self, state: State) -> np.ndarray:
-        rows = [self._config_row(c)[0] for c in state]
+        if len(state) == 1:
+            return self._config_row(next(iter(state)))[0]
+        rows, counted = [], {}
+        for c in state:
+            if self._in_counted_of[c[1]]:  # grouped by position and count (_counted_row)
+                counted.setdefault((c[1], c[0][-1]), []).append(c[0])
+            else:
+                rows.append(self._config_row(c)[0])
+        for (g, _), stacks in counted.items():
+            rows.append(self._config_row((stacks[0], g))[0] if len(stacks) == 1
+                        else self._counted_row(g, stacks, self._leaf_of_g[g])[0])
         return rows[0] if len(rows) == 1 else np.bitwise_or.reduce(rows)
 
     def _config_row(self, config: Config) -> tuple[np.ndarray, int]:
@@ -672,45 +799,53 @@ class PushdownAutomaton(TokenAutomaton):
         """Inside a shared leaf: the tokens that stay inside come from the leaf's own walk
         (computed once per tokenizer); only those that leave it are walked on in the caller."""
         stack, g = config
-        counted = self._counted[k]
-        walk = leaf_walk(self.info, self.rules[k], int(g - self._offsets[k]),
-                         None if counted is None else counted.starts_char)
-        if counted is None:
-            row, exit_pos, exit_col, back = walk.inside, walk.exit_pos, walk.exit_col, stack[:-1]
-            may_return = bool(self._returns[g])
-        else:
-            need, room = self._count_buckets(stack, g)
-            row = walk.inside_row(need, room, self.info)
-            ok = (walk.exit_count >= need) & (walk.exit_count <= room)
-            exit_pos, exit_col, back = walk.exit_pos[ok], walk.exit_col[ok], stack[:-2]
-            may_return = bool(self._returns[g]) and need == 0
+        if self._counted[k] is not None:
+            return self._counted_row(g, [stack], k)
+        walk = leaf_walk(self.info, self.rules[k], int(g - self._offsets[k]))
+        row, back = walk.inside, stack[:-1]
         lowest = len(stack)
         ret = (back, stack[len(back)])
-        if len(exit_pos):
-            if counted is None:
-                exits, _, low = self._exit_walk(ret, exit_pos, exit_col)
-            else:
-                exits, low = self._counted_exits(g, ret, walk, ok)
+        if len(walk.exit_pos):
+            exits, _, low = self._exit_walk(ret, walk.exit_pos, walk.exit_col)
             row = row | exits
             lowest = min(lowest, low)
-        if may_return:
+        if self._returns[g]:
             after, low = self._config_row(ret)
             row, lowest = row | after, min(lowest, low)
         return row, min(lowest, len(back))
 
-    def _counted_exits(self, g: int, ret: Config, walk, ok: np.ndarray) -> tuple[np.ndarray, int]:
-        """The packed row of the tokens leaving a counted leaf at ``g`` into ``ret`` among the
-        exits ``ok`` (the ones whose character count fits). Every exit is walked in the
-        caller once per (g, ret) and the count only filters them, so a string growing toward
-        its maxLength walks its exits once, not once per count. Exact: a token leaves a
-        quoted string at most once (at its closing quote), so surviving tokens and surviving
-        exits are one."""
-        hit = self._exits.get((g, ret))
-        if hit is None:
-            _, alive, low = self._exit_walk(ret, walk.exit_pos, walk.exit_col)
-            hit = self._exits[(g, ret)] = (alive, low)
-        alive, low = hit
-        return pack_token_ids(self.info.layout.token_ids[walk.exit_pos[ok & alive]], self.info.vocab_size), low
+    def _counted_row(self, g: int, stacks: list[tuple[int, ...]], k: int) -> tuple[np.ndarray, int]:
+        """Configurations at one position of counted leaf ``k``, all with one count (the top
+        of each stack), differing only in their callers: the tokens that stay inside are the
+        count's row for all of them, and the exits that survive in any caller are packed once.
+        Every exit is walked in a caller once per (g, caller) and the count only filters
+        them, so a string growing toward its maxLength walks its exits once, not once per
+        count. Exact: a token leaves a quoted string at most once (at its closing quote), so
+        surviving tokens and surviving exits are one."""
+        walk = leaf_walk(self.info, self.rules[k], int(g - self._offsets[k]), self._counted[k].starts_char)
+        need, room = self._count_buckets(stacks[0], g)
+        row = walk.inside_row(need, room, self.info)
+        ok = (walk.exit_count >= need) & (walk.exit_count <= room)
+        may_exit, may_return = bool(ok.any()), bool(self._returns[g]) and need == 0
+        lowest, survivors = min(len(s) for s in stacks), None
+        for stack in stacks:
+            back = stack[:-2]
+            ret = (back, stack[len(back)])
+            if may_exit:
+                hit = self._exits.get((g, ret))
+                if hit is None:
+                    _, alive, low = self._exit_walk(ret, walk.exit_pos, walk.exit_col)
+                    hit = self._exits[(g, ret)] = (alive, low)
+                survivors = hit[0] if survivors is None else survivors | hit[0]
+                lowest = min(lowest, hit[1])
+            if may_return:
+                after, low = self._config_row(ret)
+                row, lowest = row | after, min(lowest, low)
+            lowest = min(lowest, len(back))
+        if survivors is not None:
+            row = row | pack_token_ids(self.info.layout.token_ids[walk.exit_pos[ok & survivors]],
+                                       self.info.vocab_size)
+        return row, lowest
 
     def forced_bytes(self, state: State) -> bytes:
         if state not in self._forced:

@@ -197,3 +197,66 @@ def test_packed_rows_set_exactly_the_given_ids(count):
     assert row.dtype == np.int32 and row.shape == ((vocab + 31) // 32,)
     assert np.nonzero(unpack_bitmask(row, vocab))[0].tolist() == ids.tolist()
     row |= 1  # writable (rows are OR-ed into new arrays, and copied into torch)
+
+
+_SHORT = {"type": "string", "maxLength": 10}
+_TWO_CALLERS = {"anyOf": [  # after "a" one branch needs "b", the other may close
+    {"type": "object", "properties": {"a": _SHORT, "b": {"type": "integer"}}, "required": ["a", "b"],
+     "additionalProperties": False},
+    {"type": "object", "properties": {"a": _SHORT}, "required": ["a"], "additionalProperties": False}]}
+
+
+@pytest.mark.parametrize("schema,prefix,texts", [
+    (None, b'{"manifest_version":2,"name":"', (b"", b"Sci", b"x" * 30, b"y" * 44)),
+    (_TWO_CALLERS, b'{"a":"', (b"", b"x", b"xyz" * 3)),
+], ids=["chrome-manifest", "two-callers"])
+def test_configurations_of_one_counted_string_under_several_callers(tokenizer_info, schema, prefix, texts):
+    # Chrome's manifest: "name" (maxLength 45) may be followed by any of several property
+    # orders, so inside its value the state holds one counted configuration per caller, all
+    # with one count: their rows are built together (pushdown._counted_row) and must still
+    # allow exactly the tokens the automaton advances on, each caller's exits included.
+    if schema is None:
+        path = BENCH / "Github-Hard/o58639.json"
+        if not path.is_file():
+            pytest.skip(f"{path} not present")
+        schema = path.read_text()
+    automaton = GrammarCompiler(tokenizer_info, compile_timeout_s=30.0).compile_json_schema(schema).automaton
+    state = automaton.advance(automaton.initial, prefix)
+    for text in texts:
+        here = automaton.advance(state, text) if text else state
+        counted = [c for c in here if automaton._in_counted_of[c[1]]]
+        assert len(counted) > 1 and len({(c[1], c[0][-1]) for c in counted}) < len(counted)
+        got = unpack_bitmask(automaton.mask_row(here), tokenizer_info.vocab_size)
+        want = _brute_force_row(automaton, here)
+        assert np.array_equal(got, want), np.nonzero(got != want)[0][:10]
+
+
+@pytest.mark.parametrize("spec", BENCH_SCHEMAS + ["Github-Hard/o58639.json"])
+def test_reachable_bytes_bound_every_later_state(tokenizer_info, spec):
+    # max_bytes_reachable(s) lets the closing skip a state's vocabulary walk near the
+    # budget: it must be at least the fewest bytes to finish of every state after s.
+    automaton = GrammarCompiler(tokenizer_info, compile_timeout_s=30.0).compile_json_schema(_load(spec)[0]).automaton
+    alphabet = tokenizer_info.single_byte_tokens
+    bounded = 0
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        state, reach = automaton.initial, []
+        for _ in range(80):
+            fewest = automaton.min_bytes_to_accept(state, alphabet)
+            assert all(fewest <= r for r in reach), (fewest, reach)
+            r = automaton.max_bytes_reachable(state, alphabet)
+            if r is not None:
+                assert r >= fewest
+                reach.append(r)
+                bounded += 1
+            ids = automaton.allowed_token_ids(state)
+            if not len(ids):
+                break
+            state = automaton.advance(state, tokenizer_info.token_bytes[int(rng.choice(ids))])
+    assert bounded
+
+
+def test_reachable_bytes_are_unbounded_where_calls_recurse(tokenizer_info):
+    tree = {"type": "object", "properties": {"child": {"$ref": "#"}, "name": {"type": "string"}}}
+    automaton = GrammarCompiler(tokenizer_info).compile_json_schema(tree).automaton
+    assert automaton.max_bytes_reachable(automaton.initial, tokenizer_info.single_byte_tokens) is None
