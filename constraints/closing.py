@@ -59,12 +59,8 @@ without a search: each segment spelled in its fewest tokens on its own (cached b
 bytes: a deep structure's callers recur from state to state) plus EOS, at least what the
 search finds spelling the same bytes whole.
 
-Near the budget, first a proof with no walk at all: where the automaton bounds the fewest
-bytes of every state reachable from here (``max_bytes_reachable``: for a pushdown, each
-frame's costliest reachable position, its callees' and the returns below it, computed once
-per position), that plus EOS at most ``r - 1`` keeps every token, now and at every later
-state (kept for the state, exact, no margin). The last tokens of a long output are then
-the only ones that walk. Else one vocabulary walk with no search proves the common case: if every end state's cached bound, or else its fewest bytes plus EOS, or
+Near the budget, before any budget row is built, one vocabulary walk with no search proves
+the common case: if every end state's cached bound, or else its fewest bytes plus EOS, or
 else its segmented bound, is at most ``r - 1``, every token fits (exact, no margin), and that
 is kept for the state. The walk records only the distinct end states (not which token ends
 where), and where the state's own segmented bound is below ``r`` (slack: no tight row can be
@@ -174,11 +170,6 @@ class ClosingDistance:
         if fits is not None and remaining - 1 >= fits[0] + (self._margin if fits[1] else 0):
             return None
         with self._lock:
-            if fits is None or fits[1]:  # every state reachable from here close enough: no walk
-                reach = self._reach_fits(state)
-                if reach is not None and remaining - 1 >= reach:
-                    self._fits[state] = (reach, False)
-                    return None
             sid = self._graph.intern(state)
             if sid not in self._levels:
                 checked = False  # whether the search-free check below ran (and failed)
@@ -214,14 +205,6 @@ class ClosingDistance:
                     return None
             k = int(np.searchsorted(levels.thresholds, remaining - 1, side="right")) - 1
             return levels.row(max(k, 0))
-
-    def _reach_fits(self, state: State) -> float | None:
-        """At least the bound of every state reachable from ``state``, by any tokens: the
-        most fewest bytes any of them can need (the automaton's ``max_bytes_reachable``)
-        plus EOS; None where the automaton cannot tell."""
-        reach = getattr(self.automaton, "max_bytes_reachable", None)
-        most = None if reach is None or not len(self._eos) else reach(state, self._single_bytes)
-        return None if most is None else most + 1
 
     def _every_token_fits(self, sid: int, state: State, remaining: int) -> bool:
         """Whether every allowed token fits ``remaining``, proved without searching (from the

@@ -184,8 +184,6 @@ class GrammarDistances:
         # (position, main frame) -> the way from there to its frame's end (pushdown.py)
         self.frame_ways: dict = {}
         self.most: int | None | bool = False  # pushdown.max_bytes_to_accept, once computed
-        self.reach: dict = {}  # position (-1 - k: leaf k) -> pushdown._reach (UNREACHABLE: unbounded)
-        self.reach_active: set = set()  # rules whose _reach_from walk is under way
 
     def stack_cost(self, stack: tuple[int, ...]) -> int:
         """Bytes to finish every caller on ``stack`` (count frames, negative, cost nothing)."""

@@ -95,7 +95,6 @@ class PushdownAutomaton(TokenAutomaton):
         self._live: dict[int, list[int]] = {}  # position -> its live bytes
         self._byte_groups: dict[frozenset[int], list[list[int]]] = {}  # positions -> byte_classes
         self._depths: dict[State, int] = {}
-        self._successors: dict = {}  # rule -> _rule_successors
         self._eos_row = info.eos_row
         # g -> [(stack suffix the walk read, token ids)]: a deeper stack with the same suffix
         # has the same tokens, so masks do not go cold with every level of nesting.
@@ -329,122 +328,6 @@ class PushdownAutomaton(TokenAutomaton):
                 return None
             most = max(most, top[k] + extra)
         return most
-
-    def max_bytes_reachable(self, state: State, alphabet: np.ndarray) -> int | None:
-        """At least min_bytes_to_accept of every state reachable from ``state``, by any bytes:
-        for each configuration the most any of its frames can come to need, the reach of its
-        position (``_reach``) plus the returns below it. None where a reach is unbounded
-        (calls recurse), a distance unreachable, or configurations were ever dropped."""
-        if self.pruned:
-            return None
-        dist = self._grammar_distances(alphabet)
-        most = 0
-        for stack, g in state:
-            top = self._reach(g, dist)
-            if top is None:
-                return None
-            most = max(most, top + dist.stack_cost(stack))
-            for j, ret in enumerate(stack):
-                if ret >= 0:  # a caller's frame, entered again once the ones above return
-                    frame = self._reach(ret, dist)
-                    if frame is None:
-                        return None
-                    most = max(most, frame + dist.stack_cost(stack[:j]))
-        return most if most < UNREACHABLE else None
-
-    def _reach(self, g: int, dist: GrammarDistances) -> int | None:
-        """The most bytes any configuration reachable from position ``g`` within its frame
-        (its callees' frames above it included, its callers' below not) can need to return:
-        in a leaf, its costliest position (a counted leaf's missing characters included);
-        in a rule, every position reachable from ``g`` and each call's callee reach plus
-        its return's distance. Cached per position; None where a call recurses."""
-        k = self._leaf_of_g[g]
-        key = g if k < 0 else -1 - k  # a leaf's is one value (it is walked from its start)
-        value = dist.reach.get(key, False)
-        if value is False:
-            if k >= 0:
-                lo, hi = int(self._offsets[k]), int(self._offsets[k + 1])
-                value = int((dist.dist[lo:hi] + np.where(self._in_counted_mask[lo:hi], self._count_lo[lo:hi], 0)).max())
-            else:
-                value = self._reach_from(g, dist)
-            dist.reach[key] = value
-        return value if value < UNREACHABLE else None
-
-    def _reach_from(self, g: int, dist: GrammarDistances) -> int:
-        """``_reach`` of every rule position reachable from ``g``, kept, and g's returned
-        (UNREACHABLE: unbounded). Tarjan's strongly connected components (iterative): a
-        component is done after every one it leads to, so its reach is the most of its own
-        positions' distances, their calls' (callee reach plus the return's distance) and the
-        reach of the components it leads to. A call into a rule whose walk is under way
-        recurses: unbounded."""
-        cache, dist_of, calls = dist.reach, dist.dist_of, self._calls
-        rule = self._rule_of(g)
-        succ = self._rule_successors(rule)
-        active = dist.reach_active
-        active.add(rule)
-        index, low, on, path, work = {g: 0}, {g: 0}, {g}, [g], [(g, iter(succ(g)))]
-        try:
-            while work:
-                v, it = work[-1]
-                for w in it:
-                    if w not in index:
-                        if w in cache:
-                            continue  # done by an earlier walk
-                        index[w] = low[w] = len(index)
-                        path.append(w)
-                        on.add(w)
-                        work.append((w, iter(succ(w))))
-                        break
-                    if w in on:
-                        low[v] = min(low[v], index[w])
-                else:
-                    work.pop()
-                    if work:
-                        u = work[-1][0]
-                        low[u] = min(low[u], low[v])
-                    if low[v] != index[v]:
-                        continue
-                    component = path[path.index(v):]
-                    del path[len(path) - len(component):]
-                    on.difference_update(component)
-                    most = 0
-                    for w in component:
-                        most = max(most, dist_of[w])
-                        for start, ret, _ in calls[w]:
-                            callee = (UNREACHABLE if self._rule_of(start) in active
-                                      else self._reach(start, dist))
-                            most = max(most, UNREACHABLE if callee is None else callee + dist_of[ret])
-                        for x in succ(w):
-                            if x not in on:
-                                most = max(most, cache.get(x, 0))
-                    for w in component:
-                        cache[w] = most
-        finally:
-            active.discard(rule)
-        return cache[g]
-
-    def _rule_of(self, g: int) -> int:
-        return int(np.searchsorted(self._offsets, g, side="right")) - 1
-
-    def _rule_successors(self, rule: int):
-        """position -> the distinct positions after it in its rule: its bytes' targets and
-        its calls' returns (from one pass over the rule's rows, made once per rule)."""
-        found = self._successors.get(rule)
-        if found is None:
-            lo, hi = int(self._offsets[rule]), int(self._offsets[rule + 1])
-            rows = self._trans[lo:hi]
-            src, col = np.nonzero(rows >= 0)
-            pairs = np.unique(src.astype(np.int64) * len(self._trans) + rows[src, col])
-            ptr = np.searchsorted(pairs // len(self._trans), np.arange(hi - lo + 1)).tolist()
-            targets = (pairs % len(self._trans)).tolist()
-            calls = self._calls
-
-            def successors(w: int) -> list[int]:
-                out = targets[ptr[w - lo]:ptr[w - lo + 1]]
-                return out + [ret for _, ret, _ in calls[w]] if calls[w] else out
-
-            found = self._successors[rule] = successors
-        return found
 
     def token_ends(self, state: State) -> TokenEnds | None:
         """Every token allowed from ``state`` and the state ``advance`` gives after each, all

@@ -229,34 +229,3 @@ def test_configurations_of_one_counted_string_under_several_callers(tokenizer_in
         got = unpack_bitmask(automaton.mask_row(here), tokenizer_info.vocab_size)
         want = _brute_force_row(automaton, here)
         assert np.array_equal(got, want), np.nonzero(got != want)[0][:10]
-
-
-@pytest.mark.parametrize("spec", BENCH_SCHEMAS + ["Github-Hard/o58639.json"])
-def test_reachable_bytes_bound_every_later_state(tokenizer_info, spec):
-    # max_bytes_reachable(s) lets the closing skip a state's vocabulary walk near the
-    # budget: it must be at least the fewest bytes to finish of every state after s.
-    automaton = GrammarCompiler(tokenizer_info, compile_timeout_s=30.0).compile_json_schema(_load(spec)[0]).automaton
-    alphabet = tokenizer_info.single_byte_tokens
-    bounded = 0
-    for seed in range(3):
-        rng = np.random.default_rng(seed)
-        state, reach = automaton.initial, []
-        for _ in range(80):
-            fewest = automaton.min_bytes_to_accept(state, alphabet)
-            assert all(fewest <= r for r in reach), (fewest, reach)
-            r = automaton.max_bytes_reachable(state, alphabet)
-            if r is not None:
-                assert r >= fewest
-                reach.append(r)
-                bounded += 1
-            ids = automaton.allowed_token_ids(state)
-            if not len(ids):
-                break
-            state = automaton.advance(state, tokenizer_info.token_bytes[int(rng.choice(ids))])
-    assert bounded
-
-
-def test_reachable_bytes_are_unbounded_where_calls_recurse(tokenizer_info):
-    tree = {"type": "object", "properties": {"child": {"$ref": "#"}, "name": {"type": "string"}}}
-    automaton = GrammarCompiler(tokenizer_info).compile_json_schema(tree).automaton
-    assert automaton.max_bytes_reachable(automaton.initial, tokenizer_info.single_byte_tokens) is None
