@@ -179,7 +179,7 @@ class GrammarDistances:
         self._stack_cost: dict[tuple[int, ...], int] = {(): 0}
         self.moves: dict = {}  # (position, counting) -> the next step toward the end (pushdown.py)
         self.steps: np.ndarray | None = None  # the same for native.c's descent: [2 S], -2 unknown
-        self.fewest: dict = {}  # state -> its fewest bytes to finish (pushdown.min_bytes_to_accept)
+        self.fewest: dict = {}  # state -> (its fewest bytes to finish, a config needing them): pushdown
         self.segments: dict = {}  # return position -> its frame's way to the end (pushdown.py)
         # (position, main frame) -> the way from there to its frame's end (pushdown.py)
         self.frame_ways: dict = {}

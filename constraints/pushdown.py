@@ -261,13 +261,23 @@ class PushdownAutomaton(TokenAutomaton):
         Exact while no configuration was ever dropped (MAX_CONFIGS); None after that."""
         if self.pruned:
             return None
-        dist = self._grammar_distances(alphabet)
-        best = dist.fewest.get(state)  # the closing asks again for a state and its ends
-        if best is None:
+        best = self._fewest_config(state, self._grammar_distances(alphabet))[0]
+        return None if best >= UNREACHABLE else best
+
+    def _fewest_config(self, state: State, dist: GrammarDistances) -> tuple[int, Config]:
+        """(fewest bytes to finish, a configuration that needs that few), kept per state: the
+        closing asks again for a state and its ends, and its completion starts there."""
+        found = dist.fewest.get(state)
+        if found is None:
             if len(dist.fewest) >= _FEWEST_MAX:
                 dist.fewest.clear()
-            best = dist.fewest[state] = min(self._config_bytes(c, dist) for c in state)
-        return None if best >= UNREACHABLE else best
+            if len(state) == 1:
+                config = next(iter(state))
+                found = (self._config_bytes(config, dist), config)
+            else:
+                found = min((self._config_bytes(c, dist), c) for c in state)
+            dist.fewest[state] = found
+        return found
 
     def max_bytes_to_accept(self, alphabet: np.ndarray) -> int | None:
         """The most min_bytes_to_accept can be over every configuration the grammar can
@@ -354,14 +364,12 @@ class PushdownAutomaton(TokenAutomaton):
         """shortest_completion cut where each frame of the stack returns: the top frame's
         bytes, then each caller's from its return position (cached per position, so
         the states of one deep structure share all but the top segment)."""
-        fewest = self.min_bytes_to_accept(state, alphabet)
-        if fewest is None:
+        if self.pruned:
             return None
         dist = self._grammar_distances(alphabet)
-        config = next((c for c in state if self._config_bytes(c, dist) == fewest), None)
-        if config is None:
+        fewest, (stack, g) = self._fewest_config(state, dist)
+        if fewest >= UNREACHABLE:
             return None
-        stack, g = config
         top = self._segment(stack, g, dist, alphabet, 4 * fewest + 64)
         if top is None:
             return None
