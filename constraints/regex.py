@@ -292,9 +292,9 @@ def search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     full match): an unanchored start or end is padded with any text; lookaheads right after
     ``^`` test the string from its start."""
     pattern = python_anchors(pattern)
-    if pattern.startswith(("(?=", "(?!")) and len(_top_level_alternatives(pattern)) == 1:
-        return _unanchored_lookaheads(pattern, budget)
     alternatives = _top_level_alternatives(pattern)
+    if pattern.startswith(("(?=", "(?!")) and len(alternatives) == 1:
+        return _unanchored_lookaheads(pattern, budget)
     if len(alternatives) > 1 and any(a.startswith(("^(?=", "^(?!")) for a in alternatives):
         # A lookahead belongs to its own alternative (^(?!x)a|b is (^(?!x)a)|b): each
         # alternative's automaton on its own, then their union.
