@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 
 from .budget import CompileBudget
-from .errors import GrammarTooComplexError, UnsupportedSchemaError
+from .errors import ConstraintError, GrammarTooComplexError, UnsupportedSchemaError
 from .fsm import DEAD, ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .nfa import NFA, emit_alt, emit_bytes, emit_code_point_ranges, emit_repeat
 from .regex import regex_to_dfa, search_dfa
@@ -160,6 +160,44 @@ def string_dfa(min_len: int, max_len: int | None, pattern: str | None, fmt: str 
     start = nfa.new_state()
     end = emit_bytes(nfa, embed_dfa(nfa, emit_bytes(nfa, start, b'"'), body), b'"')
     return trim_and_minimize(determinize(nfa, start, end, budget))
+
+
+# A pattern that is one character class repeated, anchored at both ends: ^[a-z0-9_-]{1,255}$,
+# ^\\d+$, ^.*$ (a class, an escape class or the dot; no literal, group or lazy quantifier).
+_CLASS_RUN = re.compile(r"\^(\[(?:\\.|[^\]\\])+\]|\\[dDwWsS]|\.)(\*|\+|\{(\d+)(?:(,)(\d*))?\})\$")
+_COUNTED_RUN_MIN = 8  # a maximum below this is as cheap as a DFA per length
+
+
+def counted_class_run(pattern: str | None, lo: int, hi: int | None) -> tuple[ByteDFA, int, int | None] | None:
+    """A pattern ``^C{m,n}$`` with lengths lo..hi as a counted leaf: (the quoted ``"C*"``,
+    the merged minimum and maximum), or None where the pattern is not one class repeated, the
+    count is short (a DFA per length costs little there), or C has no ASCII character (the
+    grammar's distances count a needed character as one byte). Exact: every prefix of C* is
+    a string of it that may close or take any character of C, so a count alone decides
+    where the string may end, as for a plain string."""
+    found = None if pattern is None else _CLASS_RUN.fullmatch(pattern)
+    if found is None:
+        return None
+    cls, quant, m, comma, n = found.groups()
+    if quant == "*":
+        run_lo, run_hi = 0, None
+    elif quant == "+":
+        run_lo, run_hi = 1, None
+    else:
+        run_lo = int(m)
+        run_hi = run_lo if comma is None else int(n) if n else None
+    lo = max(lo, run_lo)
+    hi = run_hi if hi is None else hi if run_hi is None else min(hi, run_hi)
+    if (hi is None and lo <= 1) or (hi is not None and hi < _COUNTED_RUN_MIN):
+        return None
+    try:
+        dfa = string_dfa(0, None, f"^{cls}*$", None)
+    except ConstraintError:  # the pattern's own compile says why, with its pointer
+        return None
+    body = int(dfa.trans[0, ord('"')])
+    if body < 0 or not any(int(dfa.trans[body, b]) == body for b in range(0x80) if b != ord('"')):
+        return None
+    return dfa, lo, hi
 
 
 def _counted_chars(lo: int, hi: int | None, budget: CompileBudget) -> ByteDFA:

@@ -17,7 +17,9 @@ from .vocab import TokenizerInfo
 @dataclass(frozen=True, slots=True)
 class CountedLeaf:
     """A string leaf with minLength/maxLength kept as a count at run time: ``dfa`` is the
-    unbounded quoted string, ``starts_char[q, b]`` says byte b in state q begins a character."""
+    unbounded quoted string (any text, or a pattern's one character class repeated: C* for
+    ``^C{m,n}$``, json_leaves.counted_class_run), ``starts_char[q, b]`` says byte b in state
+    q begins a character."""
 
     dfa: ByteDFA
     lo: int

@@ -124,6 +124,46 @@ def test_a_pattern_with_long_length_bounds_keeps_them_all(byte_compiler):
     assert not accepted_by_masks(grammar, _text("arn:aws:datasync:r:1:agent/agent-0123456789abcdefg" + "x" * 20))
 
 
+CLASS_RUNS = [
+    ({"pattern": "^[0-9a-zA-Z_-]{1,255}$"}, (1, 255)),
+    ({"pattern": "^[0-9a-zA-Z\\.\\-_]+$", "minLength": 3, "maxLength": 63}, (3, 63)),
+    ({"pattern": "^[A-Fa-f\\d]{24}$"}, (24, 24)),
+    ({"pattern": "^[a-zé-]{2,40}$", "maxLength": 12}, (2, 12)),
+    ({"pattern": "^\\d*$", "minLength": 9}, (9, None)),
+]
+
+
+@pytest.mark.parametrize("schema,bounds", CLASS_RUNS, ids=lambda x: json.dumps(x)[:40])
+def test_a_class_repeated_is_a_counted_leaf(byte_compiler, schema, bounds):
+    """``^C{m,n}$`` with minLength/maxLength keeps one count over C* (a shared leaf of a few
+    states, not a state per length), with the pattern's and the schema's bounds merged; the
+    masks accept exactly what the validator does at every edge, multi-byte characters
+    counted once."""
+    import jsonschema
+
+    schema = {"type": "string", **schema}
+    grammar = byte_compiler.compile_json_schema({"type": "object", "properties": {"s": schema}, "required": ["s"]})
+    counted = [(c.lo, c.hi) for c in grammar.automaton._counted if c is not None]
+    assert counted == [bounds] and max(d.num_states for d in grammar.automaton.rules) < 12
+    lo, hi = bounds
+    top = hi if hi is not None else lo + 20
+    for n in sorted({0, 1, lo - 1, lo, lo + 1, top - 1, top, top + 1, 300}):
+        for ch in ("a", "é", "F.", "_", "0"):
+            body = (ch * max(n, 0))[:max(n, 0)]
+            ok = jsonschema.Draft202012Validator(schema).is_valid(body)
+            assert accepted_by_masks(grammar, _text({"s": body})) == ok, (n, body[:6], ok)
+
+
+def test_a_class_of_multi_byte_characters_only_stays_one_automaton(byte_compiler):
+    """The grammar's distances count a character still needed as one byte: a class with no
+    ASCII character keeps its automaton per length (still exact)."""
+    schema = {"type": "string", "pattern": "^[éü]{1,30}$"}
+    grammar = byte_compiler.compile_json_schema(schema)
+    assert not any(c is not None for c in getattr(grammar.automaton, "_counted", ()))
+    for n in (0, 1, 30, 31):
+        assert accepted_by_masks(grammar, _text("é" * n)) == (1 <= n <= 30), n
+
+
 def _generated_language(grammar, max_len: int) -> set[bytes]:
     """Every text the masks let through, EOS included, by exhaustive search over bytes."""
     from constraints import allocate_token_bitmask
