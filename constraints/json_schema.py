@@ -56,7 +56,7 @@ from .json_merge import (
     without_types,
 )
 from .json_not import excluded, narrow_not, spellings_dfa
-from .leaves import CountedLeaf
+from .leaves import CountedLeaf, walk_whole
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
 from .numbers import (
     INTEGER,
@@ -418,7 +418,7 @@ def _matching_pattern(dfa, pattern: str, budget: CompileBudget, ptr: str):
 
 
 def _emit_any(ctx: Ctx, nfa: NFA, start: int) -> int:
-    return emit_leaf(ctx, nfa, start, any_value_dfa(ANY_DEPTH, ctx.flexible))
+    return emit_leaf(ctx, nfa, start, walk_whole(any_value_dfa(ANY_DEPTH, ctx.flexible)))
 
 
 @lru_cache(maxsize=8)

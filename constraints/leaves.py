@@ -137,6 +137,30 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
     return walk
 
 
+_WALKED_WHOLE: list[ByteDFA] = []  # leaves whose every state is walked at their first grammar
+
+
+def walk_whole(dfa: ByteDFA) -> ByteDFA:
+    """Mark ``dfa``, a shared leaf whose states outputs wander all over (any JSON value: 621
+    states, one per place in three levels of nesting), to have every state's walk computed
+    when a grammar of a tokenizer first calls it (``walk_marked_leaves``, at compile: ~0.1 s
+    once), instead of one walk of the vocabulary at each state's first visit in a fill."""
+    if not any(d is dfa for d in _WALKED_WHOLE):
+        _WALKED_WHOLE.append(dfa)
+    return dfa
+
+
+def walk_marked_leaves(info: TokenizerInfo, rules: list) -> None:
+    """The walks of every state of the marked leaves among ``rules`` (walk_whole), where not
+    computed yet for this tokenizer. In C only: the vectorized walks would take seconds."""
+    if native.module() is None:
+        return
+    for dfa in _WALKED_WHOLE:
+        if any(r is dfa for r in rules) and (dfa, dfa.num_states - 1, False) not in info.leaf_walks:
+            for q in range(dfa.num_states):
+                leaf_walk(info, dfa, q)
+
+
 def _row_walk(info: TokenizerInfo, dfa: ByteDFA, q: int) -> LeafWalk | None:
     """A leaf without character counts needs no per-token lists: the C walk sets the inside
     tokens in the row itself (a string body's state keeps ~48k tokens: listing, indexing

@@ -28,7 +28,7 @@ from .budget import CompileBudget
 from .completion import UNREACHABLE, GrammarDistances, rule_distances
 from .errors import UnsupportedSchemaError
 from .fsm import ALL_BYTES, DEAD, ByteDFA, determinize, equivalent_within, trim_and_minimize
-from .leaves import CountedLeaf, leaf_walk
+from .leaves import CountedLeaf, leaf_walk, walk_marked_leaves
 from .nfa import CALL_BASE
 from .pda_trie import trie_walk
 from .pda_walk import walk_tokens
@@ -762,6 +762,7 @@ def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
             else determinize(*f, budget, width=width) for f in fragments]
     _check_not_left_recursive(dfas, pointers)
     dfas = _drop_empty_calls(dfas)
+    walk_marked_leaves(info, dfas)
     return PushdownAutomaton(info, [f if isinstance(f, CountedLeaf) else d
                                     for f, d in zip(fragments, dfas)], unique)
 

@@ -164,6 +164,24 @@ def test_a_class_of_multi_byte_characters_only_stays_one_automaton(byte_compiler
         assert accepted_by_masks(grammar, _text("é" * n)) == (1 <= n <= 30), n
 
 
+def test_any_value_is_walked_whole_when_a_grammar_first_calls_it():
+    """An unconstrained value ({}) is one shared leaf of hundreds of states: the first grammar
+    of a tokenizer that calls it walks every state at compile, so no fill inside a value
+    walks the vocabulary, however deep the output goes, and the masks stay exact."""
+    info = byte_vocab_info()  # a tokenizer of its own: nothing walked before
+    compiler = GrammarCompiler(info, cache_size=0)
+    grammar = compiler.compile_json_schema({"type": "object", "properties": {"x": {}}, "required": ["x"]})
+    walked = len(info.leaf_walks)
+    assert walked > 300
+    text = b'{"x":{"a":[1,{"b":"q\\n","c":-2.5e3}],"d":[true,null]}}'
+    m = grammar.matcher()
+    for i in range(len(text)):
+        grammar.automaton.mask_row(m._state)
+        assert m.accept_string(text[i:i + 1])
+    assert m.can_terminate() and len(info.leaf_walks) == walked
+    assert not accepted_by_masks(grammar, b'{"x":{"a":[1,}}')
+
+
 def _generated_language(grammar, max_len: int) -> set[bytes]:
     """Every text the masks let through, EOS included, by exhaustive search over bytes."""
     from constraints import allocate_token_bitmask
