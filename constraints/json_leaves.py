@@ -163,8 +163,9 @@ def string_dfa(min_len: int, max_len: int | None, pattern: str | None, fmt: str 
 
 
 # A pattern that is one character class repeated, anchored at both ends: ^[a-z0-9_-]{1,255}$,
-# ^\\d+$, ^.*$ (a class, an escape class or the dot; no literal, group or lazy quantifier).
-_CLASS_RUN = re.compile(r"\^(\[(?:\\.|[^\]\\])+\]|\\[dDwWsS]|\.)(\*|\+|\{(\d+)(?:(,)(\d*))?\})\$")
+# ^\d+$, ^\P{C}*$, ^.*$ (a class, an escape class, a Unicode category or the dot; no
+# literal, group or lazy quantifier).
+_CLASS_RUN = re.compile(r"\^(\[(?:\\.|[^\]\\])+\]|\\[dDwWsS]|\\[pP]\{\w+\}|\.)(\*|\+|\{(\d+)(?:(,)(\d*))?\})\$")
 _COUNTED_RUN_MIN = 8  # a maximum below this is as cheap as a DFA per length
 
 

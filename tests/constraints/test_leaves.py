@@ -154,6 +154,16 @@ def test_a_class_repeated_is_a_counted_leaf(byte_compiler, schema, bounds):
             assert accepted_by_masks(grammar, _text({"s": body})) == ok, (n, body[:6], ok)
 
 
+def test_a_unicode_category_repeated_is_a_counted_leaf(byte_compiler):
+    """``^\\p{Lu}{2,30}$`` under maxLength 20 (a category Python's re cannot read, so the
+    expected answers are written out): counted, upper-case letters of any script only."""
+    grammar = byte_compiler.compile_json_schema({"type": "string", "pattern": "^\\p{Lu}{2,30}$", "maxLength": 20})
+    assert [(c.lo, c.hi) for c in grammar.automaton._counted if c is not None] == [(2, 20)]
+    for text, ok in (("AB", True), ("ÉÀ", True), ("A" * 20, True), ("Ω" * 20, True), ("A" * 21, False),
+                     ("A", False), ("Ab", False), ("A1", False), ("", False)):
+        assert accepted_by_masks(grammar, _text(text)) == ok, text
+
+
 def test_a_class_of_multi_byte_characters_only_stays_one_automaton(byte_compiler):
     """The grammar's distances count a character still needed as one byte: a class with no
     ASCII character keeps its automaton per length (still exact)."""
