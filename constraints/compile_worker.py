@@ -17,7 +17,10 @@ import pickle
 
 from .compiler import GrammarCompiler
 from .errors import ConstraintError
+from .fsm import ByteDFA
 from .grammar import CompiledGrammar
+from .leaves import same_leaf, walk_marked_leaves, walked_whole
+from .nfa import CALL_BASE
 from .vocab import TokenizerInfo
 
 _INFO_ID = "tokenizer-info"
@@ -25,18 +28,41 @@ _INFO_ID = "tokenizer-info"
 
 def dumps_grammar(grammar: CompiledGrammar, info: TokenizerInfo) -> bytes:
     """``grammar`` pickled with ``info`` as a reference, so the vocabulary is not copied
-    through the pipe and the parent's own TokenizerInfo (and what it caches) is reused."""
+    through the pipe and the parent's own TokenizerInfo (and what it caches) is reused;
+    its leaf automata travel as their content (``leaves.same_leaf``)."""
     buf = io.BytesIO()
-    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.persistent_id = lambda obj: _INFO_ID if obj is info else None
-    pickler.dump(grammar)
+    _GrammarPickler(buf, info).dump(grammar)
     return buf.getvalue()
 
 
 def loads_grammar(payload: bytes, info: TokenizerInfo) -> CompiledGrammar:
+    """The grammar ``dumps_grammar`` sent, as this process uses it: each leaf automaton is
+    the process's one object of that content, so the walks, distances and spellings cached
+    per leaf (keyed by the object) for one grammar serve every later one, as they do where
+    grammars compile in the process (unpickled apart, two grammars' string leaves would be
+    two objects, and every grammar would walk the vocabulary for its leaves anew); the
+    leaves marked to be walked whole (the any-value leaf) are walked here, once."""
     unpickler = pickle.Unpickler(io.BytesIO(payload))
     unpickler.persistent_load = lambda pid: info if pid == _INFO_ID else None
-    return unpickler.load()
+    grammar = unpickler.load()
+    rules = getattr(grammar.automaton, "rules", None)
+    if rules is not None:
+        walk_marked_leaves(info, list(rules))
+    return grammar
+
+
+class _GrammarPickler(pickle.Pickler):
+    def __init__(self, file, info: TokenizerInfo):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._info = info
+
+    def persistent_id(self, obj):
+        return _INFO_ID if obj is self._info else None
+
+    def reducer_override(self, obj):
+        if type(obj) is ByteDFA and obj.trans.shape[1] <= CALL_BASE:  # a leaf: no call columns
+            return same_leaf, (obj.trans, obj.accept, walked_whole(obj))
+        return NotImplemented
 
 
 def serve(conn) -> None:

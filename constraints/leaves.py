@@ -4,6 +4,8 @@ once per tokenizer and reused by every grammar that calls the leaf."""
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -148,6 +150,32 @@ def walk_whole(dfa: ByteDFA) -> ByteDFA:
     if not any(d is dfa for d in _WALKED_WHOLE):
         _WALKED_WHOLE.append(dfa)
     return dfa
+
+
+_SAME: dict[tuple, ByteDFA] = {}  # the leaves same_leaf has made or met, by content
+_SAME_MAX = 4096
+_SAME_LOCK = threading.Lock()
+
+
+def same_leaf(trans: np.ndarray, accept: np.ndarray, whole: bool = False) -> ByteDFA:
+    """The process's one ByteDFA of this content, made on first sight, and marked to be
+    walked whole where ``whole``: how a leaf pickled by a compile worker is unpickled
+    (compile_worker.loads_grammar), so grammars loaded apart share their leaves' walks."""
+    digest = hashlib.blake2b(trans.tobytes(), digest_size=16)
+    digest.update(accept.tobytes())
+    key = (trans.shape, trans.dtype.str, digest.digest())
+    with _SAME_LOCK:
+        found = _SAME.get(key)
+        if found is None:
+            if len(_SAME) >= _SAME_MAX:
+                _SAME.clear()
+            found = _SAME[key] = ByteDFA(trans, accept)
+    return walk_whole(found) if whole else found
+
+
+def walked_whole(dfa: ByteDFA) -> bool:
+    """Whether ``dfa`` is marked by walk_whole."""
+    return any(d is dfa for d in _WALKED_WHOLE)
 
 
 def walk_marked_leaves(info: TokenizerInfo, rules: list) -> None:

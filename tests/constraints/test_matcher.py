@@ -213,3 +213,29 @@ def test_a_compiled_grammar_survives_the_compile_workers_pickle(small_compiler):
         assert torch.equal(a, b) and unpack_bitmask(a[0], info.vocab_size)[token]
         assert one.accept_token(token) and two.accept_token(token)
     assert one.is_terminated() == two.is_terminated()
+
+
+def test_grammars_from_a_compile_worker_share_their_leaves():
+    """Two grammars sent back by a compile worker use the loading process's one object per
+    leaf content (the string body, any value), so the walks cached for one serve the other
+    instead of each grammar walking the vocabulary for its leaves anew; the any-value leaf,
+    marked to be walked whole, is walked in the loading process when it first arrives."""
+    from constraints.compile_worker import dumps_grammar, loads_grammar
+    from schema_suite_runner import byte_vocab_info
+
+    worker, parent = byte_vocab_info(), byte_vocab_info()  # the two processes' tokenizers
+    compiler = GrammarCompiler(worker, cache_size=0)
+    sent = [compiler.compile_json_schema({"type": "object", "properties": {name: {"type": "string"}, "x": {}},
+                                          "required": [name]}) for name in ("first", "second")]
+    one, two = (loads_grammar(dumps_grammar(g, worker), parent) for g in sent)
+    shared = [r for r in one.automaton.rules if any(r is s for s in two.automaton.rules)]
+    assert len(shared) >= 2  # the string body and the any-value leaf at least
+    walked = len(parent.leaf_walks)
+    assert walked > 300  # the any-value leaf's states, walked at the first load
+    for grammar, name in ((one, "first"), (two, "second")):
+        m = grammar.matcher()
+        assert m.accept_string(f'{{"{name}":"some text')
+        grammar.automaton.mask_row(m._state)
+        if name == "first":
+            walked = len(parent.leaf_walks)
+    assert len(parent.leaf_walks) == walked  # the second grammar's string reused the first's walk
