@@ -154,7 +154,9 @@ def walk_whole(dfa: ByteDFA) -> ByteDFA:
 
 _SAME: dict[tuple, ByteDFA] = {}  # the leaves same_leaf has made or met, by content
 _SAME_MAX = 4096
+_SAME_BYTES_MAX = 256 << 20  # their tables' bytes (a long pattern's leaf is megabytes)
 _SAME_LOCK = threading.Lock()
+_same_bytes = 0
 
 
 def same_leaf(trans: np.ndarray, accept: np.ndarray, whole: bool = False) -> ByteDFA:
@@ -164,12 +166,15 @@ def same_leaf(trans: np.ndarray, accept: np.ndarray, whole: bool = False) -> Byt
     digest = hashlib.blake2b(trans.tobytes(), digest_size=16)
     digest.update(accept.tobytes())
     key = (trans.shape, trans.dtype.str, digest.digest())
+    global _same_bytes
     with _SAME_LOCK:
         found = _SAME.get(key)
         if found is None:
-            if len(_SAME) >= _SAME_MAX:
+            if len(_SAME) >= _SAME_MAX or _same_bytes + trans.nbytes > _SAME_BYTES_MAX:
                 _SAME.clear()
+                _same_bytes = 0
             found = _SAME[key] = ByteDFA(trans, accept)
+            _same_bytes += trans.nbytes
     return walk_whole(found) if whole else found
 
 
