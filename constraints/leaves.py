@@ -162,17 +162,21 @@ _same_bytes = 0
 def same_leaf(trans: np.ndarray, accept: np.ndarray, whole: bool = False) -> ByteDFA:
     """The process's one ByteDFA of this content, made on first sight, and marked to be
     walked whole where ``whole``: how a leaf pickled by a compile worker is unpickled
-    (compile_worker.loads_grammar), so grammars loaded apart share their leaves' walks."""
+    (compile_worker.loads_grammar), so grammars loaded apart share their leaves' walks. The
+    leaves marked whole outlive a full registry's clearing (else each clearing would mark a
+    new copy of the any-value leaf)."""
+    global _same_bytes
     digest = hashlib.blake2b(trans.tobytes(), digest_size=16)
     digest.update(accept.tobytes())
     key = (trans.shape, trans.dtype.str, digest.digest())
-    global _same_bytes
     with _SAME_LOCK:
         found = _SAME.get(key)
         if found is None:
             if len(_SAME) >= _SAME_MAX or _same_bytes + trans.nbytes > _SAME_BYTES_MAX:
+                kept = {k: d for k, d in _SAME.items() if walked_whole(d)}
                 _SAME.clear()
-                _same_bytes = 0
+                _SAME.update(kept)
+                _same_bytes = sum(d.trans.nbytes for d in kept.values())
             found = _SAME[key] = ByteDFA(trans, accept)
             _same_bytes += trans.nbytes
     return walk_whole(found) if whole else found

@@ -257,3 +257,17 @@ def test_a_listed_whole_number_is_spelled_both_ways(byte_compiler):
     assert _generated_language(byte_compiler.compile_json_schema({"const": -2.0}), 8) == {b"-2.0", b"-2"}
     assert _generated_language(byte_compiler.compile_json_schema({"enum": [3, 1.5, "4"]}), 8) == {
         b"3", b"3.0", b"1.5", b'"4"'}
+
+
+def test_leaves_kept_by_content_keep_one_copy_of_a_leaf_walked_whole(monkeypatch):
+    """A full registry of leaves loaded by content is cleared, but a leaf marked to be walked
+    whole stays the one object: else every clearing would mark (and walk) another copy."""
+    from constraints import leaves
+
+    marked = leaves.same_leaf(np.full((3, 256), -1, np.int32), np.array([False, False, True]), True)
+    monkeypatch.setattr(leaves, "_SAME_MAX", 2)
+    for n in range(4, 9):
+        plain = leaves.same_leaf(np.full((n, 256), -1, np.int32), np.zeros(n, dtype=bool))
+        assert plain is leaves.same_leaf(plain.trans.copy(), plain.accept.copy())  # by content
+    assert leaves.same_leaf(np.full((3, 256), -1, np.int32), np.array([False, False, True]), True) is marked
+    assert sum(d is marked for d in leaves._WALKED_WHOLE) == 1

@@ -220,8 +220,9 @@ def test_grammars_from_a_compile_worker_share_their_leaves():
     leaf content (the string body, any value), so the walks cached for one serve the other
     instead of each grammar walking the vocabulary for its leaves anew; the any-value leaf,
     marked to be walked whole, is walked in the loading process when it first arrives."""
-    from constraints.compile_worker import dumps_grammar, loads_grammar
     from schema_suite_runner import byte_vocab_info
+
+    from constraints.compile_worker import dumps_grammar, loads_grammar
 
     worker, parent = byte_vocab_info(), byte_vocab_info()  # the two processes' tokenizers
     compiler = GrammarCompiler(worker, cache_size=0)
