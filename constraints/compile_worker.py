@@ -73,6 +73,7 @@ def serve(conn) -> None:
     try:
         info_bytes, max_states, timeout_s, limits = conn.recv()
         info: TokenizerInfo = pickle.loads(info_bytes)
+        info.walks_leaves_whole = False  # the parent walks them, once, where it loads a grammar
         compiler = GrammarCompiler(info, max_states=max_states, compile_timeout_s=timeout_s, limits=limits)
         compiler.compile_regex("[a-z]")  # build the per-tokenizer tables before the first request
         conn.send(("ready",))

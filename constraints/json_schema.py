@@ -373,8 +373,9 @@ def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
         # A length-bounded plain string: one shared leaf and a count, not a DFA per length.
         leaf = CountedLeaf.of_plain_string(string_dfa(0, None, None, None), lo, hi)
         return emit_call(nfa, start, ctx.rule_index(leaf, ptr))
-    run = counted_class_run(pattern, lo, hi) if fmt is None and not not_patterns else None
-    if run is not None and not ctx.inline_leaves and not excluded(schema, str) and not schema.get(ALSO_PATTERNS):
+    run = (counted_class_run(pattern, lo, hi) if fmt is None and not not_patterns and not schema.get(ALSO_PATTERNS)
+           and not ctx.inline_leaves and not excluded(schema, str) else None)
+    if run is not None:
         # ^C{m,n}$ (one character class repeated): the same shared leaf and count, over C*.
         dfa, run_lo, run_hi = run
         if run_hi is not None and run_hi < run_lo:

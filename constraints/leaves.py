@@ -190,7 +190,7 @@ def walked_whole(dfa: ByteDFA) -> bool:
 def walk_marked_leaves(info: TokenizerInfo, rules: list) -> None:
     """The walks of every state of the marked leaves among ``rules`` (walk_whole), where not
     computed yet for this tokenizer. In C only: the vectorized walks would take seconds."""
-    if native.module() is None:
+    if not info.walks_leaves_whole or native.module() is None:
         return
     for dfa in _WALKED_WHOLE:
         if any(r is dfa for r in rules) and (dfa, dfa.num_states - 1, False) not in info.leaf_walks:

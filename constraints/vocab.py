@@ -133,6 +133,9 @@ class TokenizerInfo:
     leaf_spellings: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # Fewest bytes to finish from each state of a shared leaf (completion.GrammarDistances).
     leaf_distances: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Whether leaves marked walk_whole are walked here (leaves.walk_marked_leaves): not in a
+    # compile worker, whose walks never reach the process that fills the masks.
+    walks_leaves_whole: bool = field(default=True, init=False, repr=False, compare=False)
     # Per-token features the uniqueItems check reads (unique_items._token_features).
     unique_item_features: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _ids_by_bytes: dict[bytes, int] | None = field(default=None, init=False, repr=False, compare=False)

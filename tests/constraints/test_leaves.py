@@ -264,6 +264,9 @@ def test_leaves_kept_by_content_keep_one_copy_of_a_leaf_walked_whole(monkeypatch
     whole stays the one object: else every clearing would mark (and walk) another copy."""
     from constraints import leaves
 
+    monkeypatch.setattr(leaves, "_SAME", {})
+    monkeypatch.setattr(leaves, "_WALKED_WHOLE", [])
+    monkeypatch.setattr(leaves, "_same_bytes", 0)
     marked = leaves.same_leaf(np.full((3, 256), -1, np.int32), np.array([False, False, True]), True)
     monkeypatch.setattr(leaves, "_SAME_MAX", 2)
     for n in range(4, 9):
