@@ -11,6 +11,7 @@ import re
 from functools import lru_cache, partial
 
 import interegular.patterns as ip
+import numpy as np
 
 from .budget import CompileBudget
 from .errors import InvalidConstraintError
@@ -124,22 +125,29 @@ def _category_ranges(category: str) -> tuple[tuple[int, int], ...]:
 
 @lru_cache(maxsize=1)
 def _categories() -> dict[str, tuple[tuple[int, int], ...]]:
-    """Every general category's ranges, and each major class's (L, M, N, ...): one pass over
-    the code points (about half a second, once a process)."""
+    """Every general category's ranges, and each major class's (L, M, N, ...): each code
+    point's category read once, then each category's runs found with numpy (~0.25 s, once a
+    process; a Python loop over the runs took ~0.45)."""
     import unicodedata
 
-    ranges: dict[str, list[list[int]]] = {}
-    for point in range(0x110000):
-        if 0xD800 <= point < 0xE000:
-            continue
-        cat = unicodedata.category(chr(point))
-        for key in (cat, cat[0]):
-            runs = ranges.setdefault(key, [])
-            if runs and runs[-1][1] == point - 1:
-                runs[-1][1] = point
-            else:
-                runs.append([point, point])
-    return {k: tuple((a, b) for a, b in v) for k, v in ranges.items()}
+    points = np.concatenate([np.arange(0xD800), np.arange(0xE000, 0x110000)])  # no surrogates
+    names = list(map(unicodedata.category, map(chr, points.tolist())))
+    kinds = sorted(set(names))
+    codes = np.fromiter(map({k: i for i, k in enumerate(kinds)}.__getitem__, names),
+                        dtype=np.int8, count=len(names))
+
+    def runs(mask: np.ndarray) -> tuple[tuple[int, int], ...]:
+        at = points[mask]  # a run breaks where the points jump (a gap, or the surrogates)
+        if not len(at):
+            return ()
+        cut = np.nonzero(np.diff(at) != 1)[0]
+        return tuple(zip(np.concatenate(([at[0]], at[cut + 1])).tolist(),
+                         np.concatenate((at[cut], [at[-1]])).tolist()))
+
+    out = {k: runs(codes == i) for i, k in enumerate(kinds)}
+    for major in {k[0] for k in kinds}:
+        out[major] = runs(np.isin(codes, [i for i, k in enumerate(kinds) if k[0] == major]))
+    return out
 
 
 def _escaped_at(text: str, i: int) -> bool:

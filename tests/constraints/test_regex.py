@@ -228,3 +228,35 @@ def test_an_unanchored_lookahead_that_begins_with_a_caret(pattern):
 def test_an_unanchored_lookahead_that_can_hold_mid_string_is_refused():
     with pytest.raises(InvalidConstraintError, match="past the string's start"):
         search_dfa(r"(?!ab)[a-c]+", CompileBudget())
+
+
+def test_the_unicode_category_table_is_unicodedata_in_maximal_runs():
+    """\\p{..} reads one table of runs per category (built once a process): every code point
+    but the surrogates in exactly one category's runs, each run's ends of that category and
+    its neighbours not, and each major class (L, N, ...) the union of its categories."""
+    import unicodedata
+
+    from constraints.regex import _categories
+
+    table = _categories()
+    minor = {k: v for k, v in table.items() if len(k) == 2}
+    covered = np.zeros(0x110000, dtype=np.int32)
+    for runs in minor.values():
+        for a, b in runs:
+            covered[a:b + 1] += 1
+    assert (covered[:0xD800] == 1).all() and (covered[0xE000:] == 1).all()
+    assert not covered[0xD800:0xE000].any()
+    for k, runs in minor.items():
+        for a, b in runs:
+            assert unicodedata.category(chr(a)) == k == unicodedata.category(chr(b))
+            for p in (a - 1, b + 1):
+                if 0 <= p < 0x110000 and not 0xD800 <= p < 0xE000:
+                    assert unicodedata.category(chr(p)) != k
+    for major in {k[0] for k in minor}:
+        want, got = np.zeros(0x110000, dtype=bool), np.zeros(0x110000, dtype=bool)
+        for k, runs in minor.items():
+            for a, b in runs if k[0] == major else ():
+                want[a:b + 1] = True
+        for a, b in table[major]:
+            got[a:b + 1] = True
+        assert (want == got).all(), major
