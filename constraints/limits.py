@@ -20,7 +20,7 @@ from .errors import ConstraintLimitError, InvalidConstraintError
 class ConstraintLimits:
     max_spec_bytes: int = 256 * 1024  # a regex, schema or grammar's text, UTF-8
     max_schema_depth: int = 64  # JSON nesting of a schema document
-    max_enum_values: int = 1024  # one enum's values
+    max_enum_values: int = 4096  # one enum's values (GitHub issue forms list 1,772 languages)
     max_regex_chars: int = 8192  # one pattern (a regex, or a schema's pattern keyword)
     max_repetition: int = 1024  # a {n,m} bound in a pattern (AWS writes {0,1024} for its 1,024-character names)
     max_grammar_rules: int = 1024  # EBNF rule definitions

@@ -155,3 +155,24 @@ def test_rule_count_is_capped_with_a_clear_error(compiler):
     many = {f"p{i}": {"type": "object", "required": [f"x{i}"]} for i in range(4200)}  # all distinct
     with pytest.raises(GrammarTooComplexError, match="4096 grammar rules"):
         compiler.compile_json_schema({"type": "object", "properties": many})
+
+
+def test_an_enum_of_thousands_of_short_names_compiles_exactly(compiler, hf_tokenizer):
+    """GitHub's issue forms list 1,772 languages in one enum (over the old 1,024 limit): an
+    enum of 2,000 short names compiles, every name passes the masks, and a name one letter
+    off or cut short does not."""
+    import random
+
+    rng = random.Random(7)
+    names = sorted({"".join(rng.choices("abcdefghijklmnopqrstuvwxyz+#-", k=rng.randint(1, 9)))
+                    for _ in range(2400)})[:2000]
+    schema = {"type": "object", "properties": {"render": {"enum": names}}, "required": ["render"]}
+    grammar = compiler.compile_json_schema(schema)
+    for name in rng.sample(names, 40):
+        assert accepted_by_tokens(grammar, hf_tokenizer, _text({"render": name}))
+    members = set(names)
+    outside = [n[:-1] for n in names if len(n) > 1 and n[:-1] not in members][:20]
+    outside += [n + "q" for n in names if n + "q" not in members][:20]
+    for name in outside:
+        m = grammar.matcher()
+        assert not (m.accept_string(_text({"render": name})) and m.can_terminate()), name

@@ -22,7 +22,7 @@ def _nested(depth: int) -> str:
     ("regex", "a{3,1025}", "max_repetition"),
     ("regex", "x" * 9000, "max_regex_chars"),
     ("json_schema", json.dumps({"enum": [str(i) for i in range(10_000)]}), "max_enum_values"),
-    ("json_schema", json.dumps({"properties": {"a": {"enum": list(range(1025))}}}), "max_enum_values"),
+    ("json_schema", json.dumps({"properties": {"a": {"enum": list(range(4097))}}}), "max_enum_values"),
     ("json_schema", json.dumps({"type": "string", "pattern": "a{2000}"}), "max_repetition"),
     ("json_schema", json.dumps({"patternProperties": {"^x{5000}$": {}}}), "max_repetition"),
     ("json_schema", _nested(300), "max_schema_depth"),
@@ -42,7 +42,7 @@ def test_refused_naming_the_limit(kind, spec, limit):
     ("regex", "[a-z]{3,8}@[a-z]+\\.com"),
     ("regex", "a\\{5000}"),  # an escaped brace is no repetition
     ("regex", "x" * 8000),
-    ("json_schema", json.dumps({"enum": list(range(1024))})),
+    ("json_schema", json.dumps({"enum": list(range(4096))})),
     ("json_schema", json.dumps({"const": [str(i) for i in range(5000)]})),  # const is one value
     ("json_schema", json.dumps({"type": "string", "description": "{[{[" * 100})),  # brackets in strings
     ("json_schema", _nested(60)),
