@@ -1143,6 +1143,43 @@ out:
     return ret;
 }
 
+/* Each live state's longest way to acceptance in bytes (n + 1 where a cycle makes it
+ * unbounded), by peeling states whose live successors are all done (Kahn, backwards over
+ * pred). Equivalent states accept the same words, so they agree on it as on the shortest:
+ * starting the refinement from both tells apart at once what the shortest alone leaves to
+ * hundreds of splits (a length-bounded product's states differ by the room they have left).
+ * NULL: out of memory. */
+static int64_t *longest_to_accept(const int32_t *trans, int64_t n, int64_t w, const int64_t *cols, int64_t nc,
+                                  const uint8_t *accept, const int64_t *dist, const int64_t *pred_off,
+                                  const int64_t *pred) {
+    int64_t *most = malloc(sizeof(int64_t) * (n ? n : 1)), *out = calloc(n ? n : 1, sizeof(int64_t));
+    int64_t *queue = malloc(sizeof(int64_t) * (n ? n : 1));
+    if (!most || !out || !queue) { free(most); free(out); free(queue); return NULL; }
+    int64_t head = 0, tail = 0;
+    for (int64_t s = 0; s < n; s++) {
+        most[s] = accept[s] ? 0 : -1;
+        if (dist[s] < 0) continue;
+        for (int64_t k = 0; k < nc; k++) {
+            int32_t t = trans[s * w + cols[k]];
+            out[s] += t >= 0 && dist[t] >= 0;
+        }
+        if (!out[s]) queue[tail++] = s;
+    }
+    while (head < tail) {
+        int64_t t = queue[head++];
+        for (int64_t i = pred_off[t]; i < pred_off[t + 1]; i++) {
+            int64_t p = pred[i];
+            if (dist[p] < 0) continue;
+            if (most[t] + 1 > most[p]) most[p] = most[t] + 1;
+            if (--out[p] == 0) queue[tail++] = p;
+        }
+    }
+    for (int64_t s = 0; s < n; s++)
+        if (dist[s] >= 0 && out[s]) most[s] = n + 1;  /* reaches a cycle */
+    free(out); free(queue);
+    return most;
+}
+
 /* fsm.trim_and_minimize on a table trans[n * w] (< 0 dead), accept[n]: drop the states that
  * are not reachable from 0 or cannot reach acceptance, then (minimize) merge equivalent ones
  * (from the distance to acceptance: refine). States are numbered as fsm.py numbers
@@ -1281,17 +1318,25 @@ static int64_t trim_minimize(const int32_t *trans, int64_t n, int64_t w, const u
             int32_t t = trans[order[i] * w + cols[k]];
             table[i * nc + k] = t >= 0 && dist[t] >= 0 ? cls_of[t] : -1;
         }
-    /* classes: the distance to acceptance, then refined by successors' classes */
+    /* classes: the shortest and the longest way to acceptance, then refined by successors'
+     * classes */
     for (int64_t i = 0; i < kept; i++) cls[i] = i;
     if (minimize) {
-        for (int64_t i = 0; i < n; i++) next[i] = -1; /* distance (below n) -> dense class */
-        int64_t classes = 0;
+        int64_t *most = longest_to_accept(trans, n, w, cols, nc, accept, dist, pred_off, pred);
+        Keyed *keyed = malloc(sizeof(Keyed) * (kept ? kept : 1));
+        if (!most || !keyed) { free(most); free(keyed); goto done; }
         for (int64_t i = 0; i < kept; i++) {
-            int64_t d = dist[order[i]];
-            if (next[d] < 0) next[d] = classes++;
-            cls[i] = next[d];
+            keyed[i].h = (uint64_t)dist[order[i]] * (uint64_t)(n + 2) + (uint64_t)most[order[i]];
+            keyed[i].i = i;
         }
-        if (refine(table, kept, nc, cls, classes) < 0) goto done;
+        qsort(keyed, kept, sizeof(Keyed), by_key);
+        int64_t classes = 0;
+        for (int64_t x = 0; x < kept; x++) {
+            if (x && keyed[x].h != keyed[x - 1].h) classes++;
+            cls[keyed[x].i] = classes;
+        }
+        free(most); free(keyed);
+        if (refine(table, kept, nc, cls, kept ? classes + 1 : 0) < 0) goto done;
     }
     /* classes renumbered by their smallest member (kept order ascends with the old states) */
     for (int64_t i = 0; i < kept; i++) next[i] = -1;

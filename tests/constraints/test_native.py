@@ -422,6 +422,47 @@ def test_the_c_minimization_gives_the_python_one_on_long_chains():
     assert merged > 100
 
 
+def _bounded_product(rng, states: int, most: int):
+    """A random DFA over a few bytes (cycles and all) run with a length counter of at most
+    ``most`` bytes: state (q, n) reads a byte into (q', n + 1) while n < most, as a pattern
+    under maxLength compiles. Its states differ by the room they have left, which the
+    shortest way to acceptance alone does not tell apart."""
+    from constraints.fsm import DEAD, ByteDFA
+
+    inner = rng.integers(-1, states, size=(states, 5))
+    inner_accept = rng.random(states) < 0.3
+    inner_accept[-1] = True
+    n = states * (most + 1)
+    trans = np.full((n, 256), DEAD, dtype=np.int32)
+    for q in range(states):
+        for c in range(most):
+            for b in range(5):  # the fifth byte counts two (a character of two bytes)
+                step = 2 if b == 4 else 1
+                if inner[q, b] >= 0 and c + step <= most:
+                    trans[q * (most + 1) + c, 97 + b] = inner[q, b] * (most + 1) + c + step
+    accept = np.repeat(inner_accept, most + 1)
+    return ByteDFA(trans, accept)
+
+
+@needs_c
+def test_the_c_minimization_gives_the_python_one_on_length_bounded_products():
+    """Patterns under a maxLength: the C refinement starts from the shortest and the longest
+    way to acceptance (the longest is what tells the counts apart), Moore's rounds in Python
+    from the shortest alone; state for state the same minimal DFA."""
+    from constraints.fsm import trim_and_minimize
+
+    rng = np.random.default_rng(5)
+    bounded = 0
+    for trial in range(30):
+        dfa = _bounded_product(rng, int(rng.integers(2, 9)), int(rng.integers(3, 60)))
+        got = trim_and_minimize(dfa)
+        with _python_only():
+            want = trim_and_minimize(dfa)
+        assert np.array_equal(got.trans, want.trans) and np.array_equal(got.accept, want.accept), trial
+        bounded += got.num_states > 1
+    assert bounded > 20
+
+
 @needs_c
 def test_the_c_global_table_is_the_numpy_one(tokenizer_info):
     """The stacked table of real schemas' rules (leaves shared, call columns past 256 dropped),
