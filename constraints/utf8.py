@@ -52,8 +52,11 @@ def _split(lo: int, hi: int, out: list[ByteSeq]) -> None:
 
 
 def ranges_of_chars(chars: frozenset[str] | set[str]) -> list[tuple[int, int]]:
-    """Sorted, merged inclusive code-point ranges covering the given characters."""
-    points = np.unique(np.fromiter(map(ord, chars), dtype=np.int64, count=len(chars)))
+    """Sorted, merged inclusive code-point ranges covering the given characters. The code
+    points read in one encode and sorted, not made unique (a set's are): np.unique's hashing
+    took 0.6 s on the ~970k characters of a class like [^\\p{C}]."""
+    text = "".join(chars).encode("utf-32-le", "surrogatepass")
+    points = np.sort(np.frombuffer(text, dtype=np.uint32).astype(np.int64))
     if not len(points):
         return []
     breaks = np.nonzero(np.diff(points) != 1)[0]

@@ -260,3 +260,32 @@ def test_the_unicode_category_table_is_unicodedata_in_maximal_runs():
         for a, b in table[major]:
             got[a:b + 1] = True
         assert (want == got).all(), major
+
+
+@pytest.mark.parametrize("pattern", [r"^\P{C}*$", r"^\P{Cn}{1,3}$", r"a\P{L}b"])
+def test_a_negated_category_is_the_class_of_everything_else(pattern):
+    """\\P{X} of a category holding most code points is written as the class of the characters
+    outside it (interegular lists a class's every character); the automaton is the one of
+    [^X] spelled out over X's ranges."""
+    from constraints.regex import _category_ranges, _class_char
+
+    def spelled(m: re.Match) -> str:
+        ranges = _category_ranges(m.group(1))
+        return "[^" + "".join(_class_char(a) + ("" if a == b else "-" + _class_char(b)) for a, b in ranges) + "]"
+
+    budget = CompileBudget(50_000, 60)
+    got = trim_and_minimize(regex_to_dfa(pattern, budget))
+    want = trim_and_minimize(regex_to_dfa(re.sub(r"\\P\{(\w+)\}", spelled, pattern), budget))
+    assert np.array_equal(got.trans, want.trans) and np.array_equal(got.accept, want.accept)
+
+
+def test_ranges_of_chars_sorts_and_merges_any_set():
+    from constraints.utf8 import ranges_of_chars
+
+    rng = random.Random(4)
+    for _ in range(50):
+        points = {rng.choice([rng.randrange(0x80), rng.randrange(0x110000)]) for _ in range(rng.randrange(1, 300))}
+        points |= {p + 1 for p in list(points)[:20] if p + 1 < 0x110000}
+        ranges = ranges_of_chars({chr(p) for p in points})
+        assert [p for a, b in ranges for p in range(a, b + 1)] == sorted(points)
+        assert all(b + 1 < c for (_, b), (c, _) in zip(ranges, ranges[1:]))
