@@ -213,18 +213,31 @@ def _raw_body(lo: int, hi: int | None, pattern: str | None, fmt: str | None,
     """Pattern/format strings use unescaped characters only, so the regex sees real text."""
     ascii_only = pattern is not None and re.search(r"\\[DWS]", pattern) is not None
     chars = _PLAIN_ASCII if ascii_only else _PLAIN
-    body = _plain_run(chars, 0, None, budget)
+    if fmt is None and pattern is not None:
+        body = _pattern_body(pattern, ascii_only, budget.max_states)
+    else:
+        body = _plain_run(chars, 0, None, budget)
     if fmt is not None:
         if fmt not in FORMATS:
             raise UnsupportedSchemaError.at("format", "", f"value {fmt!r} is not supported")
         body = trim_and_minimize(product(body, regex_leaf(FORMATS[fmt]), "and", budget))
         if fmt in FORMAT_EXCLUDED:
             body = trim_and_minimize(product(body, regex_leaf(FORMAT_EXCLUDED[fmt]), "diff", budget))
-    if pattern is not None:
-        body = trim_and_minimize(product(body, search_dfa(pattern, budget), "and", budget))
+        if pattern is not None:
+            body = trim_and_minimize(product(body, search_dfa(pattern, budget), "and", budget))
     if lo == 0 and hi is None:
         return body
     return _within_length(body, chars, lo, hi, budget)
+
+
+@lru_cache(maxsize=512)
+def _pattern_body(pattern: str, ascii_only: bool, budget_states: int) -> ByteDFA:
+    """The unescaped strings ``pattern`` matches (searched, as JSON Schema reads it), shared
+    by every length bound it comes with: AWS's tag pattern over \\p{L}, \\p{Z} and \\p{N}
+    is a key's under maxLength 128 and a value's under 256 (~0.4 s to parse each time)."""
+    budget = leaf_budget(budget_states)
+    body = _plain_run(_PLAIN_ASCII if ascii_only else _PLAIN, 0, None, budget)
+    return trim_and_minimize(product(body, search_dfa(pattern, budget), "and", budget))
 
 
 def _plain_run(chars, lo: int, hi: int | None, budget: CompileBudget) -> ByteDFA:

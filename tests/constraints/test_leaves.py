@@ -274,3 +274,23 @@ def test_leaves_kept_by_content_keep_one_copy_of_a_leaf_walked_whole(monkeypatch
         assert plain is leaves.same_leaf(plain.trans.copy(), plain.accept.copy())  # by content
     assert leaves.same_leaf(np.full((3, 256), -1, np.int32), np.array([False, False, True]), True) is marked
     assert sum(d is marked for d in leaves._WALKED_WHOLE) == 1
+
+
+def test_a_pattern_under_several_length_bounds_is_parsed_once(byte_compiler, monkeypatch):
+    """AWS writes its tag pattern under maxLength 128 (keys) and 256 (values): the pattern's
+    strings are built once and cut to each bound, and each bound holds exactly."""
+    import constraints.json_leaves as jl
+
+    calls = []
+    real = jl.search_dfa
+    monkeypatch.setattr(jl, "search_dfa", lambda pattern, budget: calls.append(pattern) or real(pattern, budget))
+    pattern = "^k[0-9]*z-once$"  # not met elsewhere in the suite (the leaf caches are per process)
+    schema = {"type": "object", "properties": {
+        "key": {"type": "string", "pattern": pattern, "maxLength": 9},
+        "value": {"type": "string", "pattern": pattern, "maxLength": 12}}}
+    grammar = byte_compiler.compile_json_schema(schema)
+    assert calls == [pattern]
+    for key, value, ok in [("k1z-once", "k1234z-once", True), ("k12z-once", "k12345z-once", True),
+                           ("k123z-once", "k1z-once", False), ("k1z-once", "k123456z-once", False),
+                           ("k1z-onc", "k1z-once", False)]:
+        assert accepted_by_masks(grammar, _text({"key": key, "value": value})) is ok, (key, value)
