@@ -100,14 +100,21 @@ class Duplicate(Exception):
 
 def _token_features(tokens: list[bytes]) -> tuple[np.ndarray, ...]:
     """Per token: may open and close a string item (two quotes), has a quote, has a digit,
-    how many closers, whether it opens a container. Built once per tokenizer."""
-    quotes = np.array([b.count(b'"') for b in tokens])
-    digits = np.zeros(256, dtype=bool)
-    digits[48:58] = True
-    return (quotes >= 2, quotes >= 1,
-            np.array([bool(b) and bool(digits[np.frombuffer(b, dtype=np.uint8)].any()) for b in tokens]),
-            np.array([b.count(b"}") + b.count(b"]") for b in tokens]),
-            np.array([b"{" in b or b"[" in b for b in tokens]))
+    how many closers, whether it opens a container. Built once per tokenizer, by counts over
+    the tokens' bytes laid end to end (a loop over 49k tokens took 0.2 s)."""
+    lens = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+    flat = np.frombuffer(b"".join(tokens), dtype=np.uint8)
+    ends = np.cumsum(lens)
+    starts = ends - lens
+
+    def count(mask: np.ndarray) -> np.ndarray:  # per token, its bytes where mask holds
+        running = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
+        return running[ends] - running[starts]
+
+    quotes = count(flat == ord('"'))
+    return (quotes >= 2, quotes >= 1, count((flat >= ord("0")) & (flat <= ord("9"))) > 0,
+            count((flat == ord("}")) | (flat == ord("]"))),
+            count((flat == ord("{")) | (flat == ord("["))) > 0)
 
 
 def canonical(raw: bytes):

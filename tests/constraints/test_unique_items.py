@@ -343,3 +343,21 @@ def test_random_bounded_items_never_dead_end_nor_repeat(byte_compiler, seed):
             validate_with_formats(value, schema)
             items += len(value)
     assert items >= 40  # the walks wrote many items, so repeats were on offer (80-100 a seed)
+
+
+def test_token_features_read_each_tokens_bytes():
+    """The per-token flags the duplicate check reads (built once per tokenizer, by counts over
+    all tokens' bytes at once), against a token-by-token reading, empty tokens included."""
+    import random
+
+    from constraints.unique_items import _token_features
+
+    rng = random.Random(2)
+    alphabet = b'"{}[]09a5 \\\xff'
+    tokens = [bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 7))) for _ in range(3000)]
+    tokens += [b"", b'""', b'"', b"}]", b"x"]
+    two, one, digit, closers, opener = _token_features(tokens)
+    for k, t in enumerate(tokens):
+        assert two[k] == (t.count(b'"') >= 2) and one[k] == (b'"' in t), t
+        assert digit[k] == any(48 <= b <= 57 for b in t), t
+        assert closers[k] == t.count(b"}") + t.count(b"]") and opener[k] == (b"{" in t or b"[" in t), t
