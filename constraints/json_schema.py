@@ -42,7 +42,15 @@ from .json_context import (
 )
 from .json_drafts import normalize_drafts
 from .json_keywords import UNSUPPORTED
-from .json_leaves import counted_class_run, key_dfa, leaves_within, regex_leaf, string_dfa
+from .json_leaves import (
+    COUNTED_RUN_MIN,
+    counted_class_run,
+    counted_pattern,
+    key_dfa,
+    leaves_within,
+    regex_leaf,
+    string_dfa,
+)
 from .json_lowering import lower_keywords
 from .json_merge import (
     ALSO_PATTERNS,
@@ -373,14 +381,21 @@ def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
         # A length-bounded plain string: one shared leaf and a count, not a DFA per length.
         leaf = CountedLeaf.of_plain_string(string_dfa(0, None, None, None), lo, hi)
         return emit_call(nfa, start, ctx.rule_index(leaf, ptr))
-    run = (counted_class_run(pattern, lo, hi) if fmt is None and not not_patterns and not schema.get(ALSO_PATTERNS)
-           and not ctx.inline_leaves and not excluded(schema, str) else None)
+    shared = (fmt is None and not not_patterns and not schema.get(ALSO_PATTERNS)
+              and not ctx.inline_leaves and not excluded(schema, str))
+    run = counted_class_run(pattern, lo, hi) if shared else None
     if run is not None:
         # ^C{m,n}$ (one character class repeated): the same shared leaf and count, over C*.
         dfa, run_lo, run_hi = run
         if run_hi is not None and run_hi < run_lo:
             return emit_nothing(nfa, start)
         return emit_call(nfa, start, ctx.rule_index(CountedLeaf.of_plain_string(dfa, run_lo, run_hi), ptr))
+    counted = (counted_pattern(pattern, lo, hi) if shared and pattern is not None and hi is not None
+               and hi >= COUNTED_RUN_MIN else None)
+    if counted is not None:
+        # Any other pattern under a maxLength where a count of committed length is exact.
+        dfa, starts, cap = counted
+        return emit_call(nfa, start, ctx.rule_index(CountedLeaf(dfa, 0, cap, starts), ptr))
     try:
         dfa = string_dfa(int(lo), None if hi is None else int(hi), pattern, fmt,
                          ctx.budget.max_states)

@@ -294,3 +294,53 @@ def test_a_pattern_under_several_length_bounds_is_parsed_once(byte_compiler, mon
                            ("k123z-once", "k1z-once", False), ("k1z-once", "k123456z-once", False),
                            ("k1z-onc", "k1z-once", False)]:
         assert accepted_by_masks(grammar, _text({"key": key, "value": value})) is ok, (key, value)
+
+
+PATTERN_COUNTS = [
+    # (schema, the pattern's fewest characters, texts of a length: n -> strings to try)
+    ({"pattern": "^[\\w /-]+\\.[0-9a-zA-Z]+$", "minLength": 1, "maxLength": 12}, 3,
+     lambda n: ["a" * (n - 2) + ".b", "a b" + "-" * (n - 5) + ".z", "x." + "9" * (n - 2), "a" * n, ".b" + "c" * (n - 2)]),
+    ({"pattern": "^arn:aws:iam::\\d{12}:role/.+$", "maxLength": 40}, 32,
+     lambda n: ["arn:aws:iam::123456789012:role/" + "r" * (n - 31), "arn:aws:iam::12345678901:role/" + "é" * (n - 30),
+                "arn:aws:iam::123456789012:role" + "/" * (n - 30)]),
+    ({"pattern": "[0-9]", "maxLength": 9}, 1,  # a search: a digit anywhere
+     lambda n: ["1" + "é" * (n - 1), "日" * (n - 1) + "0", "x" * n, "-x5y" + "x" * (n - 4)]),
+    ({"pattern": "^[a-zé]+-[0-9]+$", "maxLength": 10}, 3,
+     lambda n: ["é" * (n - 2) + "-1", "a-" + "0" * (n - 2), "é-" * (n // 2), "a" * n]),
+]
+
+
+@pytest.mark.parametrize("schema,least,texts", PATTERN_COUNTS, ids=lambda x: json.dumps(x)[:40] if isinstance(x, dict) else "")
+def test_a_pattern_under_a_max_length_is_a_counted_leaf(byte_compiler, schema, least, texts):
+    """Any pattern under a maxLength whose count of committed length is exact (characters
+    written plus the fewest still needed) is the unbounded pattern's leaf and one count, not
+    a state per pattern state and length: the masks accept exactly what the validator does
+    at every length around the maximum, multi-byte characters counted once."""
+    import jsonschema
+
+    schema = {"type": "string", **schema}
+    grammar = byte_compiler.compile_json_schema({"type": "object", "properties": {"s": schema}, "required": ["s"]})
+    counted = [(c.lo, c.hi) for c in grammar.automaton._counted if c is not None]
+    assert counted == [(0, schema["maxLength"] - least)]
+    assert max(d.num_states for d in grammar.automaton.rules) < 60
+    hi = schema["maxLength"]
+    seen = set()
+    for n in range(max(least - 1, 1), hi + 3):
+        for body in texts(n):
+            ok = jsonschema.Draft202012Validator(schema).is_valid(body)
+            seen.add(ok)
+            assert accepted_by_masks(grammar, _text({"s": body})) == ok, (n, body, ok)
+    assert seen == {True, False}
+
+
+@pytest.mark.parametrize("pattern", ["x[0-9]y", "^(https|s3)://([^/]+)/?(.*)$", "^[a-zA-Z0-9](-*[a-zA-Z0-9])*$", "^(éé|abc)$"])
+def test_a_pattern_whose_count_would_not_be_exact_stays_one_automaton(byte_compiler, pattern):
+    """A byte that would raise the committed length by two (s3 against https; an x that is
+    not followed by a digit, in a search for x<digit>y), or a fewest-
+    bytes way that writes more characters than the fewest (abc against éé): the pattern and
+    its length make one product automaton, still exact."""
+    from constraints.json_leaves import counted_pattern
+
+    assert counted_pattern(pattern, 0, 30) is None
+    grammar = byte_compiler.compile_json_schema({"type": "string", "pattern": pattern, "maxLength": 30})
+    assert all(c is None for c in getattr(grammar.automaton, "_counted", [None]))
