@@ -202,7 +202,7 @@ def counted_class_run(pattern: str | None, lo: int, hi: int | None) -> tuple[Byt
     return dfa, lo, hi
 
 
-def counted_pattern(pattern: str, lo: int, hi: int) -> tuple[ByteDFA, np.ndarray, int] | None:
+def counted_pattern(pattern: str, lo: int, hi: int) -> tuple[ByteDFA, np.ndarray, int, int] | None:
     """A pattern under a maxLength as a counted leaf: (the quoted unbounded pattern, where its
     count goes up, the count's maximum), or None where that is not exact (then the pattern
     and its length bounds make one product automaton, a state per pattern state and length).
@@ -213,20 +213,23 @@ def counted_pattern(pattern: str, lo: int, hi: int) -> tuple[ByteDFA, np.ndarray
     character), and a completion within maxLength exists exactly where it stays <= hi - m0.
     Exact where (checked here) no byte raises it by more than one (a counted leaf counts one
     per byte), every byte on a fewest-bytes way to the end keeps it (so the grammar's byte
-    distances hold under any count that fits), and minLength <= m0 (the minimum never binds).
-    ``^[\\w /-]+\\.[0-9a-zA-Z]+$`` under maxLength 1024 becomes a 5-state leaf and a count
+    distances hold under any count that fits), and either minLength <= m0 (the minimum never
+    binds) or every state inside the quotes loops on an ASCII character (a string can grow by
+    one character, one byte, wherever it is: the count's minimum then holds exactly, as for a
+    plain string). Returns (dfa, where the count rises, its minimum and maximum at closing).
+    ``^[\\w /-]+\\.[0-9a-zA-Z]+$`` under maxLength 1024 becomes a 6-state leaf and a count
     instead of a 3,069-state product whose every state near the maximum needs its own walk."""
     found = _pattern_counts(pattern)
     if found is None:
         return None
-    dfa, starts, least = found
-    if lo > least or hi < least:
+    dfa, starts, least, pads = found
+    if hi < max(lo, least) or (lo > least and not pads):
         return None
-    return dfa, starts, hi - least
+    return dfa, starts, max(lo - least, 0), hi - least
 
 
 @lru_cache(maxsize=512)
-def _pattern_counts(pattern: str) -> tuple[ByteDFA, np.ndarray, int] | None:
+def _pattern_counts(pattern: str) -> tuple[ByteDFA, np.ndarray, int, bool] | None:
     try:
         dfa = string_dfa(0, None, pattern, None)
     except ConstraintError:  # the pattern's own compile says why, with its pointer
@@ -244,7 +247,26 @@ def _pattern_counts(pattern: str) -> tuple[ByteDFA, np.ndarray, int] | None:
         return None
     starts = np.zeros((n, 256), dtype=bool)
     starts[src[live], byte[live]] = rise[live] == 1
-    return dfa, starts, int(chars[0])
+    inside = (chars < _FAR) & ~dfa.accept
+    inside[0] = False  # before the opening quote
+    return dfa, starts, int(chars[0]), _pads_everywhere(n, src, byte, dst, weight, steps, inside)
+
+
+def _pads_everywhere(n: int, src: np.ndarray, byte: np.ndarray, dst: np.ndarray, weight: np.ndarray,
+                     steps: np.ndarray, inside: np.ndarray) -> bool:
+    """Whether from every state inside the quotes each fewest-bytes way (the way a completion
+    is built) meets a state that loops on an ASCII character before the closing quote, so a
+    string still short of its minimum grows by one byte a character wherever it is."""
+    loops = np.zeros(n, dtype=bool)
+    loops[src[(src == dst) & (byte < 0x80) & (weight == 1)]] = True
+    on_way = (steps[dst] == steps[src] - 1) & (byte != ord('"')) & inside[src] & inside[dst]
+    ahead: list[list[int]] = [[] for _ in range(n)]
+    for q, t in zip(src[on_way].tolist(), dst[on_way].tolist()):
+        ahead[q].append(t)
+    ok = loops.copy()
+    for q in sorted(np.nonzero(inside & ~loops)[0].tolist(), key=lambda q: steps[q]):
+        ok[q] = bool(ahead[q]) and all(ok[t] for t in ahead[q])  # nearer states decided first
+    return bool(ok[inside].all())
 
 
 _FAR = 1 << 40

@@ -394,8 +394,8 @@ def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
                and hi >= COUNTED_RUN_MIN else None)
     if counted is not None:
         # Any other pattern under a maxLength where a count of committed length is exact.
-        dfa, starts, cap = counted
-        return emit_call(nfa, start, ctx.rule_index(CountedLeaf(dfa, 0, cap, starts), ptr))
+        dfa, starts, least, most = counted
+        return emit_call(nfa, start, ctx.rule_index(CountedLeaf(dfa, least, most, starts), ptr))
     try:
         dfa = string_dfa(int(lo), None if hi is None else int(hi), pattern, fmt,
                          ctx.budget.max_states)

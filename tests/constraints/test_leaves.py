@@ -307,6 +307,11 @@ PATTERN_COUNTS = [
      lambda n: ["1" + "é" * (n - 1), "日" * (n - 1) + "0", "x" * n, "-x5y" + "x" * (n - 4)]),
     ({"pattern": "^[a-zé]+-[0-9]+$", "maxLength": 10}, 3,
      lambda n: ["é" * (n - 2) + "-1", "a-" + "0" * (n - 2), "é-" * (n // 2), "a" * n]),
+    # a minimum above the pattern's own: every state loops on an ASCII character
+    ({"pattern": "^[a-z]+[0-9]*$", "minLength": 4, "maxLength": 9}, 1,
+     lambda n: ["a" * n, "a" + "1" * (n - 1), "ab" + "2" * (n - 2), "1" * n, "a1" + "b" * (n - 2)]),
+    ({"pattern": ".*", "minLength": 3, "maxLength": 9}, 0,
+     lambda n: ["x" * n, "日" * n, "ü" * n, "é" + "a" * (n - 1)]),
 ]
 
 
@@ -321,11 +326,11 @@ def test_a_pattern_under_a_max_length_is_a_counted_leaf(byte_compiler, schema, l
     schema = {"type": "string", **schema}
     grammar = byte_compiler.compile_json_schema({"type": "object", "properties": {"s": schema}, "required": ["s"]})
     counted = [(c.lo, c.hi) for c in grammar.automaton._counted if c is not None]
-    assert counted == [(0, schema["maxLength"] - least)]
+    assert counted == [(max(schema.get("minLength", 0) - least, 0), schema["maxLength"] - least)]
     assert max(d.num_states for d in grammar.automaton.rules) < 60
     hi = schema["maxLength"]
     seen = set()
-    for n in range(max(least - 1, 1), hi + 3):
+    for n in range(max(min(least, schema.get("minLength", 0)) - 1, 1), hi + 3):
         for body in texts(n):
             ok = jsonschema.Draft202012Validator(schema).is_valid(body)
             seen.add(ok)
@@ -344,3 +349,14 @@ def test_a_pattern_whose_count_would_not_be_exact_stays_one_automaton(byte_compi
     assert counted_pattern(pattern, 0, 30) is None
     grammar = byte_compiler.compile_json_schema({"type": "string", "pattern": pattern, "maxLength": 30})
     assert all(c is None for c in getattr(grammar.automaton, "_counted", [None]))
+
+
+def test_a_minimum_above_the_patterns_own_needs_room_to_grow_on_every_way():
+    """With minLength above the pattern's fewest characters the count must be able to grow
+    one character a byte on the way a completion takes: ^[a-z]+\\.com$ cannot after its dot
+    (only "com" is left), ^[a-z]+[0-9]*$ can anywhere past its first letter."""
+    from constraints.json_leaves import counted_pattern
+
+    assert counted_pattern("^[a-z]+\\.com$", 0, 30) is not None
+    assert counted_pattern("^[a-z]+\\.com$", 9, 30) is None
+    assert counted_pattern("^[a-z]+[0-9]*$", 9, 30)[2:] == (8, 29)
