@@ -782,3 +782,23 @@ def test_format_regex_generates_valid_regexes_only(byte_compiler):
     _assert_cases(byte_compiler.compile_json_schema(schema), schema,
                   ['""', '"ab"', '"^a.*b$"', '"a+b?"'], ['"(a"', '"a**"', '"[x"'])
     assert not _accepts(byte_compiler.compile_json_schema(schema), '"(a)"')  # valid, left out
+
+
+def test_enum_values_are_kept_once_each_and_checked_against_the_other_keywords(byte_compiler):
+    """An enum's values, one text per JSON value (1 and 1.0 one value, true and 1 two,
+    containers compared as values), those the sibling keywords refuse left out; the matcher
+    takes each kept value and nothing the validator refuses."""
+    from constraints.json_context import Ctx, literal_texts
+    from constraints.json_schema import emit_schema
+
+    schema = {"enum": [1, 1.0, True, 1, "1", None, None, [1, 2], [1.0, 2], {"a": 1}, {"a": 1.0}, 2.5, "x" * 9,
+                       False, "ab"], "maxLength": 3, "not": {"const": 2.5}}
+    grammar = byte_compiler.compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    first = ["1", "true", '"1"', "null", "[1,2]", '{"a":1}', "false", '"ab"']  # one text per value
+    for text in first + ['"x"', "2", "2.5", '"xxxxxxxxx"', "[2,1]", '{"b":1}']:
+        assert _accepts(grammar, text) == (text in first) == validator.is_valid(json.loads(text)), text
+    ctx = Ctx(schema, False, False, None, emit_schema)
+    ctx.validator = jsonschema.Draft202012Validator({})
+    texts = literal_texts(ctx, {"enum": schema["enum"], "maxLength": 3}, "")
+    assert texts == [b"1", b"true", b'"1"', b"null", b"[1,2]", b'{"a":1}', b"2.5", b"false", b'"ab"']
