@@ -62,18 +62,31 @@ class LeafWalk:
     inside_count: np.ndarray  # ...and the characters each starts...
     inside_closes: np.ndarray  # ...and whether it ends the leaf (then the minimum applies)
     exit_count: np.ndarray  # characters started before each exit (0 without counts)
-    max_inside_count: int
+    max_inside_count: int  # (at least the most, until the inside tokens are listed)
     _counted_rows: dict = field(default_factory=dict)  # (need, room) -> inside_row's row
     _by_count: list = field(default_factory=list)  # _rows_by_count, once built
+    # A counted walk made as a row: the inside tokens are listed with their counts only when
+    # a row near the count's bounds needs them (most states of a string never come near).
+    _unlisted: tuple | None = None  # (dfa, q, starts) to list them from
+    _listed: list = field(default_factory=list)  # [inside_pos, inside_count, inside_closes, most]
+
+    def _listing(self, info: TokenizerInfo) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        if self._unlisted is None:
+            return self.inside_pos, self.inside_count, self.inside_closes, self.max_inside_count
+        if not self._listed:
+            members, count, closes, *_ = _walked(info, *self._unlisted)
+            self._listed[:] = [members, count, closes, int(count.max()) if len(count) else 0]
+        return tuple(self._listed)
 
     def inside_row(self, need: int, room: int, info: TokenizerInfo) -> np.ndarray:
         """Packed row of the tokens that stay inside a counted leaf with ``need`` characters
         still to come before it may close and ``room`` characters left (both clamped to one
         token's reach by the caller); cached, so every grammar using the leaf shares it."""
-        if room >= self.max_inside_count and need == 0:
+        if need == 0 and room >= (self._listed[3] if self._listed else self.max_inside_count):
             return self.inside
         row = self._counted_rows.get((need, room))
         if row is None:
+            inside_pos, inside_count, inside_closes, _ = self._listing(info)
             by_count = self._rows_by_count(info)
             if room < 0:
                 row = np.zeros_like(self.inside)
@@ -84,8 +97,8 @@ class LeafWalk:
                 if need > 0:  # a token that closes the leaf needs at least ``need`` characters
                     row = row & ~closing_upto[min(need - 1, top)]
             else:
-                fits = (self.inside_count <= room) & (~self.inside_closes | (self.inside_count >= need))
-                row = pack_token_ids(info.layout.token_ids[self.inside_pos[fits]], info.vocab_size)
+                fits = (inside_count <= room) & (~inside_closes | (inside_count >= need))
+                row = pack_token_ids(info.layout.token_ids[inside_pos[fits]], info.vocab_size)
             if len(self._counted_rows) >= _COUNTED_ROWS_MAX:
                 self._counted_rows.clear()
             self._counted_rows[(need, room)] = row
@@ -100,13 +113,14 @@ class LeafWalk:
         if mod is None:
             return None
         if not self._by_count:
+            inside_pos, inside_count, inside_closes, most = self._listing(info)
             words = len(self.inside)
             found: list[np.ndarray] = []
             for closes in (False, True):
-                pick = self.inside_closes == closes
-                rows = np.zeros((self.max_inside_count + 1, words), dtype=np.int32)
-                mod.rows_by_count(np.ascontiguousarray(info.layout.token_ids[self.inside_pos[pick]], dtype=np.int64),
-                                  np.ascontiguousarray(self.inside_count[pick], dtype=np.int64), rows, words)
+                pick = inside_closes == closes
+                rows = np.zeros((most + 1, words), dtype=np.int32)
+                mod.rows_by_count(np.ascontiguousarray(info.layout.token_ids[inside_pos[pick]], dtype=np.int64),
+                                  np.ascontiguousarray(inside_count[pick], dtype=np.int64), rows, words)
                 found.append(rows)
             self._by_count[:] = found
         return self._by_count[0], self._by_count[1]
@@ -124,7 +138,7 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
     hit = cache.get(key)
     if hit is not None:
         return hit
-    walk = _row_walk(info, dfa, q) if starts_char is None else None
+    walk = _row_walk(info, dfa, q, starts_char)
     if walk is None:
         members, inside_count, inside_end, exit_members, exit_col, exit_count = _walked(info, dfa, q, starts_char)
         walk = LeafWalk(pack_token_ids(info.layout.token_ids[members], info.vocab_size),
@@ -198,19 +212,23 @@ def walk_marked_leaves(info: TokenizerInfo, rules: list) -> None:
                 leaf_walk(info, dfa, q)
 
 
-def _row_walk(info: TokenizerInfo, dfa: ByteDFA, q: int) -> LeafWalk | None:
-    """A leaf without character counts needs no per-token lists: the C walk sets the inside
-    tokens in the row itself (a string body's state keeps ~48k tokens: listing, indexing
-    and packing them cost as much as the walk). None without the extension."""
+def _row_walk(info: TokenizerInfo, dfa: ByteDFA, q: int, starts: np.ndarray | None = None) -> LeafWalk | None:
+    """A walk that needs no per-token lists: the C walk sets the inside tokens in the row
+    itself (a string body's state keeps ~48k tokens: listing, indexing and packing them cost
+    as much as the walk, ~0.9 ms). With character counts (``starts``) the exits carry theirs
+    and the inside tokens are listed later, if ever a row near the count's bounds needs
+    them. None without the extension."""
     mod = native.module()
     found = None if mod is None else native.leaf_row(mod, dfa.trans, dfa.accept, info.layout.lexicographic_arrays(),
-                                                      q, info.vocab_size)
+                                                      q, info.vocab_size, starts)
     if found is None:
         return None
-    row, (exit_pos, exit_col) = found
+    row, (exit_pos, exit_col, exit_count) = found
     none = np.zeros(0, dtype=np.int64)
-    return LeafWalk(row, exit_pos, exit_col, none, none, np.zeros(0, dtype=bool),
-                    np.zeros(len(exit_pos), dtype=np.int64), 0)
+    if starts is None:
+        return LeafWalk(row, exit_pos, exit_col, none, none, np.zeros(0, dtype=bool), exit_count, 0)
+    return LeafWalk(row, exit_pos, exit_col, none, none, np.zeros(0, dtype=bool), exit_count,
+                    info.layout.columns.shape[0], _unlisted=(dfa, q, starts))
 
 
 def _walked(info: TokenizerInfo, dfa: ByteDFA, q: int, starts_char: np.ndarray | None) -> tuple:

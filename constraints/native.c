@@ -467,7 +467,8 @@ static int64_t walk_list(Work *w, const Pda *p, const Vocab *v, int64_t n0, cons
  * state with bytes left is an "exit": (token index, j, characters before j). A token resumes
  * from the states its common prefix with the one before reached. Returns the inside count
  * (-1: the exit buffer of cap entries is full); the exit count goes to *n_ex. With a packed
- * row (and no starts) the inside tokens are set in it instead of listed. */
+ * row the inside tokens are set in it instead of listed (with starts, only the exits carry
+ * counts: a subtree taken whole holds no exit). */
 static inline void add_byte(uint64_t *set, uint8_t b) {
     if (b < 128) set[b >> 6] |= 1ull << (b & 63);
     else set[0] |= 1;
@@ -550,7 +551,7 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
      * reached, no deeper than it, with no exit on the way, is inside whole: its tokens are set
      * without walking them (a string body's state keeps most of the vocabulary this way). */
     Runs runs = {trans, stride, accept, NULL, NULL, NULL, NULL, NULL, v->max_len > 0 ? v->max_len : 1};
-    if (row && !starts && v->whole) {
+    if (row && v->whole) {
         size_t n = (size_t)(n_states ? n_states : 1), steps = 2 * (size_t)runs.enough + 1;
         runs.cls = malloc(sizeof *runs.cls * n);
         runs.len = malloc(sizeof *runs.len * n);
@@ -566,7 +567,7 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
      * clears the tokens that are not inside, so a subtree taken whole costs nothing and the
      * ~48k inside tokens' ids are never read (setting them one by one was most of the walk). */
     int negative = 0;
-    if (row && !starts && v->all_row) {
+    if (row && v->all_row) {
         int64_t allowed = 0, n_tok = v->first[256] - v->first[0];
         for (int b = 0; b < 256; b++)
             if (trans[(int64_t)q * stride + b] >= 0) allowed += v->first[b + 1] - v->first[b];
@@ -938,10 +939,6 @@ static PyObject *py_walk_leaf(PyObject *self, PyObject *const *args, Py_ssize_t 
     static const int writable[N_VIEWS] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
     Py_buffer views[N_VIEWS];
     int has_starts = args[2] != Py_None, has_row = args[11] != Py_None, got = 0;
-    if (has_row && has_starts) {
-        PyErr_SetString(PyExc_ValueError, "walk_leaf: a row is for walks without starts");
-        return NULL;
-    }
     for (; got < N_VIEWS; got++) {
         views[got].obj = NULL;
         if ((arg_of[got] == 2 && !has_starts) || (arg_of[got] == 11 && !has_row)) continue;

@@ -239,16 +239,20 @@ def spell_after(mod, lex, data: bytes, cost: np.ndarray, step: np.ndarray, last:
     return mod.spell_after(_vocab(mod, lex), data, cost, step, last, last_cost, last_step)
 
 
-def leaf_row(mod, trans: np.ndarray, accept: np.ndarray, lex, q: int, vocab_size: int):
-    """leaf_walk without character counts, the inside tokens as a packed row (no per-token
-    lists to build): (row, (exit positions, columns)); None where the exit buffers are full."""
+def leaf_row(mod, trans: np.ndarray, accept: np.ndarray, lex, q: int, vocab_size: int,
+             starts: np.ndarray | None = None):
+    """leaf_walk with the inside tokens as a packed row (no per-token lists to build): (row,
+    (exit positions, columns, characters before each: 0 without ``starts``)); None where the
+    exit buffers are full."""
     if trans.dtype != np.int32 or not trans.flags.c_contiguous or trans.shape[1] < 256:
         raise ValueError(f"trans must be a C-contiguous int32 [S, >=256] table, not {trans.dtype} {trans.shape}")
     in_i, in_count, in_end, ex_i, ex_col, ex_count = _leaf_buffers(lex)
     row = np.zeros((vocab_size + 31) // 32, dtype=np.int32)
-    found = mod.walk_leaf(trans, np.ascontiguousarray(accept, dtype=bool), None, _vocab(mod, lex), q,
+    found = mod.walk_leaf(trans, np.ascontiguousarray(accept, dtype=bool),
+                          None if starts is None else np.ascontiguousarray(starts, dtype=bool), _vocab(mod, lex), q,
                           in_i, in_count, in_end, ex_i, ex_col, ex_count, row)
     if found is None:
         return None
     n_ex = found[1]
-    return row, (lex.pos[ex_i[:n_ex]], ex_col[:n_ex].copy())
+    counts = ex_count[:n_ex].copy() if starts is not None else np.zeros(n_ex, dtype=np.int64)
+    return row, (lex.pos[ex_i[:n_ex]], ex_col[:n_ex].copy(), counts)

@@ -206,12 +206,12 @@ def test_the_c_leaf_walk_gives_the_numpy_walk(tokenizer_info, leaf):
                                         layout.lexicographic_arrays(), q))
         assert got == want, f"state {q}"
         walked += len(want[0]) + len(want[1])
-        if starts is None:  # the row walk: the same inside tokens packed, the same exits
-            row, (exit_pos, exit_col) = native.leaf_row(native.module(), dfa.trans, dfa.accept,
-                                                        layout.lexicographic_arrays(), q, tokenizer_info.vocab_size)
-            inside = np.array(sorted(layout.token_ids[p] for p, _, _ in want[0]), dtype=np.int64)
-            assert np.array_equal(row, pack_token_ids(inside, tokenizer_info.vocab_size)), f"state {q}"
-            assert {(int(p), int(c)) for p, c in zip(exit_pos, exit_col)} == {(p, c) for p, c, _ in want[1]}
+        # the row walk: the same inside tokens packed, the same exits (and their counts)
+        row, (exit_pos, exit_col, exit_count) = native.leaf_row(
+            native.module(), dfa.trans, dfa.accept, layout.lexicographic_arrays(), q, tokenizer_info.vocab_size, starts)
+        inside = np.array(sorted(layout.token_ids[p] for p, _, _ in want[0]), dtype=np.int64)
+        assert np.array_equal(row, pack_token_ids(inside, tokenizer_info.vocab_size)), f"state {q}"
+        assert set(zip(exit_pos.tolist(), exit_col.tolist(), exit_count.tolist())) == want[1], f"state {q}"
     assert walked > 50
 
 
@@ -245,15 +245,18 @@ def test_the_c_row_walk_sets_whole_subtrees_as_the_numpy_walk_finds_them(pattern
     dfa = regex_leaf(pattern)
     layout = info.layout
     inside_total = 0
-    for q in range(dfa.num_states):
-        first = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
-        want = _as_sets(leaves._walk(layout, dfa, q, None, first))
-        row, (exit_pos, exit_col) = native.leaf_row(native.module(), dfa.trans, dfa.accept,
-                                                    layout.lexicographic_arrays(), q, info.vocab_size)
-        inside = np.array(sorted(layout.token_ids[p] for p, _, _ in want[0]), dtype=np.int64)
-        assert np.array_equal(row, pack_token_ids(inside, info.vocab_size)), f"state {q}"
-        assert {(int(p), int(c)) for p, c in zip(exit_pos, exit_col)} == {(p, c) for p, c, _ in want[1]}, f"state {q}"
-        inside_total += len(inside)
+    # with counts too (a counted leaf's row walk): where each byte adds to the count is
+    # random here; the exits' counts must be the listing walk's, whole subtrees or not
+    for starts in (None, np.random.default_rng(len(pattern)).random((dfa.num_states, 256)) < 0.6):
+        for q in range(dfa.num_states):
+            first = layout.starting_with(np.nonzero(dfa.trans[q, :256] >= 0)[0])
+            want = _as_sets(leaves._walk(layout, dfa, q, starts, first))
+            row, (exit_pos, exit_col, exit_count) = native.leaf_row(
+                native.module(), dfa.trans, dfa.accept, layout.lexicographic_arrays(), q, info.vocab_size, starts)
+            inside = np.array(sorted(layout.token_ids[p] for p, _, _ in want[0]), dtype=np.int64)
+            assert np.array_equal(row, pack_token_ids(inside, info.vocab_size)), f"state {q}"
+            assert set(zip(exit_pos.tolist(), exit_col.tolist(), exit_count.tolist())) == want[1], f"state {q}"
+            inside_total += len(inside)
     assert inside_total > 10
 
 
@@ -628,18 +631,25 @@ def test_a_string_reached_under_two_stacks_walks_as_one(tokenizer_info):
 @needs_c
 def test_counted_rows_from_the_rows_by_count_are_the_filtered_walks(tokenizer_info):
     """A counted plain string's inside rows for every (need, room) read from the cumulative
-    rows built in C are the tokens the character counts allow, packed one by one."""
+    rows built in C are the tokens the character counts allow, packed one by one; far from
+    both bounds the row walk's row, the same tokens, without listing them."""
     from constraints import leaves
     from constraints.json_leaves import string_dfa
 
     counted = leaves.CountedLeaf.of_plain_string(string_dfa(0, None, None, None), 1, 4)
     layout, checked = tokenizer_info.layout, 0
+    for key in [k for k in tokenizer_info.leaf_walks if k[0] is counted.dfa]:  # walked anew here
+        del tokenizer_info.leaf_walks[key]
     for q in range(counted.dfa.num_states):
         walk = leaves.leaf_walk(tokenizer_info, counted.dfa, q, counted.starts_char)
+        far = walk.inside_row(0, layout.columns.shape[0] + 1, tokenizer_info)  # far from both bounds
+        assert not walk._listed  # the row walk alone answered: no per-token lists were built
+        pos, count, closes, most = walk._listing(tokenizer_info)
+        assert np.array_equal(far, pack_token_ids(layout.token_ids[pos], tokenizer_info.vocab_size)), q
         for need in range(0, 19, 3):
-            for room in [-1, 0, 1, 2, 5, 9, 17, walk.max_inside_count + 1]:
-                fits = (walk.inside_count <= room) & (~walk.inside_closes | (walk.inside_count >= need))
-                want = pack_token_ids(layout.token_ids[walk.inside_pos[fits]], tokenizer_info.vocab_size)
+            for room in [-1, 0, 1, 2, 5, 9, 17, most + 1]:
+                fits = (count <= room) & (~closes | (count >= need))
+                want = pack_token_ids(layout.token_ids[pos[fits]], tokenizer_info.vocab_size)
                 assert np.array_equal(walk.inside_row(need, room, tokenizer_info), want), (q, need, room)
                 checked += int(fits.sum())
     assert checked > 100_000
