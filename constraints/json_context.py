@@ -30,6 +30,7 @@ from .json_merge import (
     type_list,
 )
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_repeat
+from .unique_items import scalar_key
 
 _FLEX_WS = b" \t\n"
 _FLEX_WS_MAX = 8
@@ -285,7 +286,7 @@ def literal_texts(ctx: Ctx, schema: dict, ptr: str) -> list[bytes]:
     removed = [json.loads(t) for t in schema.get(EXCLUDED, ())]
     texts, seen, seen_scalars = [], [], set()
     for v in values:
-        scalar = _scalar_key(v)
+        scalar = scalar_key(v)
         if scalar is not None and scalar in seen_scalars:
             continue
         try:
@@ -307,17 +308,6 @@ def literal_texts(ctx: Ctx, schema: dict, ptr: str) -> list[bytes]:
             texts.append(json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode())
     return texts
 
-
-def _scalar_key(v) -> tuple | None:
-    """A hashable key equal exactly where json_equal is, for a scalar (None for containers,
-    compared one by one): numbers by value (1 and 1.0 alike), booleans apart from them."""
-    if isinstance(v, bool) or v is None:
-        return ("literal", v)
-    if isinstance(v, (int, float)):
-        return ("number", v)
-    if isinstance(v, str):
-        return ("string", v)
-    return None
 
 
 def _contains_schema(constraint: tuple) -> dict:

@@ -128,13 +128,22 @@ def canonical_value(raw: bytes):
     return _canon(json.loads(raw))
 
 
-def _canon(v):
+def scalar_key(v) -> tuple | None:
+    """A scalar's hashable key, equal exactly where JSON Schema's equality is: numbers by
+    value (1 and 1.0 alike), booleans apart from them; None for an array or object."""
     if isinstance(v, bool) or v is None:
         return ("literal", v)
     if isinstance(v, (int, float)):
         return ("number", v)
     if isinstance(v, str):
         return ("string", v)
+    return None
+
+
+def _canon(v):
+    key = scalar_key(v)
+    if key is not None:
+        return key
     if isinstance(v, list):
         return ("array", tuple(_canon(x) for x in v))
     return ("object", frozenset((k, _canon(x)) for k, x in v.items()))
