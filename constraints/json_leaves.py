@@ -203,20 +203,21 @@ def counted_class_run(pattern: str | None, lo: int, hi: int | None) -> tuple[Byt
 
 
 def counted_pattern(pattern: str, lo: int, hi: int) -> tuple[ByteDFA, np.ndarray, int, int] | None:
-    """A pattern under a maxLength as a counted leaf: (the quoted unbounded pattern, where its
-    count goes up, the count's maximum), or None where that is not exact (then the pattern
-    and its length bounds make one product automaton, a state per pattern state and length).
+    """A pattern under a maxLength as a counted leaf, or None where that is not exact (then
+    the pattern and its length bounds make one product automaton, a state per pattern state
+    and length).
 
     The count kept is the string's committed length, the characters written plus the fewest
     still needed from the state reached (m), less the pattern's own minimum m0: it starts at 0
     and goes up by w + m(t) - m(q) >= 0 on a byte q -> t (w = 1 where the byte starts a
     character), and a completion within maxLength exists exactly where it stays <= hi - m0.
-    Exact where (checked here) no byte raises it by more than one (a counted leaf counts one
-    per byte), every byte on a fewest-bytes way to the end keeps it (so the grammar's byte
-    distances hold under any count that fits), and either minLength <= m0 (the minimum never
-    binds) or every state inside the quotes loops on an ASCII character (a string can grow by
-    one character, one byte, wherever it is: the count's minimum then holds exactly, as for a
-    plain string). Returns (dfa, where the count rises, its minimum and maximum at closing).
+    Exact where (checked here) every byte on a fewest-bytes way to the end keeps it (so the
+    grammar's byte distances hold under any count that fits), and either minLength <= m0 (the
+    minimum never binds) or no byte raises it by more than one and every fewest-bytes way meets
+    a state looping on an ASCII character (a string can grow by one character, one byte, where
+    it is: the count's minimum then holds exactly, as for a plain string). A byte may raise it
+    by up to _MOST_RISE (https against s3 in ^(https|s3)://: a detour of two). Returns (dfa,
+    how much each byte raises the count, its minimum and maximum at closing).
     ``^[\\w /-]+\\.[0-9a-zA-Z]+$`` under maxLength 1024 becomes a 6-state leaf and a count
     instead of a 3,069-state product whose every state near the maximum needs its own walk."""
     found = _pattern_counts(pattern)
@@ -243,13 +244,17 @@ def _pattern_counts(pattern: str) -> tuple[ByteDFA, np.ndarray, int, bool] | Non
     steps = _fewest_to_accept(n, src, dst, np.ones_like(weight), dfa.accept)
     live = (chars[src] < _FAR) & (chars[dst] < _FAR)
     rise = weight + chars[dst] - chars[src]
-    if (rise[live] > 1).any() or (rise[live & (steps[dst] == steps[src] - 1)] != 0).any():
+    if (rise[live] > _MOST_RISE).any() or (rise[live & (steps[dst] == steps[src] - 1)] != 0).any():
         return None
-    starts = np.zeros((n, 256), dtype=bool)
-    starts[src[live], byte[live]] = rise[live] == 1
+    starts = np.zeros((n, 256), dtype=np.uint8)
+    starts[src[live], byte[live]] = rise[live]
     inside = (chars < _FAR) & ~dfa.accept
     inside[0] = False  # before the opening quote
-    return dfa, starts, int(chars[0]), _pads_everywhere(n, src, byte, dst, weight, steps, inside)
+    pads = starts.max(initial=0) <= 1 and _pads_everywhere(n, src, byte, dst, weight, steps, inside)
+    return dfa, starts, int(chars[0]), pads
+
+
+_MOST_RISE = 4  # a byte raising the count by more (a long detour) keeps the product automaton
 
 
 def _pads_everywhere(n: int, src: np.ndarray, byte: np.ndarray, dst: np.ndarray, weight: np.ndarray,

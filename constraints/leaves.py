@@ -26,7 +26,7 @@ class CountedLeaf:
     dfa: ByteDFA
     lo: int
     hi: int | None
-    starts_char: np.ndarray = None  # [states, 256] bool
+    starts_char: np.ndarray = None  # [states, 256]: how much the byte raises the count (bool: 0/1)
 
     @classmethod
     def of_plain_string(cls, dfa: ByteDFA, lo: int, hi: int | None) -> CountedLeaf:
@@ -227,8 +227,9 @@ def _row_walk(info: TokenizerInfo, dfa: ByteDFA, q: int, starts: np.ndarray | No
     none = np.zeros(0, dtype=np.int64)
     if starts is None:
         return LeafWalk(row, exit_pos, exit_col, none, none, np.zeros(0, dtype=bool), exit_count, 0)
+    most = info.layout.columns.shape[0] * max(int(starts.max(initial=1)), 1)  # a token's most
     return LeafWalk(row, exit_pos, exit_col, none, none, np.zeros(0, dtype=bool), exit_count,
-                    info.layout.columns.shape[0], _unlisted=(dfa, q, starts))
+                    most, _unlisted=(dfa, q, starts))
 
 
 def _walked(info: TokenizerInfo, dfa: ByteDFA, q: int, starts_char: np.ndarray | None) -> tuple:

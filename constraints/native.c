@@ -37,7 +37,7 @@ typedef struct {
     const uint8_t *flags;        /* [S] RETURNS | IN_COUNTED | CLOSES_COUNTED | BOUNDED */
     const int32_t *count_lo;     /* [S] characters a counted leaf needs before it may close */
     const int32_t *count_cap;    /* [S] hi, or lo where unbounded (counting stops there) */
-    const uint8_t *inc;          /* [S * 256] the byte starts a counted character */
+    const uint8_t *inc;          /* [S * 256] how much the byte raises a counted leaf's count */
     int64_t max_configs;         /* a step past this many configurations: -1 (fallback) */
 } Pda;
 
@@ -178,7 +178,7 @@ static int64_t step(Work *w, const Pda *p, const Config *in, int64_t n, int b, C
         int32_t t = p->trans[(int64_t)g * 256 + b];
         if (t < 0) continue;
         if (p->inc[(int64_t)g * 256 + b]) {
-            int64_t count = count_of(w, node) + 1;
+            int64_t count = count_of(w, node) + p->inc[(int64_t)g * 256 + b];
             if (count > p->count_cap[g]) {
                 if (p->flags[g] & BOUNDED) continue;
                 count = p->count_cap[g];
@@ -2116,8 +2116,8 @@ static PyObject *py_segment(PyObject *self, PyObject *const *args, Py_ssize_t na
             g = p->call_start[c];
             continue;
         }
-        if (p->inc[(int64_t)g * 256 + move]) { /* one more character (pushdown._counted_up) */
-            int64_t count = -stk[n - 1] - 1 + 1, cap = p->count_cap[g];
+        if (p->inc[(int64_t)g * 256 + move]) { /* the count rises (pushdown._counted_up) */
+            int64_t count = -stk[n - 1] - 1 + p->inc[(int64_t)g * 256 + move], cap = p->count_cap[g];
             if (count > cap) {
                 if (p->flags[g] & BOUNDED) break;
                 count = cap;

@@ -77,7 +77,7 @@ def walk_tokens(pda: PushdownAutomaton, configs: set[Config], positions: np.ndar
         at = g * 256 + layout.columns[j, pos]
         g = flat[at].astype(np.int64)
         if pda._counted_any:
-            g, s = _count_chars(pda, pda._inc.reshape(-1)[at] & (g >= 0), g, s, stack_of, sid)
+            g, s = _count_chars(pda, pda._inc.reshape(-1)[at] * (g >= 0), g, s, stack_of, sid)
             g = np.where(_too_short(pda, g, s, stack_of), DEAD, g)
         live = g >= 0
         pos, g, s = pos[live], g[live], s[live]
@@ -91,20 +91,21 @@ def walk_tokens(pda: PushdownAutomaton, configs: set[Config], positions: np.ndar
     return layout.token_ids[np.unique(np.concatenate(found))], lowest
 
 
-def _count_chars(pda: PushdownAutomaton, started: np.ndarray, g, s, stack_of, sid):
-    """Entries that started a character in a counted leaf move to the stack with the count
-    one higher (their global state ``g`` is already the one after the byte); past the
-    leaf's maximum they die."""
-    idx = np.nonzero(started)[0]
+def _count_chars(pda: PushdownAutomaton, rises: np.ndarray, g, s, stack_of, sid):
+    """Entries whose byte raised a counted leaf's count (one for a character; a pattern
+    leaf's detour more) move to the stack with the count that much higher (their global
+    state ``g`` is already the one after the byte); past the leaf's maximum they die."""
+    idx = np.nonzero(rises)[0]
     if not len(idx):
         return g, s
     g, s = g.copy(), s.copy()
-    keys = s[idx] * pda.num_states + g[idx]
+    keys = (s[idx] * pda.num_states + g[idx]) * 256 + rises[idx].astype(np.int64)
     uniq, inv = np.unique(keys, return_inverse=True)
     new_s = np.empty(len(uniq), dtype=np.int64)
     for u, key in enumerate(uniq.tolist()):
+        key, rise = divmod(key, 256)
         ss, gg = divmod(key, pda.num_states)
-        up = pda._counted_up(stack_of[ss], gg)
+        up = pda._counted_up(stack_of[ss], gg, rise)
         new_s[u] = -1 if up is None else sid(up)
     moved = new_s[inv]
     s[idx] = np.maximum(moved, 0)

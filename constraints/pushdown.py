@@ -105,7 +105,7 @@ class PushdownAutomaton(TokenAutomaton):
         # in a stack frame -(count + 1) above the return state: the leaf stays one small
         # shared DFA instead of one copy of it per count.
         self._counted = counted
-        self._inc = np.zeros((len(accept), 256), dtype=bool)  # (state, byte) starts a char
+        self._inc = np.zeros((len(accept), 256), dtype=np.uint8)  # (state, byte) -> count's rise
         self._count_lo = np.zeros(len(accept), dtype=np.int64)
         self._count_cap = np.zeros(len(accept), dtype=np.int64)  # hi, or lo when unbounded
         for k, c in enumerate(counted):
@@ -115,6 +115,7 @@ class PushdownAutomaton(TokenAutomaton):
                 self._count_lo[sl] = c.lo
                 self._count_cap[sl] = c.lo if c.hi is None else c.hi
         self._is_counted = np.array([c is not None for c in counted], dtype=bool)
+        self._count_rise = [1 if c is None else max(int(c.starts_char.max(initial=1)), 1) for c in counted]
         self._counted_any = bool(self._is_counted.any())
         self._leaf_of = np.full(len(accept), -1, dtype=np.int64)  # global state -> leaf rule
         for k, d in enumerate(dfas):
@@ -202,8 +203,9 @@ class PushdownAutomaton(TokenAutomaton):
         for stack, g in self._closure(state):
             t = int(self._trans[g, byte])
             if t >= 0:
-                if self._inc[g, byte]:
-                    stack = self._counted_up(stack, g)
+                rise = self._inc[g, byte]
+                if rise:
+                    stack = self._counted_up(stack, g, int(rise))
                     if stack is None:
                         continue
                 if self._closes_counted[t] and -stack[-1] - 1 < self._count_lo[t]:
@@ -220,10 +222,11 @@ class PushdownAutomaton(TokenAutomaton):
     def _in_counted(self, g: int) -> bool:
         return self._in_counted_of[g]
 
-    def _counted_up(self, stack: tuple[int, ...], g: int) -> tuple[int, ...] | None:
-        """The stack after one more character in the counted leaf at ``g``; None past its
+    def _counted_up(self, stack: tuple[int, ...], g: int, rise: int = 1) -> tuple[int, ...] | None:
+        """The stack after the count of the counted leaf at ``g`` rises by ``rise`` (one more
+        character; more in a pattern leaf's detour, json_leaves.counted_pattern); None past its
         maximum (an unbounded one stops counting at its minimum)."""
-        count = -stack[-1] - 1 + 1
+        count = -stack[-1] - 1 + rise
         cap = int(self._count_cap[g])
         if count > cap:
             if self._counted[self._leaf_of[g]].hi is not None:
@@ -435,7 +438,7 @@ class PushdownAutomaton(TokenAutomaton):
                 continue
             b, t = move
             if self._inc[g, b]:
-                stack = self._counted_up(stack, g)
+                stack = self._counted_up(stack, g, int(self._inc[g, b]))
                 if stack is None:
                     return None
             out.append(b)
@@ -476,9 +479,9 @@ class PushdownAutomaton(TokenAutomaton):
             d = np.where(live, dist.dist[np.maximum(row, 0)], UNREACHABLE)
             closer = live & (d == dist.dist[g] - 1)
             if counting:  # a character that keeps the distance, else progress that does not close
-                ok = np.nonzero(live & self._inc[g] & (d == dist.dist[g]))[0]
+                ok = np.nonzero(live & (self._inc[g] > 0) & (d == dist.dist[g]))[0]
                 if not len(ok):
-                    ok = np.nonzero(closer & ~self._inc[g] & ~self._returns[np.maximum(row, 0)])[0]
+                    ok = np.nonzero(closer & (self._inc[g] == 0) & ~self._returns[np.maximum(row, 0)])[0]
             else:
                 ok = np.nonzero(closer)[0]
             move = (int(ok[0]), int(row[ok[0]])) if len(ok) else None
@@ -678,8 +681,9 @@ class PushdownAutomaton(TokenAutomaton):
         return out
 
     def _count_buckets(self, stack: tuple[int, ...], g: int) -> tuple[int, int]:
-        """(characters still needed, characters still allowed), clamped to one token's reach."""
-        reach = self.info.layout.columns.shape[0] + 1
+        """(characters still needed, characters still allowed), clamped to one token's reach
+        (its bytes, times the most a byte raises the leaf's count)."""
+        reach = (self.info.layout.columns.shape[0] + 1) * self._count_rise[self._leaf_of_g[g]]
         count = -stack[-1] - 1
         need = min(max(int(self._count_lo[g]) - count, 0), reach)
         hi = self._counted[self._leaf_of[g]].hi

@@ -210,13 +210,16 @@ PUSHDOWN = [
     # a pattern under maxLength kept as a count of committed length (json_leaves.counted_pattern)
     {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[ab]+x[12]+$", "maxLength": 8}},
      "required": ["a"], "additionalProperties": False},
+    # ... where an x raises the count by two (it needs one more letter after it)
+    {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[ab]+(x[ab]+)*$", "maxLength": 8}},
+     "required": ["a"], "additionalProperties": False},
     # ... with a minimum above the pattern's own (the count pads where a state loops)
     {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[ab]+x[12]*$", "minLength": 5,
                                             "maxLength": 9}}, "required": ["a"], "additionalProperties": False},
 ]
 
 
-@pytest.mark.parametrize("schema", PUSHDOWN, ids=["maxLength", "minLength", "pattern", "pattern-min"])
+@pytest.mark.parametrize("schema", PUSHDOWN, ids=["maxLength", "minLength", "pattern", "pattern-rise", "pattern-min"])
 def test_pushdown_budget_rows_keep_only_tokens_that_fit_and_never_run_dry(compiler, schema):
     """Budget rows of a pushdown automaton: at every reachable state and budget from its
     bound up, the row is non-empty and holds only tokens after which the output can still
@@ -238,7 +241,7 @@ def test_pushdown_budget_rows_keep_only_tokens_that_fit_and_never_run_dry(compil
     assert checked > 20
 
 
-@pytest.mark.parametrize("schema", PUSHDOWN, ids=["maxLength", "minLength", "pattern", "pattern-min"])
+@pytest.mark.parametrize("schema", PUSHDOWN, ids=["maxLength", "minLength", "pattern", "pattern-rise", "pattern-min"])
 def test_every_pushdown_walk_through_budget_rows_finishes_within_the_budget(compiler, schema):
     _assert_every_walk_finishes(compiler.compile_json_schema(schema), extra_budgets=2)
 
@@ -361,7 +364,7 @@ NESTED_VOCAB = list(VOCAB) + [b"[", b"]", b",", b"0", b'"ab"', b'":"', b"},{"] +
     bytes([b]) for b in range(256) if bytes([b]) not in VOCAB + [b"[", b"]", b",", b"0"]]
 
 
-@pytest.mark.parametrize("schema", [NESTED, *PUSHDOWN], ids=["nested", "maxLength", "minLength", "pattern", "pattern-min"])
+@pytest.mark.parametrize("schema", [NESTED, *PUSHDOWN], ids=["nested", "maxLength", "minLength", "pattern", "pattern-rise", "pattern-min"])
 def test_the_grammars_most_fewest_bytes_bounds_every_reachable_state(schema):
     """max_bytes_to_accept is at least min_bytes_to_accept at every reachable state (the
     callers' returns and a counted string's missing characters included) and reached by
@@ -381,7 +384,7 @@ def test_the_grammars_most_fewest_bytes_bounds_every_reachable_state(schema):
 
 
 @pytest.mark.parametrize("schema", [NESTED, *PUSHDOWN, EXACT[0]],
-                         ids=["nested", "maxLength", "minLength", "pattern", "pattern-min", "regex"])
+                         ids=["nested", "maxLength", "minLength", "pattern", "pattern-rise", "pattern-min", "regex"])
 def test_budget_rows_are_the_same_with_the_grammar_wide_shortcut(schema):
     """Far from the budget the closing answers 'every token fits' from the grammar's most
     fewest bytes, without a per-state bound: at every reachable state and at budgets around

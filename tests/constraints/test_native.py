@@ -85,6 +85,37 @@ def test_c_walks_give_the_python_masks(tokenizer_info, schema):
 
 
 @needs_c
+def test_c_walks_raise_a_pattern_leafs_count_as_python_does(tokenizer_info):
+    """A pattern leaf whose count rises by two at a separator (a "-" needs one more letter
+    after it, json_leaves.counted_pattern): the C walks and steps against Python's, masks
+    and the states each allowed token ends in, at every step of random walks."""
+    schema = {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "maxLength": 9}}
+    pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+    assert [int(c.starts_char.max()) for c in pda._counted if c is not None] == [2]
+    assert sum(_walk_both(tokenizer_info, schema, seed) for seed in range(6)) > 40
+    reference = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(schema).automaton
+    reference._walker = None  # its steps are Python's
+    rng = np.random.default_rng(5)
+    checked = 0
+    for _ in range(3):
+        state = pda.initial
+        for _ in range(25):
+            walk = pda.token_ends(state)
+            token_ids, index = walk.by_token()
+            if not len(token_ids):
+                break
+            for t, k in zip(token_ids.tolist(), index.tolist()):
+                data = tokenizer_info.token_bytes[t]
+                want = state
+                for b in data:
+                    want = reference._step(want, b)
+                assert walk.ends[k] == want, data
+                checked += 1
+            state = pda.advance(state, tokenizer_info.token_bytes[int(rng.choice(token_ids))])
+    assert checked > 1000
+
+
+@needs_c
 def test_c_walks_give_the_python_masks_on_real_schemas(tokenizer_info):
     schemas = _dev_schemas(3)
     if not schemas:
