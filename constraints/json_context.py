@@ -281,7 +281,7 @@ def literal_texts(ctx: Ctx, schema: dict, ptr: str) -> list[bytes]:
         values = [v for v in values if json_equal(v, schema["const"])]
     # Each value is checked against the other keywords: it is one of the enum's values by
     # construction, and the validator's own enum check is a scan of the enum (quadratic over
-    # a long one: dependabot's 600 time zones, ~0.4 s).
+    # a long one: dependabot's 597 time zones).
     validator = ctx.validator.evolve(schema={k: w for k, w in schema.items() if k not in ("enum", "const")})
     removed = [json.loads(t) for t in schema.get(EXCLUDED, ())]
     texts, seen, seen_scalars = [], [], set()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections import deque
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
@@ -17,8 +16,9 @@ from functools import lru_cache
 import numpy as np
 
 from .budget import CompileBudget
+from .completion import backward_distances
 from .errors import ConstraintError, GrammarTooComplexError, UnsupportedSchemaError
-from .fsm import DEAD, ByteDFA, determinize, embed_dfa, product, trim_and_minimize
+from .fsm import DEAD, UNREACHABLE, ByteDFA, determinize, embed_dfa, product, trim_and_minimize
 from .nfa import NFA, emit_alt, emit_bytes, emit_code_point_ranges, emit_repeat
 from .regex import regex_to_dfa, search_dfa
 
@@ -240,15 +240,15 @@ def _pattern_counts(pattern: str) -> tuple[ByteDFA, np.ndarray, int, bool] | Non
     dst = dfa.trans[src, byte].astype(np.int64)
     # a byte starts a character unless it is a quote or a UTF-8 continuation byte
     weight = ((byte != ord('"')) & ((byte < 0x80) | (byte >= 0xC0))).astype(np.int64)
-    chars = _fewest_to_accept(n, src, dst, weight, dfa.accept)
-    steps = _fewest_to_accept(n, src, dst, np.ones_like(weight), dfa.accept)
-    live = (chars[src] < _FAR) & (chars[dst] < _FAR)
+    chars = backward_distances(n, src, dst, weight, dfa.accept)  # fewest characters to the end
+    steps = backward_distances(n, src, dst, np.ones_like(weight), dfa.accept)  # fewest bytes
+    live = (chars[src] < UNREACHABLE) & (chars[dst] < UNREACHABLE)
     rise = weight + chars[dst] - chars[src]
     if (rise[live] > _MOST_RISE).any() or (rise[live & (steps[dst] == steps[src] - 1)] != 0).any():
         return None
     starts = np.zeros((n, 256), dtype=np.uint8)
     starts[src[live], byte[live]] = rise[live]
-    inside = (chars < _FAR) & ~dfa.accept
+    inside = (chars < UNREACHABLE) & ~dfa.accept
     inside[0] = False  # before the opening quote
     pads = starts.max(initial=0) <= 1 and _pads_everywhere(n, src, byte, dst, weight, steps, inside)
     return dfa, starts, int(chars[0]), pads
@@ -274,37 +274,6 @@ def _pads_everywhere(n: int, src: np.ndarray, byte: np.ndarray, dst: np.ndarray,
     return bool(ok[inside].all())
 
 
-_FAR = 1 << 40
-
-
-def _fewest_to_accept(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
-                      accept: np.ndarray) -> np.ndarray:
-    """Each state's least total weight (0 or 1 a byte) to an accepting state (_FAR: none),
-    by a 0-1 breadth-first search backwards over the distinct (source, target) pairs."""
-    pair = src * n + dst
-    order = np.lexsort((weight, pair))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = pair[order][1:] != pair[order][:-1]
-    keep = order[first]  # each pair's lightest byte
-    into: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for q, t, w in zip(src[keep].tolist(), dst[keep].tolist(), weight[keep].tolist()):
-        into[t].append((q, w))
-    best = np.full(n, _FAR, dtype=np.int64)
-    todo = deque(np.nonzero(accept)[0].tolist())
-    best[list(todo)] = 0
-    while todo:
-        t = todo.popleft()
-        d = int(best[t])
-        for q, w in into[t]:
-            if d + w < best[q]:
-                best[q] = d + w
-                if w:
-                    todo.append(q)
-                else:
-                    todo.appendleft(q)
-    return best
-
-
 def _counted_chars(lo: int, hi: int | None, budget: CompileBudget) -> ByteDFA:
     nfa = NFA(budget)
     start = nfa.new_state()
@@ -315,10 +284,9 @@ def _counted_chars(lo: int, hi: int | None, budget: CompileBudget) -> ByteDFA:
 def _raw_body(lo: int, hi: int | None, pattern: str | None, fmt: str | None,
               budget: CompileBudget) -> ByteDFA:
     """Pattern/format strings use unescaped characters only, so the regex sees real text."""
-    ascii_only = pattern is not None and re.search(r"\\[DWS]", pattern) is not None
-    chars = _PLAIN_ASCII if ascii_only else _PLAIN
+    chars = _plain_chars(pattern)
     if fmt is None and pattern is not None:
-        body = _pattern_body(pattern, ascii_only, budget.max_states)
+        body = _pattern_body(pattern, budget.max_states)
     else:
         body = _plain_run(chars, 0, None, budget)
     if fmt is not None:
@@ -334,13 +302,19 @@ def _raw_body(lo: int, hi: int | None, pattern: str | None, fmt: str | None,
     return _within_length(body, chars, lo, hi, budget)
 
 
+def _plain_chars(pattern: str | None) -> list:
+    """The characters a pattern's strings are built from: ASCII only where the pattern uses
+    \\D, \\W or \\S."""
+    return _PLAIN_ASCII if pattern is not None and re.search(r"\\[DWS]", pattern) else _PLAIN
+
+
 @lru_cache(maxsize=512)
-def _pattern_body(pattern: str, ascii_only: bool, budget_states: int) -> ByteDFA:
+def _pattern_body(pattern: str, budget_states: int) -> ByteDFA:
     """The unescaped strings ``pattern`` matches (searched, as JSON Schema reads it), shared
     by every length bound it comes with: AWS's tag pattern over \\p{L}, \\p{Z} and \\p{N}
     is a key's under maxLength 128 and a value's under 256 (~0.4 s to parse each time)."""
     budget = leaf_budget(budget_states)
-    body = _plain_run(_PLAIN_ASCII if ascii_only else _PLAIN, 0, None, budget)
+    body = _plain_run(_plain_chars(pattern), 0, None, budget)
     return trim_and_minimize(product(body, search_dfa(pattern, budget), "and", budget))
 
 

@@ -56,7 +56,11 @@ def ranges_of_chars(chars: frozenset[str] | set[str]) -> list[tuple[int, int]]:
     points read in one encode and sorted, not made unique (a set's are): np.unique's hashing
     took 0.6 s on the ~970k characters of a class like [^\\p{C}]."""
     text = "".join(chars).encode("utf-32-le", "surrogatepass")
-    points = np.sort(np.frombuffer(text, dtype=np.uint32).astype(np.int64))
+    return ranges_of_points(np.sort(np.frombuffer(text, dtype=np.uint32).astype(np.int64)))
+
+
+def ranges_of_points(points: np.ndarray) -> list[tuple[int, int]]:
+    """The inclusive ranges of sorted, distinct code points: a range breaks where they jump."""
     if not len(points):
         return []
     breaks = np.nonzero(np.diff(points) != 1)[0]

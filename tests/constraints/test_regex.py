@@ -166,15 +166,15 @@ def test_heap_and_level_distances_agree(monkeypatch):
     # Small graphs take a heap, large ones Dial's buckets: the same distances either way.
     from constraints import completion
 
-    monkeypatch.setattr(completion, "_HEAP_MAX_EDGES", -1)  # _backward_distances: buckets
+    monkeypatch.setattr(completion, "_HEAP_MAX_EDGES", -1)  # backward_distances: buckets
     rng = np.random.default_rng(3)
     for n in (5, 60, 400):
         src = rng.integers(0, n, size=3 * n)
         dst = rng.integers(0, n, size=3 * n)
-        weight = rng.integers(1, 5, size=3 * n)
+        weight = rng.integers(0, 5, size=3 * n)  # zero weights too (json_leaves.counted_pattern)
         accept = rng.random(n) < 0.1
         heap = completion._heap_distances(n, src, dst, weight, accept)
-        levels = completion._backward_distances(n, src, dst, weight, accept)
+        levels = completion.backward_distances(n, src, dst, weight, accept)
         assert (heap == levels).all()
         assert (heap[accept] == 0).all()
 
