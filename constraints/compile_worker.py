@@ -11,6 +11,7 @@ It runs until the pipe closes; a parent that gives up on a compile kills the pro
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import pickle
@@ -76,6 +77,10 @@ def serve(conn) -> None:
         info.walks_leaves_whole = False  # the parent walks them, once, where it loads a grammar
         compiler = GrammarCompiler(info, max_states=max_states, compile_timeout_s=timeout_s, limits=limits)
         compiler.compile_regex("[a-z]")  # build the per-tokenizer tables before the first request
+        # What is alive now (imports, the tokenizer's tables) is kept for good: frozen out of
+        # the collector's reach, no full collection during a compile walks it again.
+        gc.collect()
+        gc.freeze()
         conn.send(("ready",))
         while True:
             kind, spec = conn.recv()

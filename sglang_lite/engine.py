@@ -10,6 +10,7 @@ share one continuously batched loop.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import queue
 import threading
@@ -329,6 +330,18 @@ class Engine:
             self.cache.radix.reset()
             return True
         return self._call(flush)
+
+    def freeze_gc(self) -> int:
+        """Move every object alive now out of the garbage collector's reach (``gc.freeze``,
+        as vLLM does after startup and SGLang's ``/freeze_gc``); returns how many are frozen.
+        A full collection otherwise walks the whole startup heap (the embedded model's engine:
+        ~316k objects, 85-130 ms measured) holding the GIL, so every request stalls while it
+        runs; objects made later are collected as before. Garbage is collected first so it is
+        not kept for good. Process-wide: ``sglang-lite serve`` calls it once the engine is
+        up; a program embedding the engine calls it when its own setup is done."""
+        gc.collect()
+        gc.freeze()
+        return gc.get_freeze_count()
 
     def get_stats(self) -> dict[str, Any]:
         def stats():

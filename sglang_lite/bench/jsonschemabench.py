@@ -4,7 +4,8 @@ Driven from `python -m sglang_lite.bench.constraints_mask --schemas DIR --peers 
 
 Each engine runs in a fresh worker process (this module with --worker) over every schema in a
 fixed order, one thread, no warm-up: first visits of new states count, caches shared across
-schemas within the process are allowed. Per schema the worker compiles (timed), walks the
+schemas within the process are allowed. The worker's startup heap (imports, tokenizer) is frozen
+out of the garbage collector's reach before the first schema, as a serving process does. Per schema the worker compiles (timed), walks the
 constraint with the pseudo-model of schema_walk (each mask fill timed) and validates the text.
 The parent guards each schema with a wall-clock limit: a schema past it (or one that crashes the
 worker) is recorded as a failure and a fresh worker resumes at the next schema.
@@ -13,6 +14,7 @@ worker) is recorded as a failure and a fresh worker resumes at the next schema.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import queue
@@ -48,6 +50,11 @@ def worker_main(engine_name: str, schemas_dir: Path, start: int) -> None:
     engine = make_engine(engine_name, tokenizer, info)
     model = PseudoModel(info.token_bytes, info.eos_token_ids)
     schemas = load_schemas(schemas_dir)
+    # The startup heap frozen out of the garbage collector's reach, as a serving process does
+    # (sglang-lite serve, its compile workers; vLLM, SGLang's /freeze_gc): the same for every
+    # engine, whose own objects made later are collected as usual.
+    gc.collect()
+    gc.freeze()
     print(_LINE + json.dumps({"ready": True}), flush=True)
     for schema in schemas[start:]:
         print(_LINE + json.dumps(asdict(run_schema(engine, schema, model))), flush=True)

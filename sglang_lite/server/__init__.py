@@ -48,6 +48,9 @@ def main(argv: list[str]) -> int:
                      limits=BodyLimits(max_request_bytes=args.max_request_bytes),
                      cache_salt_by=args.cache_salt_by, tool_call_parser=args.tool_call_parser,
                      reasoning_parser=args.reasoning_parser, serving_options=serving)
+    # The startup heap (model, tokenizer, imports) never becomes garbage: out of the collector's
+    # reach, a full collection no longer stalls the scheduler for ~100 ms (Engine.freeze_gc).
+    log.info("froze %d startup objects out of the garbage collector's reach", engine.freeze_gc())
     # Draining is ours (DrainingServer); uvicorn's own grace is for the last bytes.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=5, lifespan="off")

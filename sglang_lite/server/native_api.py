@@ -1,9 +1,10 @@
-"""SGLang's native routes: /generate, /health, /health_generate, /flush_cache,
+"""SGLang's native routes: /generate, /health, /health_generate, /flush_cache, /freeze_gc,
 /get_model_info, /get_server_info, /metrics."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from dataclasses import asdict
 from typing import Any
@@ -166,6 +167,14 @@ async def flush_cache(request: Request):
     return {"success": True, "message": "Cache flushed."}
 
 
+@router.api_route("/freeze_gc", methods=["GET", "POST"])
+async def freeze_gc(request: Request):
+    """Freeze what is alive now out of the garbage collector's reach (Engine.freeze_gc): the
+    server does it at startup; after warm-up traffic the caches it built can follow."""
+    await asyncio.get_running_loop().run_in_executor(None, request.app.state.engine.freeze_gc)
+    return Response("Garbage collection frozen.\n", status_code=200, media_type="text/plain")
+
+
 @router.get("/get_model_info")
 async def get_model_info(request: Request):
     state = request.app.state
@@ -187,7 +196,8 @@ async def get_server_info(request: Request):
     config = {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
               for k, v in asdict(engine.config).items()}
     return {**config, **stats, "served_model_name": state.served_model_name,
-            "context_length": engine.context_length, "draining": state.draining}
+            "context_length": engine.context_length, "draining": state.draining,
+            "gc_frozen_objects": gc.get_freeze_count()}
 
 
 @router.get("/metrics")
