@@ -223,8 +223,7 @@ def _native_determinize(mod, nfa: NFA, start: int, final: int, budget: CompileBu
     """The subset construction in C (native.c): the same states in the same order."""
     absorb = np.zeros(nfa.num_states, dtype=bool)
     absorb[list(absorbing)] = True
-    arrays = [np.array(a, dtype=np.int32) for a in (nfa.edge_src, nfa.edge_lo, nfa.edge_hi, nfa.edge_dst,
-                                                    nfa.eps_src, nfa.eps_dst)]
+    arrays = (nfa.edge_src, nfa.edge_lo, nfa.edge_hi, nfa.edge_dst, nfa.eps_src, nfa.eps_dst)
     return _built(mod.determinize(nfa.num_states, start, final, *arrays, absorb, width, budget.max_states,
                                   max(budget.deadline - time.monotonic(), 0.0)), width, budget)
 

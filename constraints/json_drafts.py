@@ -251,7 +251,7 @@ class _Document:
             else:
                 out[key] = self._copy(value)
         _fold_exclusive_bounds(out)
-        _split_dependencies(out, _pointer(path))
+        _split_dependencies(out, path)
         _prefix_items(out)
         return out
 
@@ -267,14 +267,14 @@ def _fold_exclusive_bounds(schema: dict) -> None:
                 schema[flag] = schema.pop(bound)
 
 
-def _split_dependencies(schema: dict, ptr: str) -> None:
+def _split_dependencies(schema: dict, path: tuple) -> None:
     deps = schema.pop("dependencies", None)
     if deps is None:
         return
     if not isinstance(deps, dict):
         from .errors import InvalidConstraintError
 
-        raise InvalidConstraintError(f"dependencies at {ptr}/dependencies must be an object")
+        raise InvalidConstraintError(f"dependencies at {_pointer(path)}/dependencies must be an object")
     for name, dep in deps.items():
         if isinstance(dep, list):
             names = schema.setdefault("dependentRequired", {}).setdefault(name, [])

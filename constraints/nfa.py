@@ -7,6 +7,7 @@ share a start state from leaking into each other.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,16 +21,17 @@ CALL_BASE = 256  # symbols >= CALL_BASE are rule calls (see pushdown.py), never 
 @dataclass(slots=True)
 class NFA:
     """States are ints 0..num_states-1; edges are inclusive byte ranges (src, lo, hi, dst), kept
-    as flat lists (the C subset construction reads them as arrays), plus epsilon moves."""
+    as flat int32 arrays (the C subset construction reads their buffers as they are), plus
+    epsilon moves."""
 
     budget: CompileBudget
     num_states: int = 0
-    edge_src: list[int] = field(default_factory=list)
-    edge_lo: list[int] = field(default_factory=list)
-    edge_hi: list[int] = field(default_factory=list)
-    edge_dst: list[int] = field(default_factory=list)
-    eps_src: list[int] = field(default_factory=list)
-    eps_dst: list[int] = field(default_factory=list)
+    edge_src: array = field(default_factory=lambda: array("i"))
+    edge_lo: array = field(default_factory=lambda: array("i"))
+    edge_hi: array = field(default_factory=lambda: array("i"))
+    edge_dst: array = field(default_factory=lambda: array("i"))
+    eps_src: array = field(default_factory=lambda: array("i"))
+    eps_dst: array = field(default_factory=lambda: array("i"))
 
     def new_state(self) -> int:
         self.num_states += 1

@@ -196,8 +196,10 @@ def test_a_ref_into_array_form_items_follows_the_rewrite(byte_compiler):
 
 
 def test_dependencies_must_be_an_object(byte_compiler):
-    with pytest.raises(InvalidConstraintError, match="dependencies"):
+    with pytest.raises(InvalidConstraintError, match="dependencies at /dependencies must"):
         byte_compiler.compile_json_schema({"$schema": D4, "dependencies": ["a"]})
+    with pytest.raises(InvalidConstraintError, match="at /properties/a~1b/dependencies must"):
+        byte_compiler.compile_json_schema({"$schema": D4, "properties": {"a/b": {"dependencies": 3}}})
 
 
 @pytest.mark.skipif(not BENCH.is_dir(), reason=f"{BENCH} not present")
