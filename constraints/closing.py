@@ -111,7 +111,9 @@ class ClosingDistance:
     """Bounds and budget rows of one automaton; thread-safe (intake and mask threads share it)."""
 
     def __init__(self, automaton: TokenAutomaton):
-        self.automaton = automaton
+        # Weakly: closing_for keeps this in a WeakKeyDictionary keyed by the automaton, so a
+        # strong reference back would keep every automaton ever budgeted alive for good.
+        self._automaton = weakref.ref(automaton)
         self._graph = _ByteGraph(automaton)
         self._vocab = automaton.info.ids_by_bytes
         self._prefixes = automaton.info.layout.prefix_starts()  # read for membership only
@@ -134,6 +136,10 @@ class ClosingDistance:
         self._margin = MARGIN  # grows to twice the largest one-token rise seen (see Margin)
         self._exhausted = False  # a search met MAX_SEARCH_STATES: no more searches (bound inf)
         self._most_bytes: int | None | bool = False  # automaton.max_bytes_to_accept, once read
+
+    @property
+    def automaton(self) -> TokenAutomaton:
+        return self._automaton()  # alive while a matcher of it asks (matchers hold it)
 
     def bound(self, state: State) -> float:
         """Tokens (EOS included) that suffice to terminate from ``state``, looking one token
@@ -661,7 +667,7 @@ class _ByteGraph:
     on demand (a lazily built DFA), so searches and vocabulary walks are array lookups."""
 
     def __init__(self, automaton: TokenAutomaton):
-        self.automaton = automaton
+        self._automaton = weakref.ref(automaton)  # weakly, as ClosingDistance holds it
         self.states: list[State] = []
         self._index: dict[State, int] = {}
         self.trans = np.full((64, 256), _UNKNOWN, dtype=np.int32)
@@ -671,6 +677,10 @@ class _ByteGraph:
     def known(self, state: State) -> int | None:
         """The id of ``state`` where it was interned, else None (interning nothing)."""
         return self._index.get(state)
+
+    @property
+    def automaton(self) -> TokenAutomaton:
+        return self._automaton()
 
     def intern(self, state: State) -> int:
         sid = self._index.get(state)

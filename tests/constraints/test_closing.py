@@ -5,7 +5,9 @@ always finish within the budget."""
 from __future__ import annotations
 
 import functools
+import gc
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -473,3 +475,32 @@ def test_every_cached_bound_keeps_a_witness_after_walks_near_the_budget(schema):
         assert any(n is not None and closing._bounds.get(index.get(n), math.inf) <= bound - 1 for n in after), sid
         checked += 1
     assert checked >= (2 if isinstance(schema, str) else 10)
+
+
+@pytest.mark.parametrize("schema", [NESTED, r"(ab)*日?c"])
+def test_an_automaton_is_freed_once_its_grammar_and_matchers_are_gone(schema):
+    """closing_for's cache is keyed weakly by the automaton: after an admission check and
+    budgeted fills near the budget, dropping the grammar and its matchers frees the automaton
+    and its closing by reference counting alone (a server compiling many distinct schemas
+    kept every one for good, ~1 MB each)."""
+    info = TokenizerInfo(NESTED_VOCAB, (EOS,), frozenset({EOS}))
+    compiler = GrammarCompiler(info)
+    grammar = (compiler.compile_json_schema(schema) if schema is NESTED
+               else compiler.compile_regex(schema))
+    matcher = grammar.matcher()
+    assert matcher.finishes_within(40)
+    bitmask = allocate_token_bitmask(1, info.vocab_size)
+    for left in (40, 6, 2):
+        matcher.fill_next_token_bitmask(bitmask, 0, max_tokens=left)
+    closing = closing_for(grammar.automaton)
+    assert closing.automaton is grammar.automaton
+    automaton, closing_ref = weakref.ref(grammar.automaton), weakref.ref(closing)
+    enabled = gc.isenabled()
+    gc.disable()  # freed by reference counting, not by a collection of cycles
+    try:
+        del grammar, matcher, closing
+        compiler.clear_cache()
+        assert automaton() is None and closing_ref() is None
+    finally:
+        if enabled:
+            gc.enable()
