@@ -670,9 +670,11 @@ class _ByteGraph:
         self._automaton = weakref.ref(automaton)  # weakly, as ClosingDistance holds it
         self.states: list[State] = []
         self._index: dict[State, int] = {}
-        self.trans = np.full((64, 256), _UNKNOWN, dtype=np.int32)
-        self.accepting = np.zeros(64, dtype=bool)
-        self._expanded = np.zeros(64, dtype=bool)
+        # Eight rows to start (doubled as states are met): most grammars' admission check
+        # meets a few states, and every cached grammar keeps its graph.
+        self.trans = np.full((8, 256), _UNKNOWN, dtype=np.int32)
+        self.accepting = np.zeros(8, dtype=bool)
+        self._expanded = np.zeros(8, dtype=bool)
 
     def known(self, state: State) -> int | None:
         """The id of ``state`` where it was interned, else None (interning nothing)."""

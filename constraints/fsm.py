@@ -369,9 +369,9 @@ def _native_trim_and_minimize(mod, dfa: ByteDFA, minimize: bool) -> ByteDFA:
     m = mod.trim_minimize(trans, np.ascontiguousarray(dfa.accept, dtype=bool), minimize, cls_of, rep, out)
     if m == 0:
         return ByteDFA(np.full((1, trans.shape[1]), DEAD, dtype=np.int32), np.zeros(1, dtype=bool))
-    # C wrote the new table into out's first m rows: a view of them, or a copy where most
-    # rows went (so a trimmed rule does not hold its untrimmed size)
-    return ByteDFA(out[:m] if 2 * m >= n else out[:m].copy(), dfa.accept[rep[:m]].astype(bool))
+    # C wrote the new table into out's first m rows: those rows, copied where any row went
+    # (a cached grammar keeps its rules: they do not hold their untrimmed size)
+    return ByteDFA(out if m == n else out[:m].copy(), dfa.accept[rep[:m]].astype(bool))
 
 
 def _trim(cols: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, list[int] | None]:

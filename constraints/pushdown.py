@@ -105,7 +105,8 @@ class PushdownAutomaton(TokenAutomaton):
         # in a stack frame -(count + 1) above the return state: the leaf stays one small
         # shared DFA instead of one copy of it per count.
         self._counted = counted
-        self._inc = np.zeros((len(accept), 256), dtype=np.uint8)  # (state, byte) -> count's rise
+        self._inc = _no_rises(len(accept)) if all(c is None for c in counted) else np.zeros(
+            (len(accept), 256), dtype=np.uint8)  # (state, byte) -> count's rise
         self._count_lo = np.zeros(len(accept), dtype=np.int64)
         self._count_cap = np.zeros(len(accept), dtype=np.int64)  # hi, or lo when unbounded
         for k, c in enumerate(counted):
@@ -790,6 +791,21 @@ def _global_table(dfas: list[ByteDFA], offsets: list[int]) -> tuple[np.ndarray, 
     live = out >= 0
     one = np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1)
     return out, one, out[np.arange(len(one)), np.maximum(one, 0)]
+
+
+_ZEROS = np.zeros(0, dtype=np.uint8)
+
+
+def _no_rises(positions: int) -> np.ndarray:
+    """A read-only all-zero rise table [positions, 256] for a grammar without counted leaves:
+    a view of one zero buffer shared by every such grammar (grown as needed), so a cached
+    grammar does not keep a table of zeros of its own."""
+    global _ZEROS
+    size = positions * 256
+    if len(_ZEROS) < size:
+        _ZEROS = np.zeros(max(size, 2 * len(_ZEROS)), dtype=np.uint8)
+        _ZEROS.flags.writeable = False
+    return _ZEROS[:size].reshape(positions, 256)
 
 
 def _has_calls(dfa: ByteDFA) -> bool:
