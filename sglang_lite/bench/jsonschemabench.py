@@ -4,9 +4,10 @@ Driven from `python -m sglang_lite.bench.constraints_mask --schemas DIR --peers 
 
 Each engine runs in a fresh worker process (this module with --worker) over every schema in a
 fixed order, one thread, no warm-up: first visits of new states count, caches shared across
-schemas within the process are allowed. The worker's startup heap (imports, tokenizer) is frozen
-out of the garbage collector's reach before the first schema, as a serving process does. Per schema the worker compiles (timed), walks the
-constraint with the pseudo-model of schema_walk (each mask fill timed) and validates the text.
+schemas within the process are allowed. The worker's startup heap (imports, tokenizer) is
+frozen out of the garbage collector's reach before the first schema, as a serving process does.
+Per schema the worker compiles (timed), walks the constraint with the pseudo-model of
+schema_walk (each mask fill timed) and validates the text.
 The parent guards each schema with a wall-clock limit: a schema past it (or one that crashes the
 worker) is recorded as a failure and a fresh worker resumes at the next schema.
 """
