@@ -15,8 +15,8 @@ import threading
 import torch
 
 from sglang_lite.attention import create_backend, fit_attention_backend
-from sglang_lite.engine import kv_pool_pages
 from sglang_lite.mem.kv_pool import KVPool
+from sglang_lite.mem.sizing import kv_pool_pages
 from sglang_lite.model.batch_invariant import BatchInvariantMode
 from sglang_lite.parallel.group import TPComm, rank_device
 from sglang_lite.parallel.launcher import CONNECT_TIMEOUT_S, STEP_TIMEOUT_S, WorkerArgs, load_shard
