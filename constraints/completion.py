@@ -30,8 +30,7 @@ def leaf_distances(dfa: ByteDFA, alphabet: np.ndarray) -> np.ndarray:
     if mod is not None:
         return native_distances(mod, dfa, alphabet, _NO_COSTS)
     src, dst = _byte_edges(dfa.trans, alphabet)
-    return backward_distances(dfa.num_states, src, dst, np.ones(len(src), dtype=np.int64),
-                               dfa.accept)
+    return backward_distances(dfa.num_states, src, dst, np.ones(len(src), dtype=np.int64), dfa.accept)
 
 
 def rule_distances(dfa: ByteDFA, alphabet: np.ndarray, callee_costs: np.ndarray) -> np.ndarray:
@@ -59,11 +58,11 @@ _HEAP_MAX_EDGES = 50_000  # below this, a plain heap is faster than array steps 
 
 
 def backward_distances(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
-                        accept: np.ndarray) -> np.ndarray:
+                       accept: np.ndarray) -> np.ndarray:
     """Dijkstra backwards from the accepting states over edges src -> dst of non-negative
-    integer weights (a zero-weight edge settles its source in the level it is met at): with a heap for small graphs; for large ones one distance level at a
-    time (Dial's buckets), each level one array step over the edges into the states it
-    settles."""
+    integer weights (a zero-weight edge settles its source in the level it is met at): with
+    a heap for small graphs; for large ones one distance level at a time (Dial's buckets),
+    each level one array step over the edges into the states it settles."""
     if len(src) <= _HEAP_MAX_EDGES:
         return _heap_distances(n, src, dst, weight, accept)
     order = np.argsort(dst, kind="stable")

@@ -309,7 +309,6 @@ def literal_texts(ctx: Ctx, schema: dict, ptr: str) -> list[bytes]:
     return texts
 
 
-
 def _contains_schema(constraint: tuple) -> dict:
     sub, lo, hi = constraint
     return {"contains": sub, "minContains": lo, **({} if hi is None else {"maxContains": hi})}

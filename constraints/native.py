@@ -248,8 +248,8 @@ def leaf_row(mod, trans: np.ndarray, accept: np.ndarray, lex, q: int, vocab_size
         raise ValueError(f"trans must be a C-contiguous int32 [S, >=256] table, not {trans.dtype} {trans.shape}")
     in_i, in_count, in_end, ex_i, ex_col, ex_count = _leaf_buffers(lex)
     row = np.zeros((vocab_size + 31) // 32, dtype=np.int32)
-    found = mod.walk_leaf(trans, np.ascontiguousarray(accept, dtype=bool),
-                          None if starts is None else np.ascontiguousarray(starts, dtype=np.uint8), _vocab(mod, lex), q,
+    rises = None if starts is None else np.ascontiguousarray(starts, dtype=np.uint8)
+    found = mod.walk_leaf(trans, np.ascontiguousarray(accept, dtype=bool), rises, _vocab(mod, lex), q,
                           in_i, in_count, in_end, ex_i, ex_col, ex_count, row)
     if found is None:
         return None

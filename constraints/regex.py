@@ -156,7 +156,8 @@ def _categories() -> dict[str, tuple[tuple[int, int], ...]]:
     # a run breaks where the points jump (a gap, or the surrogates)
     out = {k: tuple(ranges_of_points(points[codes == i])) for i, k in enumerate(kinds)}
     for major in {k[0] for k in kinds}:
-        out[major] = tuple(ranges_of_points(points[np.isin(codes, [i for i, k in enumerate(kinds) if k[0] == major])]))
+        members = [i for i, k in enumerate(kinds) if k[0] == major]
+        out[major] = tuple(ranges_of_points(points[np.isin(codes, members)]))
     return out
 
 

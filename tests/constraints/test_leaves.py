@@ -349,9 +349,9 @@ def test_a_pattern_under_a_max_length_is_a_counted_leaf(byte_compiler, schema, l
 @pytest.mark.parametrize("pattern", ["^(a|bcdefgh)$", "x[0-9]yyyyy", "^(éé|abc)$"])
 def test_a_pattern_whose_count_would_not_be_exact_stays_one_automaton(byte_compiler, pattern):
     """A byte that would raise the committed length by more than four (b against a; an x
-    not followed by a digit, in a search for x<digit>yyyyy), or a fewest-
-    bytes way that writes more characters than the fewest (abc against éé): the pattern and
-    its length make one product automaton, still exact."""
+    not followed by a digit, in a search for x<digit>yyyyy), or a fewest-bytes way that
+    writes more characters than the fewest (abc against éé): the pattern and its length make
+    one product automaton, still exact."""
     from constraints.json_leaves import counted_pattern
 
     assert counted_pattern(pattern, 0, 30) is None
