@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
+import math
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -167,11 +168,21 @@ async def flush_cache(request: Request):
     return {"success": True, "message": "Cache flushed."}
 
 
+FREEZE_GC_INTERVAL_S = 60.0
+
+
 @router.api_route("/freeze_gc", methods=["GET", "POST"])
 async def freeze_gc(request: Request):
     """Freeze what is alive now out of the garbage collector's reach (Engine.freeze_gc): the
-    server does it at startup; after warm-up traffic the caches it built can follow."""
-    await asyncio.get_running_loop().run_in_executor(None, request.app.state.engine.freeze_gc)
+    server does it at startup; after warm-up traffic the caches it built can follow. At most
+    once a FREEZE_GC_INTERVAL_S (a call within it answers the same and does nothing): each
+    freeze is a collection holding the GIL, and keeps for good whatever it froze that later
+    dies in a cycle, so a client calling it over and over neither stalls requests nor grows
+    the heap."""
+    state, now = request.app.state, time.monotonic()
+    if now - getattr(state, "gc_frozen_at", -math.inf) >= FREEZE_GC_INTERVAL_S:
+        state.gc_frozen_at = now
+        await asyncio.get_running_loop().run_in_executor(None, state.engine.freeze_gc)
     return Response("Garbage collection frozen.\n", status_code=200, media_type="text/plain")
 
 
@@ -197,7 +208,7 @@ async def get_server_info(request: Request):
               for k, v in asdict(engine.config).items()}
     return {**config, **stats, "served_model_name": state.served_model_name,
             "context_length": engine.context_length, "draining": state.draining,
-            "gc_frozen_objects": gc.get_freeze_count()}
+            "gc_frozen_objects": engine.gc_frozen_objects}
 
 
 @router.get("/metrics")

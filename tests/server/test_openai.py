@@ -299,19 +299,24 @@ def test_native_generate_stream_is_cumulative(http):
 
 def test_freeze_gc_moves_the_live_heap_out_of_the_collectors_reach(http):
     """SGLang's /freeze_gc: what is alive is frozen (an in-process server: the test's own heap
-    too, so it is unfrozen after), later objects are collected as before."""
+    too, so it is unfrozen after), later objects are collected as before, and a second call
+    within the interval freezes nothing (a client calling it over and over stalls nothing)."""
     gc.unfreeze()
-    assert http.get("/get_server_info").json()["gc_frozen_objects"] == 0
+    before = http.get("/get_server_info").json()["gc_frozen_objects"]
     try:
         r = http.post("/freeze_gc")
         assert r.status_code == 200 and r.text == "Garbage collection frozen.\n"
         frozen = http.get("/get_server_info").json()["gc_frozen_objects"]
-        assert frozen > 100_000 and gc.get_freeze_count() > 100_000  # frozen objects can still die
+        assert frozen - before > 100_000 and gc.get_freeze_count() > 100_000  # frozen objects can still die
         cycle: list = []
         cycle.append(cycle)
         ref = weakref.ref(_Cyclic(cycle))
         gc.collect()
         assert ref() is None  # garbage made after the freeze is still collected
+        made_after = [[]]
+        assert http.get("/freeze_gc").status_code == 200  # within the interval: nothing done
+        assert http.get("/get_server_info").json()["gc_frozen_objects"] == frozen
+        assert any(o is made_after for o in gc.get_objects())  # still the collector's, not frozen
     finally:
         gc.unfreeze()
 
