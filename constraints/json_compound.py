@@ -123,9 +123,15 @@ def unique_item_kind(ctx, schema: dict, ptr: str, refs: tuple) -> str | None:
     kind = flat.get("type")
     if isinstance(kind, str) and kind in _UNIQUE_ITEM_KEYWORDS and set(flat) - ANNOTATIONS <= _UNIQUE_ITEM_KEYWORDS[kind]:
         return kind
-    if finite_texts(ctx, items, f"{ptr}/items") is not None:
-        return None  # a finite domain: distinct values in the domain's order (_emit_unique)
-    return open_value_kind(ctx, open_items(items), f"{ptr}/items", refs)
+    texts = finite_texts(ctx, items, f"{ptr}/items")
+    if texts is not None:
+        # A finite domain: distinct values in the domain's order (_emit_unique), or a long
+        # enum of strings (CFF's 459 SPDX licenses) compared as texts, one spelling each:
+        # the array never runs out of new items before minItems while it has that many.
+        many_strings = (len(texts) > _MAX_UNIQUE_VALUES and all(t[:1] == b'"' for t in texts)
+                        and len(texts) >= int(schema.get("minItems", 0)))
+        return "value+texts:string" if many_strings else None
+    return open_value_kind(ctx, open_items(items), f"{ptr}/items", refs, int(schema.get("minItems", 0)))
 
 
 _MAX_ALTERNATIVES = 64
@@ -145,13 +151,15 @@ def open_items(items):
     return out
 
 
-def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
+def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = None) -> str | None:
     """"value", "value:integer" or "value:number" where every alternative of ``items`` is an
     open value (unique_items.py: each prefix has infinitely many completions), else None.
     Where some are closed objects of open members ("value+ahead..."), a prefix has infinitely
     many completions or exactly one (the rest is forced), and the matcher looks ahead
-    through forced bytes for a duplicate."""
+    through forced bytes for a duplicate. ``min_items``: the array's, where ``items`` are
+    its items (a bounded string alternative of at least that many values never runs out)."""
     numbers, closed, texts, others, strings, open_strings = set(), [], [], 0, 0, 0
+    values = 0  # the most strings one bounded string alternative takes (a lower bound)
     todo = [(items, refs)]
     seen = 0
     while todo:
@@ -187,8 +195,10 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
             if t == "object" and _closed_of_texts(ctx, flat, ptr, srefs, texts):
                 continue
             if not _open_alternative(ctx, flat, t, ptr):
-                if t == "string" and _rich_string(flat):  # bounded: compared as texts below
+                n = _string_count(flat) if t == "string" else 0
+                if n:  # bounded: compared as texts below
                     strings += 1
+                    values = max(values, n)
                     continue
                 return None
             others += t != "string"  # strings have one spelling each: texts too
@@ -197,11 +207,14 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
                 numbers.add(t)
     if texts or strings:
         # Bounded strings, or objects of them: exact only where every item is one (a single
-        # spelling per value) and some alternative cannot run out of new items.
+        # spelling per value) and new items cannot run out: some alternative takes a million
+        # (no output within a context holds that many items), or at least minItems (the
+        # array may end once it has them; CFF's two- or three-letter language codes).
         texts += closed
-        if others or not all(_canonical_members(ctx, o, ptr, refs) for o in texts):
+        if others or ctx.flexible and texts or not all(_canonical_members(ctx, o, ptr, refs) for o in texts):
             return None
-        if strings or open_strings or any(_rich_member(ctx, o, ptr, refs) for o in texts):
+        if (values >= _RICH or open_strings or any(_rich_member(ctx, o, ptr, refs) for o in texts)
+                or not texts and min_items is not None and values >= min_items):
             return "value+texts" + (":string" if strings or open_strings else "")
         return None
     return ("value" + ("+ahead" if closed else "")
@@ -210,18 +223,22 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple) -> str | None:
 
 def _closed_of_open_members(ctx, flat: dict, ptr: str, refs: tuple, closed: list) -> bool:
     """A closed object (additionalProperties false, no patternProperties or propertyNames)
-    whose every member is an open value (CloudFormation's Tags: {Key, Value} strings): each
-    prefix of one has infinitely many completions, or only its forced rest (``}`` after the
-    last member). Recorded in ``closed``."""
+    whose last member is an open value (CloudFormation's Tags: {Key, Value} strings; SARIF's
+    objects, whose last member is an open property bag). Members are written in schema order,
+    so each prefix of one has infinitely many completions (the last member is still to come,
+    or being written), or only its forced rest (``}`` after the last member). The member is
+    judged as emitted (json_compound.emit_object), not opened as the items are. Recorded in
+    ``closed``."""
     props = _closed_properties(ctx, flat, ptr)
     if props is None or len(closed) >= _MAX_ALTERNATIVES:
         return False
-    for name, member in props.items():
-        if member is False:
-            continue
-        kind = open_value_kind(ctx, open_items(member), f"{ptr}/properties/{name}", refs)
-        if kind is None or kind.startswith("value+texts"):  # bounded: _closed_of_texts
-            return False
+    present = [(name, member) for name, member in props.items() if member is not False]
+    if not present:
+        return False
+    name, member = present[-1]
+    kind = open_value_kind(ctx, member, f"{ptr}/properties/{name}", refs)
+    if kind is None or kind.startswith("value+texts"):  # bounded: _closed_of_texts
+        return False
     closed.append(flat)
     return True
 
@@ -301,16 +318,24 @@ def _rich_member(ctx, obj: dict, ptr: str, refs: tuple) -> bool:
 
 def _rich_string(flat: dict) -> bool:
     """Whether a string schema (lengths, patterns, format) takes over a million strings."""
+    return _string_count(flat) >= _RICH
+
+
+def _string_count(flat: dict) -> int:
+    """How many strings a string schema (lengths, patterns, format) takes, counted up to a
+    million over its texts of up to 64 bytes that maxLength allows (a lower bound: a text's
+    bytes are at least its characters); 0 where it is not such a schema."""
     if set(flat) - ANNOTATIONS - OTHER_TYPES_ONLY["string"] <= {"type", "nullable", "minLength", "maxLength"}:
         # over a million characters (counted in bytes below: far fewer)
-        return flat.get("maxLength", 1) >= max(1, flat.get("minLength", 0))
+        if flat.get("maxLength", 1) >= max(1, flat.get("minLength", 0)):
+            return _RICH
     if {"enum", "const"} & flat.keys() or not set(flat) - ANNOTATIONS - OTHER_TYPES_ONLY["string"] <= _STRING_KEYWORDS | {"type"}:
-        return False
+        return 0
     try:
         dfa = _string_body(flat)
     except ConstraintError:
-        return False
-    return count_strings(dfa, min(int(flat.get("maxLength", _RICH_BYTES)), _RICH_BYTES) + 2, _RICH) >= _RICH
+        return 0
+    return count_strings(dfa, min(int(flat.get("maxLength", _RICH_BYTES)), _RICH_BYTES) + 2, _RICH)
 
 
 def count_strings(dfa, max_bytes: int, cap: int) -> int:
@@ -336,12 +361,48 @@ def _open_alternative(ctx, flat: dict, t: str, ptr: str) -> bool:
         return ("maxItems" not in flat and not flat.get("prefixItems") and flat.get("uniqueItems") is not True
                 and flat.get("items", True) is not False)
     if t == "object":
-        extra = flat.get("additionalProperties", True)
-        if isinstance(extra, dict):  # merged parts may leave {"allOf": [false, ...]}
-            extra, _ = flatten(ctx, extra, ptr, ())
-        return (extra is not False and isinstance(extra, (bool, dict))
-                and not {"maxProperties", "propertyNames", "patternProperties"} & keys)
+        return not {"maxProperties", "propertyNames"} & keys and _endless_extras(ctx, flat, ptr)
     return False  # null, boolean: one value each
+
+
+def _endless_extras(ctx, flat: dict, ptr: str) -> bool:
+    """Whether an object takes members of infinitely many undeclared names (additionalProperties,
+    or a patternProperties pattern such as SchemaStore's ``^x-``), values not false. Those
+    members follow the declared ones and repeat, so every prefix of such an object goes on in
+    infinitely many ways. additionalProperties is read as emit_object reads it: absent beside
+    properties or patterns, no undeclared member is written."""
+    patterns = flat.get("patternProperties", {})
+    props = flat.get("properties", {})
+    extra = flat.get("additionalProperties", None if props or patterns else True)
+    if isinstance(extra, dict):  # merged parts may leave {"allOf": [false, ...]}
+        extra, _ = flatten(ctx, extra, ptr, ())
+    if not isinstance(extra, (bool, dict, type(None))) or not isinstance(patterns, dict):
+        return False
+    if not patterns:
+        return extra is not None and extra is not False
+    try:
+        classes = _extra_classes(tuple(props), patterns, extra, None, ptr)
+    except ConstraintError:
+        return False
+    for keys, value, _ in classes:
+        if isinstance(value, dict):
+            value, _ = flatten(ctx, value, ptr, ())
+        if value is not False and _infinite(keys):
+            return True
+    return False
+
+
+def _infinite(dfa) -> bool:
+    """Whether a trimmed DFA accepts infinitely many strings: it has a cycle (states are
+    dropped while none of their successors is kept; a cycle is what stays)."""
+    trans = dfa.trans[:dfa.num_states, :256]
+    keep = np.ones(dfa.num_states, dtype=bool)
+    while keep.any():
+        alive = np.where(trans >= 0, keep[np.clip(trans, 0, None)], False).any(axis=1) & keep
+        if (alive == keep).all():
+            return True
+        keep = alive
+    return False
 
 
 _STRING_KEYWORDS = TYPE_ONLY["string"] | {NOT_PATTERNS, ALSO_PATTERNS}
@@ -391,12 +452,12 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
     if texts is None or len(texts) > _MAX_UNIQUE_VALUES:
         raise UnsupportedSchemaError.at(
             "uniqueItems", f"{ptr}/uniqueItems", f"(true) is enforced only for items from a finite set "
-            f"(enum, const, boolean, null; at most {_MAX_UNIQUE_VALUES} values) or open values: "
-            f"strings every prefix of which goes on endlessly (no maxLength or enum), numbers with "
-            f"lower bounds only, arrays without maxItems, objects open to further members (not "
-            f"additionalProperties false, maxProperties or propertyNames); or strings of over a "
-            f"million values (maxLength, pattern) and closed objects of strings, one member such; "
-            f"without prefixItems")
+            f"(enum, const, boolean, null; at most {_MAX_UNIQUE_VALUES} values, or more strings) or open "
+            f"values: strings every prefix of which goes on endlessly (no maxLength or enum), numbers "
+            f"with lower bounds only, arrays without maxItems, objects open to further members (no "
+            f"maxProperties or propertyNames) or whose last member is such; or strings with maxLength "
+            f"or a pattern (a million of them, or as many as minItems) and closed objects of strings, "
+            f"one member of a million; without prefixItems")
     k = len(texts)
     hi = k if hi is None else min(hi, k)
     cap = hi if hi < k else max(lo, 1)  # counts past cap are all alike

@@ -228,14 +228,91 @@ def test_rollback_forgets_items(byte_compiler):
 
 
 def test_items_the_check_cannot_keep_exact_are_refused(byte_compiler):
-    """A pattern or maxLength gives prefixes with few completions, where refusing a
-    duplicate could leave nothing to write: still a clear refusal naming the keyword."""
-    for items in ({"type": "string", "pattern": "^a+b$"},  # 63 strings within 64 bytes: may run out
-                  {"type": "object", "additionalProperties": False, "properties": {"on": {"type": "boolean"}}},
-                  {"type": "integer", "maximum": 3}):
+    """Items that could run out before minItems, closed objects of few values, bounded
+    numbers, and a closed object whose last member is bounded (its member after the open one
+    can leave a prefix with two completions, both written): a clear refusal naming the
+    keyword."""
+    last_bounded = {"type": "object", "additionalProperties": False, "required": ["k"], "properties": {
+        "k": {"type": "string"}, "v": {"type": "object", "properties": {"b": {"const": 1}}}}}
+    for items, min_items in (({"type": "string", "pattern": "^[ab]$"}, 3),  # two strings, three items
+                             ({"type": "string", "pattern": "^a+b$"}, 64),  # 63 counted within 64 bytes
+                             ({"type": "object", "additionalProperties": False,
+                               "properties": {"on": {"type": "boolean"}}}, 0),
+                             ({"type": "integer", "maximum": 3}, 0), (last_bounded, 0)):
         with pytest.raises(UnsupportedSchemaError) as e:
-            byte_compiler.compile_json_schema({"type": "array", "items": items, "uniqueItems": True})
+            byte_compiler.compile_json_schema({"type": "array", "items": items, "uniqueItems": True,
+                                               "minItems": min_items})
         assert e.value.keyword == "uniqueItems"
+
+
+def test_few_strings_are_compared_as_texts_and_a_comma_needs_a_new_one(byte_compiler):
+    """Strings of a small language (CFF's two- or three-letter language codes), as many as
+    minItems asks or more: compared as texts. Once every string is written, the comma that
+    would need another is refused, and the array can only end."""
+    m = byte_compiler.compile_json_schema({"type": "array", "uniqueItems": True, "minItems": 2,
+                                           "items": {"type": "string", "pattern": "^[ab]$"}}).matcher()
+    assert m.accept_string('["a",')
+    assert not m.accept_string('"a"')
+    assert m.accept_string('"b"')
+    assert not m.accept_string(",")  # no third string exists: a dead end
+    assert m.accept_string("]") and m.can_terminate()
+
+
+def test_a_long_enum_of_strings_is_compared_as_texts(byte_compiler):
+    """An enum of more strings than the sorted-subset grammar takes (CFF's 459 SPDX licenses):
+    a duplicate is refused, and a comma once every value is written."""
+    names = [f"L{i}" for i in range(100)]
+    schema = {"type": "array", "uniqueItems": True, "items": {"enum": names}}
+    m = byte_compiler.compile_json_schema(schema).matcher()
+    assert m.accept_string('["L7","L70",')
+    assert not m.accept_string('"L7"')
+    assert m.accept_string('"L71"]') and m.can_terminate()
+    m = byte_compiler.compile_json_schema(schema).matcher()
+    assert m.accept_string("[" + ",".join(f'"{n}"' for n in names[:-1]) + ",")
+    assert not m.accept_string('"L1"') and not m.accept_string('"L98"')
+    assert m.accept_string('"L99"')
+    assert not m.accept_string(",")
+    assert m.accept_string("]") and m.can_terminate()
+    with pytest.raises(UnsupportedSchemaError):  # 100 values cannot make 101 items
+        byte_compiler.compile_json_schema({**schema, "minItems": 101})
+
+
+# objects whose last member is open (SARIF's, with a property bag last), and objects open to
+# names of a pattern (Compose's x- extensions)
+LAST_OPEN = {"type": "array", "uniqueItems": True, "items": {
+    "type": "object", "additionalProperties": False, "required": ["uri"], "properties": {
+        "uri": {"type": "string", "format": "uri"}, "kind": {"enum": ["a", "b"]},
+        "bag": {"type": "object", "additionalProperties": True}}}}
+EXTENSIONS = {"type": "array", "uniqueItems": True, "items": {
+    "type": "object", "additionalProperties": False, "patternProperties": {"^x-": {}},
+    "required": ["type"], "properties": {"type": {"enum": ["bind", "volume"]}}}}
+
+
+@pytest.mark.parametrize("schema,text,valid", [
+    (LAST_OPEN, '[{"uri":"a:b","kind":"a"},{"uri":"a:b"},{"uri":"a:b","bag":{}}]', True),
+    (LAST_OPEN, '[{"uri":"a:b","kind":"a"},{"uri":"a:b","kind":"a"}]', False),
+    (LAST_OPEN, '[{"uri":"a:b","bag":{"x":1}},{"uri":"a:b","bag":{"x":1.0}}]', False),
+    (EXTENSIONS, '[{"type":"bind"},{"type":"bind","x-a":1},{"type":"volume"}]', True),
+    (EXTENSIONS, '[{"type":"bind","x-a":1},{"type":"bind","x-a":1}]', False),
+])
+def test_objects_that_go_on_are_checked_by_value(byte_compiler, schema, text, valid):
+    import jsonschema
+
+    assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)) == valid
+    assert accepted_by_masks(byte_compiler.compile_json_schema(schema), text.encode()) == valid
+
+
+def test_an_object_whose_last_member_is_written_has_only_its_forced_rest(byte_compiler):
+    """Past the open last member only "}" may follow: the byte that would leave nothing but a
+    duplicate is refused, while a prefix before the last member still goes on."""
+    m = byte_compiler.compile_json_schema(LAST_OPEN).matcher()
+    assert m.accept_string('[{"uri":"a:b","kind":"a","bag":{}},{"uri":"a:b","kind":"a","bag":{')
+    assert not m.accept_string("}")  # {"uri":"a:b","kind":"a","bag":{}} again
+    assert m.accept_string('"y":2}}')
+    m = byte_compiler.compile_json_schema(LAST_OPEN).matcher()
+    assert m.accept_string('[{"uri":"a:b","kind":"a"},{"uri":"a:b","kind":"a"')
+    assert not m.accept_string("}")
+    assert m.accept_string(',"bag":{}}]') and m.can_terminate()
 
 
 # Tokens the walker prefers: short items that repeat often, so duplicates are tried.
@@ -353,11 +430,11 @@ def test_token_features_read_each_tokens_bytes():
     from constraints.unique_items import _token_features
 
     rng = random.Random(2)
-    alphabet = b'"{}[]09a5 \\\xff'
+    alphabet = b'"{}[]09a5, \\\xff'
     tokens = [bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 7))) for _ in range(3000)]
     tokens += [b"", b'""', b'"', b"}]", b"x"]
-    two, one, digit, closers, opener = _token_features(tokens)
+    two, one, digit, closers, opener, comma = _token_features(tokens)
     for k, t in enumerate(tokens):
         assert two[k] == (t.count(b'"') >= 2) and one[k] == (b'"' in t), t
-        assert digit[k] == any(48 <= b <= 57 for b in t), t
+        assert digit[k] == any(48 <= b <= 57 for b in t) and comma[k] == (b"," in t), t
         assert closers[k] == t.count(b"}") + t.count(b"]") and opener[k] == (b"{" in t or b"[" in t), t
