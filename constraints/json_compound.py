@@ -57,7 +57,10 @@ def emit_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tup
             ends.append(s)
         if i:
             s = punct(ctx, nfa, s, b",")
-        s = ctx.emit_schema(nfa, s, sub, f"{ptr}/prefixItems/{i}", refs)
+        if item_rule:
+            s = emit_call(nfa, s, ctx.rule_index(ItemRule(sub, f"{ptr}/prefixItems/{i}", refs, _canonical(sub)), ptr))
+        else:
+            s = ctx.emit_schema(nfa, s, sub, f"{ptr}/prefixItems/{i}", refs)
     else:
         ends.append(_emit_rest(ctx, nfa, s, items, len(prefix), lo, hi, ptr, refs, item_rule))
     if len(prefix) >= lo and (hi is None or len(prefix) <= hi) and prefix:
@@ -100,6 +103,8 @@ def emit_unique_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, kind: str, p
     plain = {k: v for k, v in schema.items() if k != "uniqueItems"}
     if kind.startswith("value"):
         plain["items"] = open_items(plain.get("items", True))
+        if plain.get("prefixItems"):
+            plain["prefixItems"] = [open_items(p) for p in plain["prefixItems"]]
     return emit_call(nfa, start, ctx.rule_index(UniqueArray(plain, ptr, refs, kind), ptr))
 
 
@@ -115,8 +120,14 @@ def unique_item_kind(ctx, schema: dict, ptr: str, refs: tuple) -> str | None:
     """"string", "integer" or "number" where uniqueItems is checked in the matcher (the
     array then is a rule of its own); None where it is not (finite items, or refused)."""
     items = schema.get("items", True)
-    if schema.get("prefixItems") or ctx.inline_leaves or not isinstance(items, dict):
+    prefix = schema.get("prefixItems")
+    if ctx.inline_leaves or not isinstance(items, dict):
         return None
+    if prefix:
+        # Every item is compared with every other, the prefix's too: open values at each
+        # position (Travis's webhooks: a first URL of its own schema, then any more).
+        kind = open_value_kind(ctx, open_items({"anyOf": [*prefix, items]}), f"{ptr}/prefixItems", refs)
+        return None if kind is None or kind.startswith("value+texts") else kind
     flat, _ = flatten(ctx, items, f"{ptr}/items", refs)
     if not isinstance(flat, dict):
         return None
@@ -457,7 +468,7 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
             f"with lower bounds only, arrays without maxItems, objects open to further members (no "
             f"maxProperties or propertyNames) or whose last member is such; or strings with maxLength "
             f"or a pattern (a million of them, or as many as minItems) and closed objects of strings, "
-            f"one member of a million; without prefixItems")
+            f"one member of a million; with prefixItems, open values only")
     k = len(texts)
     hi = k if hi is None else min(hi, k)
     cap = hi if hi < k else max(lo, 1)  # counts past cap are all alike

@@ -302,6 +302,25 @@ def test_objects_that_go_on_are_checked_by_value(byte_compiler, schema, text, va
     assert accepted_by_masks(byte_compiler.compile_json_schema(schema), text.encode()) == valid
 
 
+PREFIXED = {"type": "array", "uniqueItems": True, "items": {"type": ["object", "string"]}, "prefixItems": [
+    {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}}]}
+
+
+@pytest.mark.parametrize("text,valid", [
+    ('[{"a":[1,1]},{"a":[1,1],"b":1},"x"]', True),  # arrays inside items may repeat their items
+    ('[{"a":[1]},{"a":[1]}]', False),  # the prefix's item is compared with the rest
+    ('[{"a":[1]},"x","x"]', False),
+    ('["x"]', False),  # the first item is the prefix's: an object
+])
+def test_prefix_items_are_compared_with_the_rest(byte_compiler, text, valid):
+    """prefixItems of open values (Travis's webhooks: a first URL, then any more): every item,
+    the prefix's too, is compared with every other, and what lies inside an item is not."""
+    import jsonschema
+
+    assert jsonschema.Draft202012Validator(PREFIXED).is_valid(json.loads(text)) == valid
+    assert accepted_by_masks(byte_compiler.compile_json_schema(PREFIXED), text.encode()) == valid
+
+
 def test_an_object_whose_last_member_is_written_has_only_its_forced_rest(byte_compiler):
     """Past the open last member only "}" may follow: the byte that would leave nothing but a
     duplicate is refused, while a prefix before the last member still goes on."""
