@@ -143,6 +143,17 @@ def emit_json_char(nfa: NFA, start: int) -> int:
     return emit_alt(nfa, start, [plain, short_escape, control_escape])
 
 
+@lru_cache(maxsize=64)
+def literals_dfa(texts: tuple[bytes, ...]) -> ByteDFA:
+    """A long enum's texts as one minimized DFA, a leaf of its own (CRYENGINE's 2,457
+    console variable names: a 31,119-state trie, more than a structure's rule may hold)."""
+    budget = leaf_budget()
+    nfa = NFA(budget)
+    start = nfa.new_state()
+    end = emit_alt(nfa, start, [lambda n, s, t=t: emit_bytes(n, s, t) for t in texts])
+    return trim_and_minimize(determinize(nfa, start, end, budget))
+
+
 @lru_cache(maxsize=512)
 def regex_leaf(pattern: str) -> ByteDFA:
     return regex_to_dfa(pattern, leaf_budget())

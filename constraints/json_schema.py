@@ -48,6 +48,7 @@ from .json_leaves import (
     counted_pattern,
     key_dfa,
     leaves_within,
+    literals_dfa,
     regex_leaf,
     string_dfa,
 )
@@ -271,9 +272,14 @@ def _narrow_by_not(ctx: Ctx, branch, other, ptr: str):
     return narrow_not(ctx, {**branch, "not": other}, ptr)
 
 
+LEAF_LITERAL_BYTES = 4096  # an enum of more text is a leaf (json_leaves.literals_dfa)
+
+
 def _emit_literals(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
     """enum/const: every listed value that the whole schema accepts (jsonschema decides)."""
     texts = [spelling for t in literal_texts(ctx, schema, ptr) for spelling in _spellings(t)]
+    if sum(map(len, texts)) > LEAF_LITERAL_BYTES:  # a long enum: a shared leaf
+        return emit_leaf(ctx, nfa, start, literals_dfa(tuple(texts)), ptr)
     return emit_alt(nfa, start, [lambda n, s, t=t: emit_bytes(n, s, t) for t in texts])
 
 

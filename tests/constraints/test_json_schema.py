@@ -157,6 +157,23 @@ def test_rule_count_is_capped_with_a_clear_error(compiler):
         compiler.compile_json_schema({"type": "object", "properties": many})
 
 
+def test_an_enum_whose_trie_passes_the_state_cap_is_a_leaf(compiler, hf_tokenizer):
+    """CRYENGINE's 2,457 console variable names make a 31,119-state trie, more than the
+    structure's 20,000-state rule cap: a long enum is a minimized leaf of its own, exact."""
+    import random
+
+    rng = random.Random(3)
+    names = sorted({"".join(rng.choices("abcdefghijklmnop_", k=rng.randint(12, 24))) for _ in range(2500)})
+    schema = {"type": "object", "properties": {"cvar": {"enum": names}, "n": {"type": "integer"}},
+              "required": ["cvar"]}
+    grammar = compiler.compile_json_schema(schema)
+    for name in rng.sample(names, 20):
+        assert accepted_by_tokens(grammar, hf_tokenizer, _text({"cvar": name, "n": 1}))
+    for name in [n[:-1] for n in names[:10]] + [n + "a" for n in names[:10]]:
+        m = grammar.matcher()
+        assert not (m.accept_string(_text({"cvar": name})) and m.can_terminate()), name
+
+
 def test_an_enum_of_thousands_of_short_names_compiles_exactly(compiler, hf_tokenizer):
     """GitHub's issue forms list 1,772 languages in one enum (over the old 1,024 limit): an
     enum of 2,000 short names compiles, every name passes the masks, and a name one letter
