@@ -299,7 +299,8 @@ def _disjoint_values(a, b, common: set[str]) -> bool:
     if common == {"string"}:
         return _values_fail_pattern(va, b) or _values_fail_pattern(vb, a) or _patterns_disjoint(
             a.get("pattern"), b.get("pattern"))
-    return common == {"object"} and (_discriminated(a, b) or _objects_fail(a, b) or _objects_fail(b, a))
+    return common == {"object"} and (_discriminated(a, b) or _objects_fail(a, b) or _objects_fail(b, a)
+                                     or _names_excluded(a, b) or _names_excluded(b, a))
 
 
 def _values_negated(a, b) -> bool:
@@ -395,6 +396,34 @@ def _objects_fail(a: dict, b: dict) -> bool:
         if theirs is not None and provably_disjoint(a_props.get(name, True), theirs):
             return True
     return any(_property_schema(a, name) is False for name in _required(b))
+
+
+def _names_excluded(a: dict, b: dict) -> bool:
+    """Every object ``a`` accepts has a member, named among its declared properties (a closed
+    object), and ``b`` forbids each of those names (CircleCI's logic: an object of one
+    operator, or an object whose propertyNames exclude the operators)."""
+    props = a.get("properties")
+    if (not isinstance(props, dict) or a.get("patternProperties")
+            or _false_if_false(a.get("additionalProperties", True)) is not False
+            or not (_required(a) or isinstance(a.get("minProperties"), int) and a["minProperties"] >= 1)):
+        return False
+    return all(_property_schema(b, name) is False or _name_rejected(b.get("propertyNames"), name)
+               for name, sub in props.items() if _false_if_false(sub) is not False)
+
+
+def _name_rejected(names, name: str) -> bool:
+    """Whether the propertyNames schema ``names`` rejects ``name`` (a validator decides; a
+    schema with a $ref is not looked into)."""
+    if names is False:
+        return True
+    if not isinstance(names, dict) or "$ref" in json.dumps(names):
+        return False
+    import jsonschema
+
+    try:
+        return not jsonschema.Draft202012Validator(names).is_valid(name)
+    except jsonschema.exceptions.SchemaError:
+        return False
 
 
 def _required(s: dict) -> list[str]:

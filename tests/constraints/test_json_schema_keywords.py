@@ -648,6 +648,22 @@ def test_overlapping_one_of_is_narrowed_exactly(byte_compiler, schema, valid, in
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
 
 
+def test_one_of_branches_told_apart_by_names_the_other_excludes(byte_compiler):
+    """A closed object of at least one member among some names, and an object whose
+    propertyNames exclude those names, are disjoint (CircleCI's logic conditions: one
+    operator, or a map of anything else): generated as anyOf, where proving the overlap
+    needed `not` of propertyNames and refused the schema."""
+    operators = {"and": {"type": "array"}, "not": {"type": "boolean"}}
+    schema = {"oneOf": [
+        {"type": "string"},
+        {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False,
+         "properties": operators},
+        {"type": "object", "propertyNames": {"not": {"pattern": "^(and|not)$"}}}]}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema,
+                  ['"x"', '{"and":[]}', '{"not":true}', "{}", '{"nope":1}', '{"a":1,"b":2}'],
+                  ['{"and":[],"not":true}', '{"and":1}', '{"x":1,"not":true}', "1"])
+
+
 def test_one_of_branches_told_apart_by_a_name_one_forbids_with_not(byte_compiler):
     """A branch forbidding names with ``{"not": {}}`` (no value passes) and one requiring
     them are disjoint (SchemaStore's bitbucket-pipelines image: no auth, or basic auth):
