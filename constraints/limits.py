@@ -18,7 +18,7 @@ from .errors import ConstraintLimitError, InvalidConstraintError
 
 @dataclass(frozen=True, slots=True)
 class ConstraintLimits:
-    max_spec_bytes: int = 256 * 1024  # a regex, schema or grammar's text, UTF-8
+    max_spec_bytes: int = 1024 * 1024  # a regex, schema or grammar's text, UTF-8 (Azure Pipelines: 619 KB)
     max_schema_depth: int = 64  # JSON nesting of a schema document
     max_enum_values: int = 4096  # one enum's values (GitHub issue forms list 1,772 languages)
     max_regex_chars: int = 8192  # one pattern (a regex, or a schema's pattern keyword)

@@ -26,7 +26,7 @@ def _nested(depth: int) -> str:
     ("json_schema", json.dumps({"type": "string", "pattern": "a{2000}"}), "max_repetition"),
     ("json_schema", json.dumps({"patternProperties": {"^x{5000}$": {}}}), "max_repetition"),
     ("json_schema", _nested(300), "max_schema_depth"),
-    ("json_schema", json.dumps({"description": "x" * 300_000}), "max_spec_bytes"),
+    ("json_schema", json.dumps({"description": "x" * 1_100_000}), "max_spec_bytes"),
     ("ebnf", "start: " + " | ".join(f'"w{i}"' for i in range(5000)), "max_grammar_alternatives"),
     ("ebnf", "\n".join(f'r{i}: "x"' for i in range(2000)), "max_grammar_rules"),
     ("ebnf", 'start: /x{2000}/', "max_repetition"),

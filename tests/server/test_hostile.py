@@ -131,7 +131,7 @@ def _schema_body(schema: dict) -> dict:
     ("/v1/completions", {"prompt": "x", "max_tokens": 8,
                          "ebnf": "start: " + " | ".join(f'"w{i}"' for i in range(5000))}, "max_grammar_alternatives"),
     ("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 8, "json_schema": json.dumps(
-        {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(40_000)}})}},
+        {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(60_000)}})}},
      "max_spec_bytes"),
 ])
 def test_constraint_over_a_size_limit_is_refused_at_once(http, path, body, limit):
