@@ -16,6 +16,7 @@ import numpy as np
 from .budget import CompileBudget
 from .errors import InvalidConstraintError
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
+from .lookahead import ANY, has_lookaround, lookahead_dfa, mark_lookahead_ends
 from .nfa import NFA, emit_alt, emit_code_point_ranges, emit_nothing, emit_repeat, emit_seq
 from .utf8 import complement_ranges, ranges_of_chars, ranges_of_points
 
@@ -30,6 +31,8 @@ def parse_regex(pattern: str) -> ip.Pattern:
         body = body[1:]
     if body.endswith("$") and not _escaped_at(body, len(body) - 1):
         body = body[:-1]
+    if "(?" in body:
+        body = mark_lookahead_ends(body)
     try:
         return ip.parse_pattern(_unicode_escapes(body))
     except (ip.Unsupported, ip.InvalidSyntax, ValueError, IndexError) as e:
@@ -247,9 +250,12 @@ def regex_to_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     with the strings that begin with a match of A."""
     pattern = python_anchors(pattern)
     looks, rest = split_leading_lookaheads(pattern[1:] if pattern.startswith("^") else pattern)
+    node = parse_regex(rest)
+    if has_lookaround(node):  # lookaheads past the start (lookahead.py)
+        return apply_lookaheads(lookahead_dfa([(node, ip.REFlags(0))], budget, emit_regex), looks, budget)
     nfa = NFA(budget)
     start = nfa.new_state()
-    end = emit_regex(nfa, start, parse_regex(rest))
+    end = emit_regex(nfa, start, node)
     return apply_lookaheads(trim_and_minimize(determinize(nfa, start, end, budget)), looks, budget)
 
 
@@ -311,7 +317,8 @@ def search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     full match): an unanchored start or end is padded with any text; lookaheads right after
     ``^`` test the string from its start."""
     pattern = python_anchors(pattern)
-    alternatives = _top_level_alternatives(pattern)
+    alternatives = [_anchor_first(a) for a in _top_level_alternatives(pattern)]
+    pattern = "|".join(alternatives)
     if pattern.startswith(("(?=", "(?!")) and len(alternatives) == 1:
         return _unanchored_lookaheads(pattern, budget)
     if len(alternatives) > 1 and any(a.startswith(("^(?=", "^(?!")) for a in alternatives):
@@ -344,10 +351,13 @@ def _unanchored_lookaheads(pattern: str, budget: CompileBudget) -> ByteDFA:
     """``(?!^A)B`` searched anywhere (AWS's resource names): lookaheads that begin with ``^``
     can hold only where the search starts at the string's start, so the matches are those
     of ``^(?!^A)B`` and, past the first character, those of B alone (where a negative one
-    always holds and a positive one never does). Other lookaheads mid-string are refused."""
+    always holds and a positive one never does). Others are tested where the match starts
+    (lookahead.py)."""
     looks, rest = split_leading_lookaheads(pattern)
-    if not all(inner.startswith("^") for _, inner in looks):
-        raise InvalidConstraintError(f"a lookahead that can hold past the string's start: {pattern!r}")
+    if not all(inner.startswith("^") for _, inner in looks):  # tested wherever a match starts
+        nfa = NFA(budget)
+        start = nfa.new_state()
+        return trim_and_minimize(determinize(nfa, start, _emit_search(nfa, start, pattern, []), budget))
     if any(positive for positive, _ in looks):
         return search_dfa("^" + pattern, budget)
     return search_dfa(f"^{pattern}|^[\\s\\S]+(?:{rest})", budget)  # each alternative on its own
@@ -362,11 +372,24 @@ def _emit_search(nfa: NFA, start: int, alternative: str, absorbing: list[int]) -
     anchored_start = alternative.startswith("^")
     anchored_end = alternative.endswith("$") and not _escaped_at(alternative, len(alternative) - 1)
     body = alternative[int(anchored_start): len(alternative) - int(anchored_end)]
-    s = emit_regex(nfa, start if anchored_start else any_text(nfa, start), parse_regex(f"^{body}$"))
+    node = parse_regex(f"^{body}$")
+    if has_lookaround(node):  # a lookahead sees the text after the match too: one DFA
+        items = [*([] if anchored_start else [ANY]), (node, ip.REFlags(0)), *([] if anchored_end else [ANY])]
+        return embed_dfa(nfa, start, lookahead_dfa(items, nfa.budget, emit_regex))
+    s = emit_regex(nfa, start if anchored_start else any_text(nfa, start), node)
     if anchored_end:
         return s
     absorbing.append(s)
     return any_text(nfa, s)
+
+
+def _anchor_first(alternative: str) -> str:
+    """``(?=A)(?!B)^C`` as ``^(?=A)(?!B)C`` (CloudFormation): a ``^`` right after lookaheads
+    holds where they were tested, at the start."""
+    looks, rest = split_leading_lookaheads(alternative)
+    if not looks or not rest.startswith("^"):
+        return alternative
+    return "^" + "".join(f"(?{'=' if positive else '!'}{inner})" for positive, inner in looks) + rest[1:]
 
 
 def _top_level_alternatives(text: str) -> list[str]:
