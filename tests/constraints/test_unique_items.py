@@ -364,9 +364,10 @@ def _walk(grammar, hf_tokenizer, favourites: list[int], rng, max_tokens: int = 6
 @pytest.mark.parametrize("schema,kind", [(STRINGS, "string"), (NESTED, "string"), (INTEGERS, "number"),
                                          (NUMBERS, "number"), (OBJECTS, "object"), (MIXED, "object"),
                                          (TAGS, "tags"), (BOUNDED_TAGS, "bounded"),
-                                         ({**STRINGS, "items": {"type": "string", "maxLength": 2}}, "string")],
+                                         ({**STRINGS, "items": {"type": "string", "maxLength": 2}}, "string"),
+                                         ({**STRINGS, "items": {"type": "string", "pattern": "^[ab]$"}}, "string")],
                          ids=["strings", "nested", "integers", "numbers", "objects", "mixed", "tags",
-                              "bounded", "short-strings"])
+                              "bounded", "short-strings", "two-strings"])
 def test_walks_through_the_masks_never_repeat_an_item(compiler, hf_tokenizer, schema, kind):
     """Random walks that keep trying the same short items (a real tokenizer, budget-aware
     closing on) end in valid instances only, and did try duplicates: without the check
