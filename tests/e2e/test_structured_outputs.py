@@ -141,6 +141,27 @@ def test_json_object_mode(engine):
     assert all(isinstance(json.loads(o["text"]), dict) for o in finished)
 
 
+def test_unique_items_that_run_out_end_the_array(engine):
+    """Unique items of a small language (three letters) and a long enum (CFF's licenses),
+    compared as texts in the matcher, from the real model, greedy and sampled: each output is
+    complete and valid (the model closes these arrays by itself; the comma refused where no
+    new item is left is exercised by the walks in test_unique_items)."""
+    letters = {"type": "array", "uniqueItems": True, "minItems": 2,
+               "items": {"type": "string", "pattern": "^[abc]$"}}
+    licenses = {"type": "array", "uniqueItems": True, "minItems": 1,
+                "items": {"enum": [f"LIC-{i}" for i in range(100)]}}
+    prompts, params, schemas = [], [], []
+    for schema, what in ((letters, "a list of many letters, a b c, repeated"), (licenses, "licenses")):
+        for seed in (None, 1, 2):
+            sampling = {"temperature": 0} if seed is None else {"temperature": 1.0, "seed": seed}
+            prompts.append(_prompt(engine, what))
+            params.append({"json_schema": schema, "max_new_tokens": 96, **sampling})
+            schemas.append(schema)
+    for out, schema in zip(engine.generate(prompts, params), schemas):
+        assert out["meta_info"]["finish_reason"]["type"] == "stop", out
+        validate_with_formats(json.loads(out["text"]), schema)
+
+
 def test_unsupported_schema_keyword_is_a_clear_error(engine):
     with pytest.raises(ValueError, match="not"):
         engine.generate("x", {"json_schema": {"type": "array", "not": {"uniqueItems": True}}})
