@@ -436,13 +436,27 @@ def equivalent_within(dfa: ByteDFA, depth: int) -> np.ndarray:
     ext = np.full(len(cls) + 1, DEAD, dtype=np.int64)
     for _ in range(depth):
         ext[:-1] = cls
-        uniq, new_cls = np.unique(_exact_keys(cls, ext[cols]), return_inverse=True)
-        cls = new_cls.reshape(-1)
-        if len(uniq) == count:
+        cls, new_count = _split(cls, ext[cols])
+        if new_count == count:
             break
-        count = len(uniq)
+        count = new_count
     _, first = np.unique(cls, return_index=True)
     return first[cls]
+
+
+def _split(cls: np.ndarray, succ: np.ndarray) -> tuple[np.ndarray, int]:
+    """One exact round of refinement: states stay together where their class and their
+    successors' classes agree. Grouped by a hash of those (an int64 sort, not whole rows:
+    CRYENGINE's 16,602-state enum leaf took 355 ms over 81 rounds), each group checked
+    against its first member, and grouped by the rows themselves where a hash collided."""
+    keys = _hashed_keys(cls, succ)
+    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    rep = first[inverse]
+    if (cls[rep] == cls).all() and (succ[rep] == succ).all():
+        return inverse, len(uniq)
+    uniq, inverse = np.unique(_exact_keys(cls, succ), return_inverse=True)
+    return inverse.reshape(-1), len(uniq)
 
 
 def _refine(cols: np.ndarray, cls: np.ndarray, keys_of) -> np.ndarray:
