@@ -69,9 +69,21 @@ def has_lookaround(node, end: bool = False) -> bool:
     return False
 
 
-def lookahead_dfa(items: list, budget: CompileBudget, emit_regex) -> ByteDFA:
+def lookahead_dfa(items: list, budget: CompileBudget, emit_regex, memo: dict | None = None) -> ByteDFA:
     """The texts that ``items`` match from start to end: (node, flags) pairs of interegular
-    parts in order, and ANY for any text. ``emit_regex`` emits a part with no lookahead."""
+    parts in order, and ANY for any text. ``emit_regex`` emits a part with no lookahead.
+    Each sequence is built once (``memo``, by its parts): the alternatives of a group all
+    share the rest after it, which would otherwise be built again for each of them, and for
+    each alternative of every group before it."""
+    memo = {} if memo is None else memo
+    key = tuple(x if x is ANY else (id(x[0]), x[1]) for x in items)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _sequence_dfa(items, budget, emit_regex, memo)
+    return found
+
+
+def _sequence_dfa(items: list, budget: CompileBudget, emit_regex, memo: dict) -> ByteDFA:
     for i, item in enumerate(items):
         if item is ANY:
             continue
@@ -85,17 +97,17 @@ def lookahead_dfa(items: list, budget: CompileBudget, emit_regex) -> ByteDFA:
             continue
         rest = items[i + 1:]
         if kind == "_Concatenation":
-            return lookahead_dfa(items[:i] + [(p, flags) for p in node.parts] + rest, budget, emit_regex)
+            return lookahead_dfa(items[:i] + [(p, flags) for p in node.parts] + rest, budget, emit_regex, memo)
         if kind == "Pattern":
             inner = (flags | node.added_flags) & ~node.removed_flags
-            options = [lookahead_dfa([(o, inner), *rest], budget, emit_regex) for o in node.options]
+            options = [lookahead_dfa([(o, inner), *rest], budget, emit_regex, memo) for o in node.options]
             return _then(items[:i], _union(options, budget), budget, emit_regex)
         if kind == "_Repeated":
             raise InvalidConstraintError("a lookahead under a quantifier is not supported in regexes")
         if node.backwards:
             raise InvalidConstraintError("lookbehind assertions are not supported in regexes")
-        after = lookahead_dfa(rest, budget, emit_regex)
-        look = lookahead_dfa([(node.inner, flags), ANY], budget, emit_regex)
+        after = lookahead_dfa(rest, budget, emit_regex, memo)
+        look = lookahead_dfa([(node.inner, flags), ANY], budget, emit_regex, memo)
         both = trim_and_minimize(product(after, look, "diff" if node.negate else "and", budget))
         return _then(items[:i], both, budget, emit_regex)
     return _then(items, _EMPTY, budget, emit_regex)

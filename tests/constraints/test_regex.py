@@ -78,6 +78,13 @@ def test_invalid_utf8_never_accepted():
     assert not dfa.matches(b"\xc0\xaf")  # overlong
 
 
+def test_groups_of_lookaheads_in_a_row_are_built_once_each():
+    """Each alternative of a group shares the rest after it: built once, not once per way
+    through the groups before (2^24 sequences here, past any compile budget)."""
+    dfa = regex_to_dfa("((?=a)a|b)" * 24, CompileBudget())
+    assert dfa.matches(b"ab" * 12) and not dfa.matches(b"ab" * 11) and not dfa.matches(b"c" * 24)
+
+
 @pytest.mark.parametrize("pattern", [r"(?<=a)b", r"x(?<!y).", r"^(?:(?!--)[a-z-])+$"])
 def test_lookbehinds_and_quantified_lookaheads_are_a_clear_error(pattern):
     with pytest.raises(InvalidConstraintError):
