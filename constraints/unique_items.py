@@ -337,7 +337,7 @@ class UniqueItems:
         out = self._opener | (self._closers > 0) | self._comma  # a comma: is an item left?
         if a.kind.endswith(":string"):  # string items begin and end at a quote
             out |= self._quote
-        elif t.in_string:  # inside a member: the item ends only past a closing quote
+        if t.in_string:  # inside a string (an item or a member): it ends only at a quote
             out &= self._quote
         if a.item is None:
             return out
