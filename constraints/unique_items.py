@@ -158,6 +158,10 @@ class UniqueItems:
         if features is None:
             features = automaton.info.unique_item_features = _token_features(automaton.info.token_bytes)
         self._two_quotes, self._quote, self._digit, self._closers, self._opener, self._comma = features
+        # Tokens that may begin or end an item compared as texts (a bracket), or ask at a comma
+        # whether a new item is left; and those of them with a quote (inside a string).
+        self._text_edges = self._opener | (self._closers > 0) | self._comma
+        self._text_edges_quoted = self._text_edges & self._quote
         self._fresh: dict = {}  # (item prefix, finished texts) -> whether a new item goes on
 
     # -- following the output ---------------------------------------------------------------
@@ -297,9 +301,9 @@ class UniqueItems:
         watched = [a for a in tracker.arrays if a.seen]
         if not watched:
             return row
-        candidates = np.zeros(len(self._digit), dtype=bool)
-        for a in watched:
-            candidates |= self._candidates(tracker, a)
+        candidates = self._candidates(tracker, watched[0])
+        for a in watched[1:]:
+            candidates = candidates | self._candidates(tracker, a)
         bits = unpack_bitmask(row.numpy(), self.automaton.info.vocab_size)
         ids = np.nonzero(bits & candidates)[0]
         tokens = self.automaton.info.token_bytes
@@ -334,11 +338,10 @@ class UniqueItems:
         end can be): those that begin or end an item (a brace in them, or a quote where
         strings are items), and those that go on along a finished text from the item written
         so far."""
-        out = self._opener | (self._closers > 0) | self._comma  # a comma: is an item left?
-        if a.kind.endswith(":string"):  # string items begin and end at a quote
-            out |= self._quote
         if t.in_string:  # inside a string (an item or a member): it ends only at a quote
-            out &= self._quote
+            out = self._quote if a.kind.endswith(":string") else self._text_edges_quoted
+        else:  # string items begin and end at a quote
+            out = self._text_edges | self._quote if a.kind.endswith(":string") else self._text_edges
         if a.item is None:
             return out
         out = out.copy()
