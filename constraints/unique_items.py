@@ -67,6 +67,7 @@ class _Array:
     seen: frozenset
     item: bytes | None = None
     texts: frozenset = frozenset()  # kind "value+texts": the finished items' texts
+    opened: object = None  # the automaton's state after the array's "[" (which array it is)
 
     @property
     def number_kind(self) -> str:
@@ -180,21 +181,23 @@ class UniqueItems:
                 u = self._byte(u, b, after, rest, i)
         for a in t.arrays:
             if a.kind.startswith(TEXTS) and a.item is not None and _extends(a.texts, a.item):
-                if not self._goes_on_new(self.automaton.advance(state, data), a.item, a.texts):
+                if not self._goes_on_new(state, data, a):
                     raise Duplicate
         return t
 
-    def _goes_on_new(self, state, item: bytes, texts: frozenset) -> bool:
-        """Whether the item written so far (a prefix of some finished item's text) has a
-        completion no finished item has: a search along the finished texts only, since the
-        first byte the automaton allows off them starts a text none has (one spelling per
-        value, ``json_compound._closed_of_texts``). Cached by the prefix and the texts."""
-        key = (item, texts)
+    def _goes_on_new(self, state, data: bytes, a: _Array) -> bool:
+        """Whether the item written so far in ``a`` (a prefix of some finished item's text),
+        ``data`` read from ``state``, has a completion no finished item has: a search along
+        the finished texts only, since the first byte the automaton allows off them starts a
+        text none has (one spelling per value, ``json_compound._closed_of_texts``). Cached by
+        the array (two arrays of other items may hold the same texts), the prefix and the
+        texts; the automaton is stepped only where the search runs."""
+        key = (a.opened, a.item, a.texts)
         out = self._fresh.get(key)
         if out is None:
             if len(self._fresh) >= _MAX_CACHED:
                 self._fresh.clear()
-            out = self._fresh[key] = self._search_new(state, item, texts)
+            out = self._fresh[key] = self._search_new(self.automaton.advance(state, data), a.item, a.texts)
         return out
 
     def _search_new(self, state, item: bytes, texts: frozenset) -> bool:
@@ -248,9 +251,10 @@ class UniqueItems:
         if b in b"[{":
             t = _with(t, depth=t.depth + 1)
             if b == 0x5B:
-                kind = self.automaton.unique_kind(self.automaton.advance(state, data[:i + 1]))
+                opened = self.automaton.advance(state, data[:i + 1])
+                kind = self.automaton.unique_kind(opened)
                 if kind is not None:
-                    t = _with(t, arrays=t.arrays + (_Array(t.depth, kind, frozenset()),))
+                    t = _with(t, arrays=t.arrays + (_Array(t.depth, kind, frozenset(), opened=opened),))
             return t
         if b in b"]}":
             return _with(t, depth=t.depth - 1)
@@ -377,7 +381,7 @@ def _capture(t: Tracker, b: int) -> Tracker:
     """``b`` appended to every open value being written that it lies inside."""
     if not any(a.in_container and t.depth > a.depth for a in t.arrays):
         return t
-    arrays = tuple(_Array(a.depth, a.kind, a.seen, a.item + bytes((b,)), a.texts)
+    arrays = tuple(_Array(a.depth, a.kind, a.seen, a.item + bytes((b,)), a.texts, a.opened)
                    if a.in_container and t.depth > a.depth else a for a in t.arrays)
     return Tracker(t.in_string, t.escaped, t.depth, arrays)
 
@@ -420,11 +424,11 @@ def _with(t: Tracker, **changes) -> Tracker:
 
 
 def _item(t: Tracker, a: _Array, item: bytes, in_string: bool) -> Tracker:
-    return Tracker(in_string, False, t.depth, t.arrays[:-1] + (_Array(a.depth, a.kind, a.seen, item, a.texts),))
+    return Tracker(in_string, False, t.depth, t.arrays[:-1] + (_Array(a.depth, a.kind, a.seen, item, a.texts, a.opened),))
 
 
 def _finished(t: Tracker, a: _Array, value, raw: bytes | None = None) -> Tracker:
     if value in a.seen:
         raise Duplicate
     texts = a.texts | {a.item if raw is None else raw} if a.kind.startswith(TEXTS) else a.texts
-    return Tracker(False, False, t.depth, t.arrays[:-1] + (_Array(a.depth, a.kind, a.seen | {value}, None, texts),))
+    return Tracker(False, False, t.depth, t.arrays[:-1] + (_Array(a.depth, a.kind, a.seen | {value}, None, texts, a.opened),))

@@ -258,6 +258,19 @@ def test_few_strings_are_compared_as_texts_and_a_comma_needs_a_new_one(byte_comp
     assert m.accept_string("]") and m.can_terminate()
 
 
+def test_two_arrays_with_the_same_texts_are_checked_apart(byte_compiler):
+    """The check's cache tells arrays apart: after ["a" in x a new item exists ("b"); after
+    ["a" in y, whose items are only "a", none does, so y's comma is refused."""
+    schema = {"type": "object", "additionalProperties": False, "required": ["x", "y"], "properties": {
+        "x": {"type": "array", "uniqueItems": True, "items": {"type": "string", "pattern": "^[ab]$"}},
+        "y": {"type": "array", "uniqueItems": True, "items": {"type": "string", "pattern": "^a$"}}}}
+    m = byte_compiler.compile_json_schema(schema).matcher()
+    assert m.accept_string('{"x":["a"') and m.accept_string(",")  # x: "b" is left
+    assert m.accept_string('"b"],"y":["a"')
+    assert not m.accept_string(",")
+    assert m.accept_string("]}") and m.can_terminate()
+
+
 def test_a_long_enum_of_strings_is_compared_as_texts(byte_compiler):
     """An enum of more strings than the sorted-subset grammar takes (CFF's 459 SPDX licenses):
     a duplicate is refused, and a comma once every value is written."""
