@@ -120,6 +120,7 @@ def unique_item_kind(ctx, schema: dict, ptr: str, refs: tuple) -> str | None:
     """"string", "integer" or "number" where uniqueItems is checked in the matcher (the
     array then is a rule of its own); None where it is not (finite items, or refused)."""
     items = schema.get("items", True)
+    items = {} if items is True else items  # any value
     prefix = schema.get("prefixItems")
     if ctx.inline_leaves or not isinstance(items, dict):
         return None
@@ -171,6 +172,7 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
     its items (a bounded string alternative of at least that many values never runs out)."""
     numbers, closed, texts, others, strings, open_strings = set(), [], [], 0, 0, 0
     values = 0  # the most strings one bounded string alternative takes (a lower bound)
+    literals = 0  # true, false or null: after the first letter, the rest is forced
     todo = [(items, refs)]
     seen = 0
     while todo:
@@ -178,6 +180,7 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
         seen += 1
         if schema is False:
             continue
+        schema = {} if schema is True else schema
         if seen > _MAX_ALTERNATIVES or not isinstance(schema, dict):
             return None
         flat, srefs = flatten(ctx, schema, ptr, srefs)
@@ -205,6 +208,10 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
                 continue
             if t == "object" and _closed_of_texts(ctx, flat, ptr, srefs, texts):
                 continue
+            if t in ("boolean", "null") and not set(flat) - ANNOTATIONS - {"type", "nullable"} - OTHER_TYPES_ONLY[t]:
+                literals += 1
+                others += 1
+                continue
             if not _open_alternative(ctx, flat, t, ptr):
                 n = _string_count(flat) if t == "string" else 0
                 if n:  # bounded: compared as texts below
@@ -228,7 +235,9 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
                 or not texts and min_items is not None and values >= min_items):
             return "value+texts" + (":string" if strings or open_strings else "")
         return None
-    return ("value" + ("+ahead" if closed else "")
+    if literals and literals == others and not open_strings and not closed:
+        return None  # only literals: a few values, not an endless start
+    return ("value" + ("+ahead" if closed or literals else "")
             + (":number" if "number" in numbers else ":integer" if numbers else ""))
 
 

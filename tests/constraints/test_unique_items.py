@@ -258,6 +258,34 @@ def test_few_strings_are_compared_as_texts_and_a_comma_needs_a_new_one(byte_comp
     assert m.accept_string("]") and m.can_terminate()
 
 
+ANY_VALUES = {"type": "array", "uniqueItems": True}  # items of any kind, literals included
+
+
+@pytest.mark.parametrize("schema,text,valid", [
+    (ANY_VALUES, '[true,false,null,0,"x",[],{},[true]]', True),
+    (ANY_VALUES, '[true,1,true]', False),
+    (ANY_VALUES, '[null,{"a":null},null]', False),
+    (ANY_VALUES, '[[false],[false]]', False),
+    ({"uniqueItems": True}, '"not an array"', True),
+    ({"uniqueItems": True}, '[false,false]', False),
+])
+def test_any_values_literals_included(byte_compiler, schema, text, valid):
+    import jsonschema
+
+    assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)) == valid
+    assert accepted_by_masks(byte_compiler.compile_json_schema(schema), text.encode()) == valid
+
+
+def test_a_literal_is_refused_at_its_first_letter_once_written(byte_compiler):
+    """After "t" only "rue" can follow: once true is an item, the "t" that leaves nothing but
+    a duplicate is the byte refused (its forced rest is looked through), not a later one."""
+    m = byte_compiler.compile_json_schema(ANY_VALUES).matcher()
+    assert m.accept_string("[true,null,")
+    assert not m.accept_string("t") and not m.accept_string("n")
+    assert m.accept_string("f")
+    assert m.accept_string("alse]") and m.can_terminate()
+
+
 def test_two_arrays_with_the_same_texts_are_checked_apart(byte_compiler):
     """The check's cache tells arrays apart: after ["a" in x a new item exists ("b"); after
     ["a" in y, whose items are only "a", none does, so y's comma is refused."""
@@ -351,7 +379,8 @@ def test_an_object_whose_last_member_is_written_has_only_its_forced_rest(byte_co
 _FAVOURITES = {"string": ['"', "a", '",', '"]', ",", "]"], "number": ["1", "0", ",", "]", "."],
                "object": ["{", '{"', "}", "},", "}]", "b", '":', "1", ",", "]", "[", "[]", "{}"],
                "tags": ['{"', "Key", '":"', "a", '","', "Value", '"', '"}', '"},', '"}]', ","],
-               "bounded": ['{"', "Key", '":"', "a", "b", '","', "Value", "x", "y", '"}', '"},', '"}]', ","]}
+               "bounded": ['{"', "Key", '":"', "a", "b", '","', "Value", "x", "y", '"}', '"},', '"}]', ","],
+               "literals": ["true", "false", "null", ",", "]", "t", "n", "f", "1", "[]"]}
 
 
 def _walk(grammar, hf_tokenizer, favourites: list[int], rng, max_tokens: int = 60) -> bytes | None:
@@ -378,9 +407,10 @@ def _walk(grammar, hf_tokenizer, favourites: list[int], rng, max_tokens: int = 6
                                          (NUMBERS, "number"), (OBJECTS, "object"), (MIXED, "object"),
                                          (TAGS, "tags"), (BOUNDED_TAGS, "bounded"),
                                          ({**STRINGS, "items": {"type": "string", "maxLength": 2}}, "string"),
-                                         ({**STRINGS, "items": {"type": "string", "pattern": "^[ab]$"}}, "string")],
+                                         ({**STRINGS, "items": {"type": "string", "pattern": "^[ab]$"}}, "string"),
+                                         ({"type": "array", "uniqueItems": True}, "literals")],
                          ids=["strings", "nested", "integers", "numbers", "objects", "mixed", "tags",
-                              "bounded", "short-strings", "two-strings"])
+                              "bounded", "short-strings", "two-strings", "any-values"])
 def test_walks_through_the_masks_never_repeat_an_item(compiler, hf_tokenizer, schema, kind):
     """Random walks that keep trying the same short items (a real tokenizer, budget-aware
     closing on) end in valid instances only, and did try duplicates: without the check
@@ -463,11 +493,12 @@ def test_token_features_read_each_tokens_bytes():
     from constraints.unique_items import _token_features
 
     rng = random.Random(2)
-    alphabet = b'"{}[]09a5, \\\xff'
+    alphabet = b'"{}[]09a5,tfn \\\xff'
     tokens = [bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 7))) for _ in range(3000)]
     tokens += [b"", b'""', b'"', b"}]", b"x"]
-    two, one, digit, closers, opener, comma = _token_features(tokens)
+    two, one, digit, closers, opener, comma, letter = _token_features(tokens)
     for k, t in enumerate(tokens):
         assert two[k] == (t.count(b'"') >= 2) and one[k] == (b'"' in t), t
         assert digit[k] == any(48 <= b <= 57 for b in t) and comma[k] == (b"," in t), t
+        assert letter[k] == any(b in b"tfn" for b in t), t
         assert closers[k] == t.count(b"}") + t.count(b"]") and opener[k] == (b"{" in t or b"[" in t), t
