@@ -12,7 +12,8 @@ product with the rest. CloudFormation writes such patterns for domain names:
 
 Refused: lookbehinds, a lookahead under a quantifier, and ``^`` inside one that is not at
 the start. ``$`` at the end of a lookahead (``(?=.*x$)``) is the end of the text: the
-pattern text marks it with END_CHAR before interegular (which reads no anchors) parses it.
+pattern text marks it with END_CHAR (regex.parse_regex) before interegular, which reads no
+anchors, parses it.
 """
 
 from __future__ import annotations
@@ -24,35 +25,6 @@ from .nfa import NFA, emit_code_point_ranges, emit_repeat
 
 END_CHAR = "\udfff"  # a lone surrogate: never a character of JSON text
 ANY = "any text"  # a sequence item: the text after a lookahead's own match
-
-
-def mark_lookahead_ends(body: str) -> str:
-    """``body`` with each ``$`` inside a lookahead group (outside classes and escapes) as
-    END_CHAR."""
-    out, depth, in_class, looks, i = [], 0, False, [], 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            out.append(body[i:i + 2])
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-        elif c == "(":
-            depth += 1
-            if body.startswith(("(?=", "(?!"), i):
-                looks.append(depth)
-        elif c == ")":
-            if looks and looks[-1] == depth:
-                looks.pop()
-            depth -= 1
-        elif c == "$" and looks:
-            c = END_CHAR
-        out.append(c)
-        i += 1
-    return "".join(out)
 
 
 def has_lookaround(node, end: bool = False) -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 from .budget import CompileBudget
 from .errors import InvalidConstraintError
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
-from .lookahead import ANY, has_lookaround, lookahead_dfa, mark_lookahead_ends
+from .lookahead import ANY, END_CHAR, has_lookaround, lookahead_dfa
 from .nfa import NFA, emit_alt, emit_code_point_ranges, emit_nothing, emit_repeat, emit_seq
 from .utf8 import complement_ranges, ranges_of_chars, ranges_of_points
 
@@ -32,7 +32,7 @@ def parse_regex(pattern: str) -> ip.Pattern:
     if body.endswith("$") and not _escaped_at(body, len(body) - 1):
         body = body[:-1]
     if "(?" in body:
-        body = mark_lookahead_ends(body)
+        body = _mark_lookahead_ends(body)
     try:
         return ip.parse_pattern(_unicode_escapes(body))
     except (ip.Unsupported, ip.InvalidSyntax, ValueError, IndexError) as e:
@@ -275,6 +275,22 @@ def _group_end(text: str) -> int:
         if c == ")" and depth == 0:
             return i + 1
     raise InvalidConstraintError(f"unbalanced parenthesis in regex {text!r}")
+
+
+def _mark_lookahead_ends(body: str) -> str:
+    """``body`` with each ``$`` inside a lookahead group (outside classes and escapes) as
+    END_CHAR: the end of the text there (lookahead.py)."""
+    ends, looks = [], []  # the depths the open lookahead groups opened at
+    for i, c, depth in _scan(body):
+        if c == "(" and body.startswith(("(?=", "(?!"), i):
+            looks.append(depth)
+        elif c == ")" and looks and looks[-1] == depth + 1:
+            looks.pop()
+        elif c == "$" and looks:
+            ends.append(i)
+    for i in ends:
+        body = body[:i] + END_CHAR + body[i + 1:]
+    return body
 
 
 def _scan(text: str):
