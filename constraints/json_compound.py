@@ -142,7 +142,7 @@ def unique_item_kind(ctx, schema: dict, ptr: str, refs: tuple) -> str | None:
         # the array never runs out of new items before minItems while it has that many.
         many_strings = (len(texts) > _MAX_UNIQUE_VALUES and all(t[:1] == b'"' for t in texts)
                         and len(texts) >= int(schema.get("minItems", 0)))
-        return "value+texts:string" if many_strings else None
+        return f"value+texts#{len(texts)}:string" if many_strings else None
     return open_value_kind(ctx, open_items(items), f"{ptr}/items", refs, int(schema.get("minItems", 0)))
 
 
@@ -231,9 +231,10 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
         texts += closed
         if others or ctx.flexible and texts or not all(_canonical_members(ctx, o, ptr, refs) for o in texts):
             return None
-        if (values >= _RICH or open_strings or any(_rich_member(ctx, o, ptr, refs) for o in texts)
-                or not texts and min_items is not None and values >= min_items):
-            return "value+texts" + (":string" if strings or open_strings else "")
+        rich = values >= _RICH or open_strings or any(_rich_member(ctx, o, ptr, refs) for o in texts)
+        if rich or not texts and min_items is not None and values >= min_items:
+            # "#n": at least n values (a comma needs the check that one is left only past n items)
+            return f"value+texts#{_RICH if rich else values}" + (":string" if strings or open_strings else "")
         return None
     if literals and literals == others and not open_strings and not closed:
         return None  # only literals: a few values, not an endless start

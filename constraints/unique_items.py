@@ -33,7 +33,9 @@ and a prefix no finished item's text starts with has a new completion. Where the
 so far is such a prefix, a search along the finished texts (the automaton's next bytes, off
 them at the first chance) decides whether a new completion is left; the token that leaves none
 is refused. json_compound also requires an alternative of over a million values (an array
-never runs out of new items within any context).
+never runs out of new items within any context), or strings alone of at least minItems values
+(the kind names a lower bound on their number, ``value+texts#n``): once n items are written,
+a comma is refused where the same search finds no new item after it.
 
 Tracker states are immutable tuples, one per accepted step, so rollback is popping them.
 """
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -265,7 +268,7 @@ class UniqueItems:
 
     def _in_array(self, t: Tracker, a: _Array, b: int, state, data: bytes, i: int) -> Tracker:
         if not a.item:  # between items; b"": a comma of an array compared as texts was read
-            if b == 0x2C and a.kind.startswith(TEXTS):
+            if b == 0x2C and a.kind.startswith(TEXTS) and len(a.seen) >= _least_values(a.kind):
                 return _item(t, a, b"", in_string=False)  # an item is due: feed checks one is left
             if b in _WS or b == 0x2C:
                 return t
@@ -383,6 +386,14 @@ class UniqueItems:
         if a.in_string_item:
             return self._quote
         return np.ones(len(self._digit), dtype=bool)
+
+
+@lru_cache(maxsize=256)
+def _least_values(kind: str) -> int:
+    """How many values the items of a ``value+texts#n`` kind take at least (n): while fewer
+    are written, a comma certainly has a new item after it, and no search runs (each search
+    reads every finished text: quadratic over a long array)."""
+    return int(kind.partition("#")[2].partition(":")[0] or 0)
 
 
 def _capture(t: Tracker, b: int) -> Tracker:

@@ -306,6 +306,7 @@ def test_a_long_enum_of_strings_is_compared_as_texts(byte_compiler):
     schema = {"type": "array", "uniqueItems": True, "items": {"enum": names}}
     m = byte_compiler.compile_json_schema(schema).matcher()
     assert m.accept_string('["L7","L70",')
+    assert not m._unique._fresh  # fewer items than values: no search at the commas
     assert not m.accept_string('"L7"')
     assert m.accept_string('"L71"]') and m.can_terminate()
     m = byte_compiler.compile_json_schema(schema).matcher()
