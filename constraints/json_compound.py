@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import numpy as np
 
@@ -629,15 +630,26 @@ def _emit_extras(ctx, nfa: NFA, tracks: dict, classes: list, cap: int, hi: int |
     return loops
 
 
+_MAX_OVERLAPPING_PATTERNS = 4  # up to this many patterns, names that several match are written too
+
+
 def _extra_classes(declared: tuple, patterns: dict, extra, names, ptr: str) -> list:
-    """(key automaton, value schema, pointer) for undeclared names: one class per pattern
-    (names no other pattern matches: one value schema each), then additionalProperties
-    (names no pattern matches), each within propertyNames."""
+    """(key automaton, value schema, pointer) for undeclared names: one class per set of
+    patterns a name matches (and no other pattern does), whose value satisfies each of their
+    schemas, as every matching pattern's schema applies (beyond four patterns, only names one
+    pattern alone matches: a valid subset); then additionalProperties (names no pattern
+    matches), each within propertyNames."""
     classes = []
     plist = list(patterns)
-    for i, pattern in enumerate(plist):
-        keys = _pattern_keys(declared, pattern, tuple(plist[:i] + plist[i + 1:]), ptr)
-        classes.append((keys, patterns[pattern], f"{ptr}/patternProperties/{_escape(pattern)}"))
+    overlaps = len(plist) <= _MAX_OVERLAPPING_PATTERNS
+    sets = [s for k in range(1, len(plist) + 1 if overlaps else 2) for s in combinations(range(len(plist)), k)]
+    for chosen in sets:
+        inside = [plist[i] for i in chosen]
+        keys = _pattern_keys(declared, inside[0], tuple(p for p in plist if p not in inside), ptr)
+        for pattern in inside[1:]:
+            keys = trim_and_minimize(product(keys, _pattern_keys((), pattern, (), ptr), "and", leaf_budget()))
+        value = patterns[inside[0]] if len(inside) == 1 else {"allOf": [patterns[p] for p in inside]}
+        classes.append((keys, value, f"{ptr}/patternProperties/{_escape(inside[0])}"))
     if extra is not None and extra is not False:
         keys = _pattern_keys(declared, None, tuple(plist), ptr) if plist else key_dfa(declared)
         classes.append((keys, extra, f"{ptr}/additionalProperties"))

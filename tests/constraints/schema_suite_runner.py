@@ -24,17 +24,21 @@ def iter_groups(suite_dir: Path = SUITE_DIR):
             yield f"{path.name}#{i}", group
 
 
-def _order(schema, out: dict) -> dict:
-    """First-occurrence order of every property name in the schema (the compiler's order)."""
+def _order(schema, out: dict, keyword: str = "properties") -> dict:
+    """First-occurrence order of every property name in the schema (the compiler's order):
+    declared ones (``properties``), then those dependentRequired names, each name before
+    the ones it needs (json_compound.emit_object writes them so)."""
     if isinstance(schema, dict):
         for k, v in schema.items():
-            if k == "properties" and isinstance(v, dict):
-                for name in v:
-                    out.setdefault(name, len(out))
-            _order(v, out)
+            if k == keyword and isinstance(v, dict):
+                for name, sub in v.items():
+                    needed = sub if keyword == "dependentRequired" and isinstance(sub, list) else []
+                    for n in (name, *needed):
+                        out.setdefault(n, len(out))
+            _order(v, out, keyword)
     elif isinstance(schema, list):
         for v in schema:
-            _order(v, out)
+            _order(v, out, keyword)
     return out
 
 
@@ -50,7 +54,7 @@ def _reorder(value, order: dict, ints: bool):
 
 
 def serializations(instance, schema) -> list[bytes]:
-    order = _order(schema, {})
+    order = _order(schema, _order(schema, {}), "dependentRequired")
     out = []
     for ordered in (False, True):
         for ints in (False, True):

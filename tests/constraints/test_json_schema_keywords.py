@@ -648,6 +648,17 @@ def test_overlapping_one_of_is_narrowed_exactly(byte_compiler, schema, valid, in
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
 
 
+def test_a_name_several_patterns_match_takes_each_of_their_schemas(byte_compiler):
+    """Every patternProperties schema whose pattern a name matches applies: "ab" matches both
+    patterns here, so its value is an integer of at least 10 (before, such names were never
+    written: a valid subset)."""
+    schema = {"type": "object", "additionalProperties": False,
+              "patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 10}}}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema,
+                  ['{"ab":12}', '{"a":1}', '{"b":20}', '{"b":20.5}', '{"a":3,"ab":10}'],
+                  ['{"ab":5}', '{"ab":12.5}', '{"b":5}', '{"c":1}', '{"a":1.5}'])
+
+
 def test_one_of_branches_told_apart_by_names_the_other_excludes(byte_compiler):
     """A closed object of at least one member among some names, and an object whose
     propertyNames exclude those names, are disjoint (CircleCI's logic conditions: one
