@@ -415,16 +415,20 @@ def _endless_extras(ctx, flat: dict, ptr: str) -> bool:
 
 
 def _infinite(dfa) -> bool:
-    """Whether a trimmed DFA accepts infinitely many strings: it has a cycle (states are
-    dropped while none of their successors is kept; a cycle is what stays)."""
+    """Whether a trimmed DFA accepts infinitely many strings: some state lies on a cycle."""
+    return bool(_on_endless_paths(dfa).any())
+
+
+def _on_endless_paths(dfa) -> np.ndarray:
+    """The states of a trimmed DFA from which infinitely many strings go on: states are
+    dropped while none of their successors is kept, and what stays has infinite paths."""
     trans = dfa.trans[:dfa.num_states, :256]
     keep = np.ones(dfa.num_states, dtype=bool)
-    while keep.any():
+    while True:
         alive = np.where(trans >= 0, keep[np.clip(trans, 0, None)], False).any(axis=1) & keep
         if (alive == keep).all():
-            return True
+            return keep
         keep = alive
-    return False
 
 
 _STRING_KEYWORDS = TYPE_ONLY["string"] | {NOT_PATTERNS, ALSO_PATTERNS}
@@ -454,16 +458,8 @@ def _string_body(flat: dict):
 
 
 def endless_everywhere(dfa) -> bool:
-    """Whether from every non-accepting state of a trimmed DFA infinitely many strings go on
-    (a state is kept while it has a successor kept: what is left has infinite paths)."""
-    trans = dfa.trans[:, :256]
-    keep = np.ones(dfa.num_states, dtype=bool)
-    while True:
-        alive = np.where(trans >= 0, keep[np.clip(trans, 0, None)], False).any(axis=1) & keep
-        if (alive == keep).all():
-            break
-        keep = alive
-    return bool(keep[~dfa.accept[:dfa.num_states]].all())
+    """Whether from every non-accepting state of a trimmed DFA infinitely many strings go on."""
+    return bool(_on_endless_paths(dfa)[~dfa.accept[:dfa.num_states]].all())
 
 
 def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | None, ptr: str) -> int:
