@@ -49,28 +49,42 @@ def _load():
     if os.environ.get("SGLANG_LITE_NATIVE", "1") == "0":
         log.info("constraints: native walks off (SGLANG_LITE_NATIVE=0); token walks run in Python")
         return None
+    try:
+        return build_extension(_SOURCE, _NAME, _CFLAGS)
+    except BuildUnavailable as e:
+        log.warning("constraints: %s; token walks run in Python", e)
+        return None
+
+
+class BuildUnavailable(Exception):
+    """No compiler or Python headers, or the build failed: the message says which."""
+
+
+def build_extension(source: Path, name: str, cflags: tuple[str, ...], tag: bytes = b""):
+    """Import C file ``source`` as extension module ``name`` (``PyInit_<name>``), compiled with
+    ``cflags`` once per source, flags, compiler and Python into the cache folder (module
+    docstring); ``tag`` adds what else the built file depends on (say, the CPU it was built
+    for). BuildUnavailable where it cannot be built or loaded."""
     compiler = _compiler()
     include = sysconfig.get_paths().get("include")
     if compiler is None or not include or not os.path.exists(os.path.join(include, "Python.h")):
-        log.warning("constraints: no C compiler ($CC, cc, gcc) or no Python.h; token walks run in Python")
-        return None
-    source = _SOURCE.read_bytes()
+        raise BuildUnavailable("no C compiler ($CC, cc, gcc) or no Python.h")
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    tag = hashlib.sha256(source + compiler.encode() + include.encode() + suffix.encode()
-                         + " ".join(_CFLAGS).encode()).hexdigest()[:16]
-    path = _cache_dir() / tag / f"{_NAME}{suffix}"
+    digest = hashlib.sha256(source.read_bytes() + compiler.encode() + include.encode() + suffix.encode()
+                            + " ".join(cflags).encode() + tag).hexdigest()[:16]
+    path = _cache_dir() / digest / f"{name}{suffix}"
     try:
         if not path.exists():
-            _build(compiler, include, path)
-        loader = importlib.machinery.ExtensionFileLoader(_NAME, str(path))
-        spec = importlib.util.spec_from_file_location(_NAME, path, loader=loader)
+            _build(compiler, include, cflags, source, path)
+        loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+        spec = importlib.util.spec_from_file_location(name, path, loader=loader)
         mod = importlib.util.module_from_spec(spec)
         loader.exec_module(mod)
         return mod
     except (OSError, ImportError, subprocess.SubprocessError) as e:
-        log.warning("constraints: building %s with %s failed (%s); token walks run in Python",
-                    _SOURCE.name, compiler, e)
-        return None
+        detail = getattr(e, "stderr", b"") or b""
+        raise BuildUnavailable(f"building {source.name} with {compiler} failed ({e}"
+                               f"{': ' + detail.decode(errors='replace')[-300:] if detail else ''})") from e
 
 
 def _compiler() -> str | None:
@@ -92,14 +106,14 @@ def _cache_dir() -> Path:
 _CFLAGS = ("-O3",)
 
 
-def _build(compiler: str, include: str, path: Path) -> None:
+def _build(compiler: str, include: str, cflags: tuple[str, ...], source: Path, path: Path) -> None:
     """Compile to a temporary file beside ``path``, then rename: processes building at
     once each write their own and the last rename wins (the files are the same)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        subprocess.run([compiler, *_CFLAGS, "-shared", "-fPIC", f"-I{include}", "-o", tmp, str(_SOURCE)],
+        subprocess.run([compiler, *cflags, "-shared", "-fPIC", f"-I{include}", "-o", tmp, str(source)],
                        check=True, capture_output=True, timeout=_BUILD_TIMEOUT_S)
         os.replace(tmp, path)
     finally:

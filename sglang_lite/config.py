@@ -74,6 +74,11 @@ class EngineConfig:
     # or fewer by the packed kernel. 0 = no copy. None -> DEFAULT_DENSE_WEIGHTS_ABOVE when
     # quantization is auto and packs, else 0.
     dense_weights_above: int | None = None
+    # On a CPU, a packed int4 weight (int4, gguf's Q4 blocks and the int4 halves of its Q8_0)
+    # multiplies steps of up to 8 rows through our C kernel with each row's activations
+    # quantized to int8 per weight group, as llama.cpp multiplies Q4 by Q8 (quant/native_int4.py).
+    # False: torch's kernel, the activations as they are (the dequantized model's logits).
+    int8_activations: bool = True
     page_size: int = 16
     kv_cache_memory: str | int = "1GiB"  # CPU: size of the KV pool
     # KV pool storage: auto (the model's dtype), bf16, fp8_e4m3 or int8 (8-bit codes with a
@@ -177,6 +182,8 @@ class EngineConfig:
             raise ValueError(f"deterministic: needs quantization 'none' (or auto), not {self.quantization!r}: "
                              f"the quantized kernels are not batch-invariant")
         self._validate_dense_weights()
+        if not isinstance(self.int8_activations, bool):
+            raise ValueError(f"int8_activations: must be true or false, got {self.int8_activations!r}")
         if self.attention_backend == "triton" and not self.device.startswith("cuda"):
             raise ValueError("attention_backend: 'triton' needs a CUDA device")
         resolve_kv_cache_dtype(self.kv_cache_dtype, self.dtype)  # a clear error for an unknown one

@@ -10,6 +10,7 @@ row torch's int8 kernel reads it about as fast.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from sglang_lite.model.llama import map_hf_name
+from sglang_lite.quant import native_int4
 from sglang_lite.quant.by_rows import ByRowsWeight
 from sglang_lite.quant.fp8 import Fp8Weight
 from sglang_lite.quant.gguf_blocks import Codes, concat_rows, read_llama_tensors
@@ -103,6 +105,33 @@ def keep_dense_copies(model: nn.Module, max_rows: int) -> nn.Module:
             if id(packed) not in made:
                 made[id(packed)] = ByRowsWeight.of(packed, dtype, max_rows)
             module.weight_q = made[id(packed)]
+    return model
+
+
+def use_int8_activations(model: nn.Module) -> nn.Module:
+    """Let every packed int4 weight of a CPU model (Q8_0's int4 halves too) multiply its
+    steps of up to ``native_int4.MAX_ROWS`` rows through the C kernel, the activations
+    quantized to int8 per group; builds the kernel now, not on the first step (nor while
+    torch.compile traces, which never builds it). A shared weight stays shared."""
+    if native_int4.module() is None:
+        return model
+    made: dict[int, object] = {}
+
+    def flagged(weight):
+        if id(weight) not in made:
+            if isinstance(weight, Int4Weight):
+                made[id(weight)] = dataclasses.replace(weight, int8_activations=True)
+            elif isinstance(weight, GroupInt8Weight):
+                made[id(weight)] = GroupInt8Weight(flagged(weight.hi), flagged(weight.lo))
+            elif isinstance(weight, ByRowsWeight):
+                made[id(weight)] = dataclasses.replace(weight, packed=flagged(weight.packed))
+            else:
+                made[id(weight)] = weight
+        return made[id(weight)]
+
+    for module in model.modules():
+        if isinstance(module, (QuantLinear, QuantEmbedding)):
+            module.weight_q = flagged(module.weight_q)
     return model
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from sglang_lite.quant import native_int4
 from sglang_lite_kernels.quant_mm import CPU_BLOCK, cpu_layout_codes
 
 _BLOCK = CPU_BLOCK  # rows per block of torch's layout (64); out_features are padded up to it
@@ -28,6 +29,9 @@ class Int4Weight:
     scale_zero: torch.Tensor  # [K / group, N_pad, 2]: (s, z), in the compute dtype
     group: int
     out_features: int  # N, before padding
+    # Up to native_int4.MAX_ROWS rows on a CPU: the C kernel, activations quantized to int8
+    # per group (where it builds); else torch's kernel, activations as they are.
+    int8_activations: bool = False
 
     # Rows up to which torch's kernel beats dequantize + GEMM (bench.quant_kernels: it grows
     # linearly with the rows; dequantizing costs a fixed ~1 ms per 1.8 M weights here).
@@ -69,6 +73,8 @@ class Int4Weight:
 
     def mm(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ w.T`` for ``x`` [M, K] in the compute dtype."""
+        if self.int8_activations and native_int4.supports(x, self.scale_zero):
+            return native_int4.mm(x, self.packed, self.scale_zero, self.group, self.out_features)
         if x.shape[0] <= self.KERNEL_MAX_ROWS and x.device.type == "cpu":
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, self.group,
                                                            self.scale_zero)

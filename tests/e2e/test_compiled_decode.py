@@ -51,6 +51,57 @@ def test_compiled_decode_gives_the_eager_greedy_tokens(engine):
 
 
 @needs_cxx
+def test_the_c_int4_kernel_runs_inside_the_compiled_graph(monkeypatch):
+    """The embedded model with its GGUF blocks packed (a bf16 CPU's default), int8 activations:
+    the C kernel is a custom op of the graph (no graph break), every linear of every compiled
+    step calls it, and the output follows the eager path's. Not token for token: inductor's
+    fused norms round differently, and a last-bit change can move an activation's int8 code,
+    so a near tie may go the other way; the logprobs of the tokens both chose agree instead,
+    within what int8 activations themselves move them (eager, against torch's kernel: up to
+    0.17 measured on these prompts)."""
+    import torch
+
+    from sglang_lite.quant import native_int4
+
+    if native_int4.module() is None:
+        pytest.skip("the C int4 kernel does not build here")
+    torch._dynamo.utils.counters.clear()
+    greedy = {**GREEDY, "max_new_tokens": 12}
+    eager_engine = Engine(quantization="gguf", kv_cache_memory="64MiB")
+    try:
+        eager = [eager_engine.generate(p, greedy, return_logprob=True) for p in PROMPTS]
+    finally:
+        eager_engine.shutdown()
+    eng = Engine(quantization="gguf", kv_cache_memory="64MiB", enable_torch_compile=True, torch_compile_max_bs=1)
+    try:
+        compiled = eng.scheduler.runner.compiled
+        assert compiled is not None and compiled.failed is None
+        calls = _count_compiled_steps(eng)
+        kernel_calls = [0]
+        real_call = native_int4._call
+
+        def counting_kernel(*args):
+            kernel_calls[0] += 1
+            return real_call(*args)
+
+        monkeypatch.setattr(native_int4, "_call", counting_kernel)  # what the op's body calls
+        got = [eng.generate(p, greedy, return_logprob=True) for p in PROMPTS]
+        assert calls[0] >= 3 * (greedy["max_new_tokens"] - 1)  # every decode step compiled
+        assert kernel_calls[0] >= calls[0] * (4 * len(eng.model.layers) + 2)  # linears + the head's halves
+        assert compiled.failed is None and not torch._dynamo.utils.counters["graph_break"]
+    finally:
+        eng.shutdown()
+    for g, e in zip(got, eager):
+        assert g["output_ids"][:4] == e["output_ids"][:4]
+        same = 0
+        while same < len(g["output_ids"]) and g["output_ids"][same] == e["output_ids"][same]:
+            same += 1
+        lps = [(a[0], b[0]) for a, b in zip(g["meta_info"]["output_token_logprobs"][:same],
+                                            e["meta_info"]["output_token_logprobs"][:same])]
+        assert max(abs(a - b) for a, b in lps) < 0.3  # int8 activations against none: up to 0.17 seen
+
+
+@needs_cxx
 def test_the_batch_graph_serves_every_batch_size_and_kv_length_without_compiling_again(model_dir):
     """Batch sizes 2-4 share one graph with symbolic sizes, compiled at start-up; sequences
     crossing many KV pages and batches of every size then compile nothing more."""

@@ -1,15 +1,20 @@
 """Each packed weight format against plain dequantize-then-matmul, over shapes that cross the
 64-row blocks of torch's int4 layout, odd out_features, several groups, and batch sizes on
 both sides of the kernel switch; GGUF blocks against the gguf package's own dequantization,
-synthetic ones and those of the embedded file."""
+synthetic ones and those of the embedded file. Where the C int4 kernel runs (up to
+``native_int4.MAX_ROWS`` rows), the reference multiplies the activations it multiplies:
+each group quantized to int8 (``native_int4.quantize_activations``)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from sglang_lite.quant import native_int4
 from sglang_lite.quant.by_rows import ByRowsWeight
 from sglang_lite.quant.fp8 import Fp8Weight
 from sglang_lite.quant.gguf_blocks import _decode_blocks, concat_rows, decode
@@ -26,13 +31,26 @@ def _weight(n: int, k: int) -> torch.Tensor:
     return torch.randn(n, k, generator=g) * 0.05 + torch.randn(n, 1, generator=g) * 0.01
 
 
+def _activations(packed, x: torch.Tensor) -> torch.Tensor:
+    """What ``packed.mm`` multiplies the weight by: ``x`` itself, or where the C int4 kernel
+    takes it, ``x`` quantized per group."""
+    if isinstance(packed, ByRowsWeight):
+        if x.shape[0] > packed.max_rows:
+            return x.float()
+        packed = packed.packed
+    four = packed.hi if isinstance(packed, GroupInt8Weight) else packed
+    if isinstance(four, Int4Weight) and four.int8_activations and native_int4.supports(x, four.scale_zero):
+        return native_int4.quantize_activations(x, four.group)
+    return x.float()
+
+
 def _check_mm(packed, dtype: torch.dtype) -> None:
     ref_w = packed.dequantize(torch.float32)
     assert ref_w.shape == (packed.out_features, packed.in_features)
     for m in ROWS:
         x = torch.randn(m, packed.in_features, generator=torch.Generator().manual_seed(m)).to(dtype)
         got = packed.mm(x)
-        ref = F.linear(x.float(), ref_w)
+        ref = F.linear(_activations(packed, x), ref_w)
         assert got.shape == ref.shape and got.dtype == dtype
         # fp32: summation order only; bf16: the output (and the kernel's scales) in bf16
         tol = 1e-4 if dtype == torch.float32 else 2e-2
@@ -47,9 +65,12 @@ def _check_rows(packed, dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_int4_matches_dequantized_reference(shape, dtype):
+@pytest.mark.parametrize("int8_activations", [False, True])
+def test_int4_matches_dequantized_reference(shape, dtype, int8_activations):
+    if int8_activations and native_int4.module() is None:
+        pytest.skip("the C int4 kernel does not build here")
     w = _weight(*shape)
-    packed = Int4Weight.quantize(w, 32, dtype)
+    packed = dataclasses.replace(Int4Weight.quantize(w, 32, dtype), int8_activations=int8_activations)
     deq = packed.dequantize(torch.float32)
     # round to nearest over each group's range: at most half a step off, step = range / 15
     # (plus, in bf16, the rounding of the kernel's scale and zero point)

@@ -1,0 +1,274 @@
+/* Int4 weights in torch's CPU layout times a few activation rows, with the activations
+ * quantized to int8 per weight group (as llama.cpp multiplies its Q4 blocks by Q8 ones).
+ *
+ * Weights: torch's _convert_weight_to_int4pack_for_cpu layout, rows in blocks of 64: byte
+ * (b, k, j) of packed.view(N / 64, K, 32) holds row 64 b + j in its low nibble and row
+ * 64 b + 32 + j in its high one. scale_zero [K / group, N, 2] holds (s, z) with
+ * w = (q - 8) s + z = q s + c, c = z - 8 s.
+ *
+ * Activations: each row's group of `group` values x gets dx = max|x| / 127 and codes
+ * xq = round(x / dx) in -127..127; the kernel computes, exactly up to float rounding,
+ *     y[m, n] = sum_g s[g, n] dx[m, g] sum_k q[n, k] xq[m, k] + c[g, n] dx[m, g] sum_k xq[m, k]
+ * i.e. the weight times the dequantized activation dx xq. The integer sums take four
+ * columns at once: a row's four nibbles are interleaved into four adjacent bytes and
+ * multiplied with the four activation bytes (vpdpbusd where the CPU has VNNI; maddubs and
+ * madd with AVX2; plain C otherwise). The rows of a weight are split between OpenMP threads
+ * (the process's runtime: torch's libgomp where torch is loaded, so no second thread pool).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#define BLOCK 64
+#define MAX_ROWS 8
+
+enum { F32 = 0, BF16 = 1 };
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) { /* round to nearest even, as torch does */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 64); /* a quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float load_value(const void *p, int dtype, Py_ssize_t i) {
+    return dtype == BF16 ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* Codes and scales of the activations: xq [M, K], dx and xsum (dx * sum xq) [M, G]. */
+static void quantize_rows(const void *x, int x_dtype, int m_rows, int k, int group, int8_t *xq,
+                          float *dx, float *xsum) {
+    int groups = k / group;
+    for (int m = 0; m < m_rows; m++) {
+        for (int g = 0; g < groups; g++) {
+            Py_ssize_t base = (Py_ssize_t)m * k + (Py_ssize_t)g * group;
+            float amax = 0.0f;
+            for (int i = 0; i < group; i++) {
+                float v = fabsf(load_value(x, x_dtype, base + i));
+                amax = v > amax ? v : amax;
+            }
+            float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            int sum = 0;
+            for (int i = 0; i < group; i++) {
+                int q = (int)nearbyintf(load_value(x, x_dtype, base + i) * inv);
+                q = q > 127 ? 127 : (q < -127 ? -127 : q);
+                xq[base + i] = (int8_t)q;
+                sum += q;
+            }
+            dx[m * groups + g] = d;
+            xsum[m * groups + g] = d * (float)sum;
+        }
+    }
+}
+
+/* sums[m][r]: sum over the group's columns of q[row r of the block] * xq[m], for one block of
+ * 64 rows and one group (kk0 = its first column). */
+#if defined(__AVX2__)
+static inline __m256i dot4(__m256i acc, __m256i q, __m256i x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, q, x);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, q, x);
+#else
+    __m256i pairs = _mm256_maddubs_epi16(q, x); /* |15 * 127 * 2| fits int16 */
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+#endif
+}
+
+static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk, int k, int kk0, int group, const int8_t *xq, int m_rows,
+                              int32_t sums[MAX_ROWS][BLOCK]) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    __m256i acc[MAX_ROWS][8];
+    for (int m = 0; m < m_rows; m++)
+        for (int i = 0; i < 8; i++)
+            acc[m][i] = _mm256_setzero_si256();
+    for (int kk = kk0; kk < kk0 + group; kk += 4) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)kk * 32));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 1) * 32));
+        __m256i b2 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 2) * 32));
+        __m256i b3 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 3) * 32));
+        __m256i q[8];
+        for (int h = 0; h < 2; h++) { /* h = 0: rows 0..31 (low nibbles), 1: rows 32..63 */
+            __m256i c0 = h ? _mm256_and_si256(_mm256_srli_epi16(b0, 4), low) : _mm256_and_si256(b0, low);
+            __m256i c1 = h ? _mm256_and_si256(_mm256_srli_epi16(b1, 4), low) : _mm256_and_si256(b1, low);
+            __m256i c2 = h ? _mm256_and_si256(_mm256_srli_epi16(b2, 4), low) : _mm256_and_si256(b2, low);
+            __m256i c3 = h ? _mm256_and_si256(_mm256_srli_epi16(b3, 4), low) : _mm256_and_si256(b3, low);
+            __m256i p01l = _mm256_unpacklo_epi8(c0, c1), p01h = _mm256_unpackhi_epi8(c0, c1);
+            __m256i p23l = _mm256_unpacklo_epi8(c2, c3), p23h = _mm256_unpackhi_epi8(c2, c3);
+            /* each 128-bit lane on its own: q[4h] rows 0-3 | 16-19, q[4h+1] 4-7 | 20-23,
+             * q[4h+2] 8-11 | 24-27, q[4h+3] 12-15 | 28-31 (plus 32 h) */
+            q[4 * h] = _mm256_unpacklo_epi16(p01l, p23l);
+            q[4 * h + 1] = _mm256_unpackhi_epi16(p01l, p23l);
+            q[4 * h + 2] = _mm256_unpacklo_epi16(p01h, p23h);
+            q[4 * h + 3] = _mm256_unpackhi_epi16(p01h, p23h);
+        }
+        for (int m = 0; m < m_rows; m++) {
+            int32_t four;
+            memcpy(&four, xq + (Py_ssize_t)m * k + kk, 4);
+            __m256i xb = _mm256_set1_epi32(four);
+            for (int i = 0; i < 8; i++)
+                acc[m][i] = dot4(acc[m][i], q[i], xb);
+        }
+    }
+    for (int m = 0; m < m_rows; m++) {
+        for (int h = 0; h < 2; h++) { /* back to row order: 0-7, 8-15, 16-23, 24-31 */
+            __m256i *a = acc[m] + 4 * h;
+            int32_t *out = sums[m] + 32 * h;
+            _mm256_storeu_si256((__m256i *)(out + 0), _mm256_permute2x128_si256(a[0], a[1], 0x20));
+            _mm256_storeu_si256((__m256i *)(out + 8), _mm256_permute2x128_si256(a[2], a[3], 0x20));
+            _mm256_storeu_si256((__m256i *)(out + 16), _mm256_permute2x128_si256(a[0], a[1], 0x31));
+            _mm256_storeu_si256((__m256i *)(out + 24), _mm256_permute2x128_si256(a[2], a[3], 0x31));
+        }
+    }
+}
+#else
+static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk, int k, int kk0, int group, const int8_t *xq, int m_rows,
+                              int32_t sums[MAX_ROWS][BLOCK]) {
+    for (int m = 0; m < m_rows; m++)
+        memset(sums[m], 0, sizeof(int32_t) * BLOCK);
+    for (int kk = kk0; kk < kk0 + group; kk++) {
+        const uint8_t *col = blk + (Py_ssize_t)kk * 32;
+        for (int m = 0; m < m_rows; m++) {
+            int xv = xq[(Py_ssize_t)m * k + kk];
+            for (int j = 0; j < 32; j++) {
+                sums[m][j] += (col[j] & 15) * xv;
+                sums[m][j + 32] += (col[j] >> 4) * xv;
+            }
+        }
+    }
+}
+#endif
+
+/* One block of 64 rows: y[m, 64 b + r] for r < 64 (rows past n_out not written). */
+static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dtype, Py_ssize_t n_pad, int k,
+                       int group, int b, const int8_t *xq, const float *dx, const float *xsum, int m_rows,
+                       void *y, int y_dtype, Py_ssize_t n_out) {
+    int groups = k / group;
+    const uint8_t *blk = packed + (Py_ssize_t)b * k * 32;
+    float acc[MAX_ROWS][BLOCK];
+    int32_t sums[MAX_ROWS][BLOCK];
+    float s[BLOCK], c[BLOCK];
+    memset(acc, 0, sizeof(acc));
+    for (int g = 0; g < groups; g++) {
+        Py_ssize_t base = ((Py_ssize_t)g * n_pad + (Py_ssize_t)b * BLOCK) * 2;
+        if (sz_dtype == BF16) { /* (s, z) pairs as one 32-bit word each: vectorizes */
+            const uint32_t *pair = (const uint32_t *)((const uint16_t *)scale_zero + base);
+            for (int r = 0; r < BLOCK; r++) {
+                uint32_t lo = pair[r] << 16, hi = pair[r] & 0xffff0000u;
+                float sv, zv;
+                memcpy(&sv, &lo, 4);
+                memcpy(&zv, &hi, 4);
+                s[r] = sv;
+                c[r] = zv - 8.0f * sv;
+            }
+        } else {
+            const float *pair = (const float *)scale_zero + base;
+            for (int r = 0; r < BLOCK; r++) {
+                s[r] = pair[2 * r];
+                c[r] = pair[2 * r + 1] - 8.0f * pair[2 * r];
+            }
+        }
+        switch (m_rows) { /* constant row counts: the accumulators stay in registers */
+        case 1: group_sums(blk, k, g * group, group, xq, 1, sums); break;
+        case 2: group_sums(blk, k, g * group, group, xq, 2, sums); break;
+        default: group_sums(blk, k, g * group, group, xq, m_rows, sums); break;
+        }
+        for (int m = 0; m < m_rows; m++) {
+            float d = dx[m * groups + g], xs = xsum[m * groups + g];
+            for (int r = 0; r < BLOCK; r++)
+                acc[m][r] += s[r] * d * (float)sums[m][r] + c[r] * xs;
+        }
+    }
+    Py_ssize_t first = (Py_ssize_t)b * BLOCK;
+    int count = (int)(n_out - first < BLOCK ? n_out - first : BLOCK);
+    for (int m = 0; m < m_rows; m++) {
+        for (int r = 0; r < count; r++) {
+            Py_ssize_t at = (Py_ssize_t)m * n_out + first + r;
+            if (y_dtype == BF16)
+                ((uint16_t *)y)[at] = f32_to_bf16(acc[m][r]);
+            else
+                ((float *)y)[at] = acc[m][r];
+        }
+    }
+}
+
+static PyObject *int4_mm(PyObject *self, PyObject *args) {
+    Py_ssize_t x_ptr, packed_ptr, sz_ptr, y_ptr, n_pad, n_out;
+    int m_rows, k, group, x_dtype, sz_dtype, y_dtype;
+    if (!PyArg_ParseTuple(args, "niiinnniinni", &x_ptr, &x_dtype, &m_rows, &k, &packed_ptr, &n_pad, &sz_ptr,
+                          &sz_dtype, &group, &y_ptr, &n_out, &y_dtype))
+        return NULL;
+    if (m_rows < 1 || m_rows > MAX_ROWS || group < 4 || group % 4 || k % group || n_pad % BLOCK ||
+        n_out > n_pad || n_out < 0) {
+        PyErr_Format(PyExc_ValueError, "int4_mm: unsupported shape (rows %d, K %d, group %d, N %zd of %zd)",
+                     m_rows, k, group, n_out, n_pad);
+        return NULL;
+    }
+    int groups = k / group;
+    int8_t *xq = malloc((size_t)m_rows * k);
+    float *dx = malloc(sizeof(float) * (size_t)m_rows * groups * 2);
+    if (!xq || !dx) {
+        free(xq);
+        free(dx);
+        return PyErr_NoMemory();
+    }
+    float *xsum = dx + (size_t)m_rows * groups;
+    int blocks = (int)((n_out + BLOCK - 1) / BLOCK);
+    Py_BEGIN_ALLOW_THREADS
+    quantize_rows((const void *)x_ptr, x_dtype, m_rows, k, group, xq, dx, xsum);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < blocks; b++)
+        block_rows((const uint8_t *)packed_ptr, (const void *)sz_ptr, sz_dtype, n_pad, k, group, b, xq, dx, xsum,
+                   m_rows, (void *)y_ptr, y_dtype, n_out);
+    Py_END_ALLOW_THREADS
+    free(xq);
+    free(dx);
+    Py_RETURN_NONE;
+}
+
+static PyObject *features(PyObject *self, PyObject *noargs) {
+#if defined(__AVX2__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    const char *simd = "avx512-vnni";
+#elif defined(__AVX2__) && defined(__AVXVNNI__)
+    const char *simd = "avx-vnni";
+#elif defined(__AVX2__)
+    const char *simd = "avx2";
+#else
+    const char *simd = "scalar";
+#endif
+#ifdef _OPENMP
+    int threads = omp_get_max_threads();
+#else
+    int threads = 1;
+#endif
+    return Py_BuildValue("(si)", simd, threads);
+}
+
+static PyMethodDef methods[] = {
+    {"int4_mm", int4_mm, METH_VARARGS,
+     "int4_mm(x, x_dtype, rows, K, packed, N_pad, scale_zero, sz_dtype, group, y, N, y_dtype): pointers as ints"},
+    {"features", features, METH_NOARGS, "(SIMD path, OpenMP threads)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native_int4", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__native_int4(void) { return PyModule_Create(&module); }

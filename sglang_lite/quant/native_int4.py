@@ -1,0 +1,126 @@
+"""Int4 weights times a few rows in C (``native_int4.c``), built on first use.
+
+Torch's ``_weight_int4pack_mm_for_cpu`` reads the same packed bytes with bf16 / fp32
+activations; this kernel quantizes each activation row to int8 per weight group (llama.cpp's
+Q4 x Q8 scheme) and sums four products per instruction (VNNI, else AVX2), so a decode step
+at one row reads its weights about as fast as memory gives them. The C file is compiled with
+``-march=native`` (the cache key includes the CPU's flags, so a copied cache folder does not
+run another CPU's build) and ``-fopenmp``: the rows are split between the threads of the
+process's OpenMP runtime, which is torch's own libgomp once torch is loaded (one pool, no
+threads competing). Without a compiler, where the build fails, or with
+``SGLANG_LITE_NATIVE=0``, ``module()`` is None and torch's kernel runs (one log line says why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+_SOURCE = Path(__file__).with_name("native_int4.c")
+_NAME = "_native_int4"
+_CFLAGS = ("-O3", "-march=native", "-fopenmp")
+MAX_ROWS = 8  # the C kernel's limit (MAX_ROWS there)
+_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+_lock = threading.Lock()
+_loaded: list = []
+
+
+def module():
+    """The built extension, or None where it cannot be built (torch's kernel runs)."""
+    if _loaded:
+        return _loaded[0]
+    with _lock:
+        if not _loaded:
+            _loaded.append(_load())
+        return _loaded[0]
+
+
+def _load():
+    if os.environ.get("SGLANG_LITE_NATIVE", "1") == "0":
+        log.info("quantization: native int4 kernel off (SGLANG_LITE_NATIVE=0); torch's kernel runs")
+        return None
+    from constraints.native import BuildUnavailable, build_extension
+
+    try:
+        mod = build_extension(_SOURCE, _NAME, _CFLAGS, tag=_cpu_tag())
+    except BuildUnavailable as e:
+        log.warning("quantization: native int4 kernel unavailable (%s); torch's kernel runs", e)
+        return None
+    simd, threads = mod.features()
+    log.info("quantization: native int4 kernel (%s, %d OpenMP threads)", simd, threads)
+    return mod
+
+
+def _cpu_tag() -> bytes:
+    """What ``-march=native`` depends on: the CPU's model and feature flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        import platform
+
+        text = platform.processor() + platform.machine()
+    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features"))]
+    return hashlib.sha256("\n".join(sorted(set(lines))).encode()).digest()
+
+
+def supports(x: torch.Tensor, scale_zero: torch.Tensor) -> bool:
+    """Whether ``mm`` takes ``x``: on the CPU, 1..MAX_ROWS rows, fp32 / bf16, and the module
+    built (under torch.compile, only if it was built before: tracing never builds it)."""
+    if not (x.device.type == "cpu" and x.dim() == 2 and 1 <= x.shape[0] <= MAX_ROWS
+            and x.dtype in _DTYPES and scale_zero.dtype in _DTYPES):
+        return False
+    if torch.compiler.is_compiling():
+        return bool(_loaded) and _loaded[0] is not None
+    return module() is not None
+
+
+def mm(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, group: int,
+       out_features: int) -> torch.Tensor:
+    """``x`` [M, K] (``supports``) times the int4 weight in torch's CPU layout (``packed``
+    [N_pad, K / 2], ``scale_zero`` [K / group, N_pad, 2]): [M, out_features] in x's dtype.
+    Eagerly a direct call; under torch.compile the custom op ``sglang_lite::int4_mm``, so the
+    step stays one graph."""
+    if torch.compiler.is_compiling():
+        return torch.ops.sglang_lite.int4_mm(x, packed, scale_zero, group, out_features)
+    return _call(x, packed, scale_zero, group, out_features)
+
+
+def _call(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, group: int,
+          out_features: int) -> torch.Tensor:
+    x = x.contiguous()
+    m, k = x.shape
+    y = torch.empty(m, out_features, dtype=x.dtype)
+    _loaded[0].int4_mm(x.data_ptr(), _DTYPES[x.dtype], m, k, packed.data_ptr(), packed.shape[0],
+                       scale_zero.data_ptr(), _DTYPES[scale_zero.dtype], group, y.data_ptr(), out_features,
+                       _DTYPES[x.dtype])
+    return y
+
+
+@torch.library.custom_op("sglang_lite::int4_mm", mutates_args=())
+def _int4_mm_op(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, group: int,
+                out_features: int) -> torch.Tensor:
+    return _call(x, packed, scale_zero, group, out_features)
+
+
+@_int4_mm_op.register_fake
+def _(x, packed, scale_zero, group, out_features):
+    return x.new_empty(x.shape[0], out_features)
+
+
+def quantize_activations(x: torch.Tensor, group: int) -> torch.Tensor:
+    """The activations the kernel multiplies: each row's groups as ``dx * round(x / dx)``,
+    ``dx = max|x| / 127`` (fp32; the reference the tests compare the kernel with)."""
+    g = x.float().view(x.shape[0], -1, group)
+    amax = g.abs().amax(-1, keepdim=True)
+    # a tensor over a tensor: correctly rounded as the C division is (``127.0 / amax`` is
+    # computed as amax's reciprocal times 127, which rounds ties of x / dx the other way)
+    inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros_like(amax))
+    q = torch.round(g * inv).clamp(-127, 127)
+    return (q * (amax / 127.0)).view(x.shape[0], -1)

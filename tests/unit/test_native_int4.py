@@ -1,0 +1,130 @@
+"""The C int4 kernel (sglang_lite/quant/native_int4.c) against a float64 reference: the
+dequantized weight times the activations it multiplies (each group quantized to int8), over
+row counts 1..MAX_ROWS, group sizes, out_features that end inside a 64-row block, both
+dtypes; its AVX2 and plain-C paths built on purpose; and its threads those of torch's runtime."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from constraints.native import build_extension
+from sglang_lite.quant import native_int4
+from sglang_lite.quant.int4 import Int4Weight
+
+pytestmark = pytest.mark.skipif(native_int4.module() is None, reason="the C int4 kernel does not build here")
+
+
+def _case(n: int, k: int, m: int, group: int, dtype: torch.dtype):
+    g = torch.Generator().manual_seed(n + 7 * k + 31 * m + group)
+    w = torch.randn(n, k, generator=g) * 0.05 + torch.randn(n, 1, generator=g) * 0.01
+    packed = dataclasses.replace(Int4Weight.quantize(w, group, dtype), int8_activations=True)
+    x = (torch.randn(m, k, generator=g) * torch.rand(1, k, generator=g) * 4).to(dtype)
+    x[0, :group] = 0  # a group of zeros: scale 0, no division by it
+    ref = native_int4.quantize_activations(x, group).double() @ packed.dequantize(torch.float64).t()
+    return packed, x, ref
+
+
+def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    assert y.shape == ref.shape and y.dtype == dtype
+    err = (y.double() - ref).abs()
+    # fp32: summation order; bf16: the output rounded (2^-9 relative) and the scales in bf16
+    # (exact here: the reference dequantizes the same bf16 scales)
+    bound = 2e-6 * ref.abs().max() + (2**-8 * ref.abs() if dtype == torch.bfloat16 else 0)
+    assert (err <= bound).all(), err.max().item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n,k,group", [(64, 32, 32), (100, 96, 32), (130, 256, 64), (960, 576, 32), (70, 512, 128)])
+def test_kernel_matches_the_dequantized_weight_times_the_quantized_activations(n, k, group, dtype):
+    for m in range(1, native_int4.MAX_ROWS + 1):
+        packed, x, ref = _case(n, k, m, group, dtype)
+        assert native_int4.supports(x, packed.scale_zero)
+        _check(native_int4.mm(x, packed.packed, packed.scale_zero, group, n), ref, dtype)
+        _check(packed.mm(x), ref, dtype)  # Int4Weight takes it at these rows
+
+
+def test_activations_are_quantized_per_group_to_127_levels():
+    x = torch.tensor([[0.5, -1.0, 0.25, 0.0, 2.0, 1.0, -0.5, 0.3]])
+    got = native_int4.quantize_activations(x, 4)
+    step = torch.tensor([1.0 / 127] * 4 + [2.0 / 127] * 4)
+    assert torch.allclose(got[0], torch.round(x[0] / step) * step)
+    assert got[0, 1] == -1.0 and got[0, 4] == 2.0  # each group's largest is exact
+
+
+def test_more_rows_than_the_kernel_takes_go_to_torchs_kernel():
+    packed, x, _ = _case(64, 64, native_int4.MAX_ROWS + 1, 32, torch.float32)
+    assert not native_int4.supports(x, packed.scale_zero)
+    ref = x.double() @ packed.dequantize(torch.float64).t()  # activations as they are
+    assert (packed.mm(x).double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+
+
+def test_threads_are_torchs_own():
+    """Linked against the libgomp torch loaded: torch.set_num_threads sets the kernel's too."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert native_int4.module().features()[1] == 1
+        packed, x, ref = _case(960, 576, 1, 32, torch.float32)
+        one = packed.mm(x)
+        torch.set_num_threads(max(2, before))
+        assert native_int4.module().features()[1] == max(2, before)
+        assert torch.equal(packed.mm(x), one)  # rows split between threads, sums alike
+    finally:
+        torch.set_num_threads(before)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":")[1].split()}
+
+
+@pytest.mark.parametrize("march,path", [("haswell", "avx2"), ("x86-64", "scalar")])
+def test_other_simd_paths_give_the_same_sums(march, path, tmp_path, monkeypatch):
+    """The AVX2 path (no VNNI) and plain C, built as they would be on such a CPU."""
+    if march == "haswell" and not {"avx2", "fma", "bmi2"} <= _cpu_flags():
+        pytest.skip("this CPU cannot run an AVX2 build")
+    monkeypatch.setenv("SGLANG_LITE_CACHE", str(tmp_path))
+    mod = build_extension(native_int4._SOURCE, native_int4._NAME, ("-O2", f"-march={march}", "-fopenmp"),
+                          tag=march.encode())
+    assert mod.features()[0] == path
+    monkeypatch.setattr(native_int4, "_loaded", [mod])
+    for dtype in (torch.float32, torch.bfloat16):
+        for m in (1, 3):
+            packed, x, ref = _case(130, 96, m, 32, dtype)
+            _check(native_int4.mm(x, packed.packed, packed.scale_zero, 32, 130), ref, dtype)
+
+
+def test_use_int8_activations_flags_every_int4_weight_and_keeps_shared_ones_shared():
+    """A tied head and embedding share one Q8_0 weight (two int4 halves): flagged once, still
+    one object; ByRowsWeight's packed weight flagged, its dense copy kept; int8 untouched."""
+    from torch import nn
+
+    from sglang_lite.quant.apply import resident_weight_bytes, use_int8_activations
+    from sglang_lite.quant.by_rows import ByRowsWeight
+    from sglang_lite.quant.int8 import GroupInt8Weight, Int8Weight
+    from sglang_lite.quant.modules import QuantEmbedding, QuantLinear
+
+    w = torch.randn(128, 64)
+    head = GroupInt8Weight.from_codes((w * 50).round().clamp(-128, 127).to(torch.int8),
+                                      torch.full((128, 2), 0.02), torch.float32)
+    model = nn.ModuleDict({
+        "embed": QuantEmbedding(head, torch.float32), "head": QuantLinear(head),
+        "mlp": QuantLinear(ByRowsWeight.of(Int4Weight.quantize(w, 32, torch.float32), torch.float32, 8)),
+        "int8": QuantLinear(Int8Weight.quantize(w))})
+    before = resident_weight_bytes(model)
+    use_int8_activations(model)
+    assert model["embed"].weight_q is model["head"].weight_q
+    assert model["head"].weight_q.hi.int8_activations and model["head"].weight_q.lo.int8_activations
+    assert model["mlp"].weight_q.packed.int8_activations and model["mlp"].weight_q.max_rows == 8
+    assert isinstance(model["int8"].weight_q, Int8Weight)
+    assert resident_weight_bytes(model) == before
+    x = torch.randn(2, 64)
+    ref = native_int4.quantize_activations(x, 32).double() @ model["head"].weight_q.dequantize(torch.float64).t()
+    _check(model["head"](x), ref, torch.float32)
