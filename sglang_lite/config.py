@@ -54,6 +54,17 @@ def native_cpu_bf16() -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
+def packs_in_fp32() -> bool:
+    """Whether packed weights beat dense ones in fp32 on this CPU: where our C int4 kernel
+    builds (quant/native_int4.py), which multiplies fp32 activations as fast as bf16 ones (it
+    quantizes them to int8); torch's int4 kernel is 10-100x slower in fp32 than in bf16.
+    Measured with the embedded model in fp32, batch-1 decode: dense 124-184 ms a token, the
+    GGUF blocks through the C kernel 65-72, through torch's 377-399 (2 cores, one session)."""
+    from sglang_lite.quant import native_int4
+
+    return native_int4.module() is not None
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     model: str | None = None
@@ -143,9 +154,11 @@ class EngineConfig:
         kv_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, dtype)
         quantization = cfg.quantization
         if quantization == "auto":  # the quantized kernels are not batch-invariant; nor sharded
-            # on a GPU they dequantize; in fp32 they are slower than the dense GEMM (above)
+            # on a GPU they dequantize; in fp32 only the C kernel beats the dense GEMM (above),
+            # and a dtype asked for as float32 keeps the weights as they are
             fp32 = _DTYPES.get(dtype) == torch.float32
-            packs = not (cfg.deterministic or cfg.tp != 1 or on_gpu or fp32)
+            fp32_packs = fp32 and cfg.dtype == "auto" and cfg.int8_activations and not on_gpu and packs_in_fp32()
+            packs = not (cfg.deterministic or cfg.tp != 1 or on_gpu or (fp32 and not fp32_packs))
             quantization = _auto_quantization(cfg.model) if packs else "none"
         dense_above = cfg.dense_weights_above
         if dense_above is None:

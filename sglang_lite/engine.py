@@ -33,6 +33,7 @@ from sglang_lite.mem.sizing import kv_pool_pages
 from sglang_lite.model.loader import load_model, load_tokenizer, resolve_model
 from sglang_lite.model_runner import ModelRunner
 from sglang_lite.outputs import OutputChunk
+from sglang_lite.quant import native_int4
 from sglang_lite.quant.apply import resident_weight_bytes, use_int8_activations
 from sglang_lite.request import Req
 from sglang_lite.sampler import Sampler
@@ -85,7 +86,8 @@ class Engine:
                 use_int8_activations(self.model)
         log.info("weights: %.1f MB resident (%s, quantization %s, dense_weights_above %d)",
                  resident_weight_bytes(self.model) / 1e6, cfg.dtype, cfg.quantization, cfg.dense_weights_above)
-        if cfg.device == "cpu" and cfg.quantization in ("int8", "int4", "gguf") and cfg.torch_dtype == torch.float32:
+        if (cfg.device == "cpu" and cfg.quantization in ("int8", "int4", "gguf") and cfg.torch_dtype == torch.float32
+                and not (cfg.int8_activations and native_int4.module() is not None and cfg.quantization != "int8")):
             log.warning("quantization %s in float32 on CPU: torch's packed kernels are 10-100x slower in "
                         "fp32 than in bf16 (config.py); --dtype bfloat16 or --quantization none is faster",
                         cfg.quantization)

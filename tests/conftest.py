@@ -27,9 +27,12 @@ def pytest_collection_modifyitems(config, items):
 def _fp32_on_cpu():
     """Tests compare outputs exactly (engine against engine, against transformers), so the
     CPU path runs fp32 whatever this CPU's bf16 support (``native_cpu_bf16``): results do not
-    depend on the machine. Servers started in subprocesses pass --dtype float32."""
+    depend on the machine. Nor do fp32 weights get packed (``packs_in_fp32``: int8 activations
+    through the C kernel): a test that wants them asks. Servers started in subprocesses pass
+    --dtype float32, which keeps the weights as they are."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("sglang_lite.config.native_cpu_bf16", lambda: False)
+        mp.setattr("sglang_lite.config.packs_in_fp32", lambda: False)
         yield
 
 

@@ -148,6 +148,19 @@ def test_quantization_option_is_validated():
         EngineConfig.create(dense_weights_above=-1)
 
 
+def test_auto_packs_fp32_weights_where_the_c_kernel_builds(monkeypatch):
+    """A CPU without native bf16 (auto dtype: fp32) packs the GGUF blocks when the C int4
+    kernel builds (packs_in_fp32; the test session pins it off), with the dense copy above 8
+    rows; a dtype asked for as float32, int8_activations off, or deterministic keep dense."""
+    monkeypatch.setattr("sglang_lite.config.packs_in_fp32", lambda: True)
+    cpu = EngineConfig.create(device="cpu")
+    assert (cpu.dtype, cpu.quantization, cpu.dense_weights_above) == ("float32", "gguf", DEFAULT_DENSE_WEIGHTS_ABOVE)
+    for dense in ({"dtype": "float32"}, {"int8_activations": False}, {"deterministic": True}):
+        assert EngineConfig.create(device="cpu", **dense).quantization == "none", dense
+    monkeypatch.setattr("sglang_lite.config.packs_in_fp32", lambda: False)  # no compiler: torch's kernel is slow in fp32
+    assert EngineConfig.create(device="cpu").quantization == "none"
+
+
 def test_auto_quantization_and_the_dense_copy_default(engine):
     cpu = EngineConfig.create(device="cpu", dtype="bfloat16")  # the embedded GGUF model
     assert (cpu.quantization, cpu.dense_weights_above) == ("gguf", DEFAULT_DENSE_WEIGHTS_ABOVE)
