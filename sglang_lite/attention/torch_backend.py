@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from sglang_lite.attention import native_decode
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch
 from sglang_lite.mem.kv_pool import KVPool
 
@@ -31,6 +32,8 @@ class _DecodeRows:
     mask: torch.Tensor  # [Bd, 1, 1, max_pages * page_size] True = attend
     padded_len: int
     seq_lens: torch.Tensor  # [Bd, 1, 1, 1]
+    page_table: torch.Tensor  # [Bd, max_pages] int64, contiguous (the C kernel reads it)
+    lens: torch.Tensor  # [Bd] int64, contiguous
     windowed: dict[int, torch.Tensor] = field(default_factory=dict)  # window -> mask, built on first use
 
     def mask_for(self, window: int | None) -> torch.Tensor:
@@ -101,6 +104,9 @@ class TorchAttentionBackend(AttentionBackend):
         pool = self.kv_pool
         pool.store(layer_id, batch.out_cache_loc, k, v)
         how = _How(sm_scale, sliding_window, logit_softcap)
+        if (self._decode is not None and how.window is None and how.softcap is None and not pool.format.scaled
+                and native_decode.usable(q, pool.k_buffers[layer_id], pool.dtype)):
+            return self._forward_native(q, layer_id, how)
         # A compiled step (compiled_decode.py) traces the one padded batch: its sizes are symbolic.
         parts = self._decode_parts if self._decode_parts and not torch.compiler.is_compiling() else None
         if not self._extend and self._decode is not None and parts is None:  # all decode, in order
@@ -108,6 +114,23 @@ class TorchAttentionBackend(AttentionBackend):
         out = torch.empty_like(q)
         for d in parts or ([self._decode] if self._decode is not None else []):
             out[d.token_rows] = _decode_attention(q[d.token_rows], pool, layer_id, d, how)
+        for row in self._extend:
+            qs = q[row.start : row.start + row.length]
+            out[row.start : row.start + row.length] = _extend_attention(qs, pool, layer_id, row, how)
+        return out
+
+
+    def _forward_native(self, q, layer_id: int, how: _How) -> torch.Tensor:
+        """Decode rows through the C kernel (in place from the pool, each to its own length);
+        extend rows as usual."""
+        pool, d = self.kv_pool, self._decode
+        decoded = native_decode.decode_attention(q if not self._extend else q[d.token_rows], pool.k_buffers[layer_id],
+                                                 pool.v_buffers[layer_id], d.page_table, d.lens, pool.page_size,
+                                                 how.sm_scale)
+        if not self._extend:
+            return decoded
+        out = torch.empty_like(q)
+        out[d.token_rows] = decoded
         for row in self._extend:
             qs = q[row.start : row.start + row.length]
             out[row.start : row.start + row.length] = _extend_attention(qs, pool, layer_id, row, how)
@@ -138,7 +161,7 @@ def _build_decode_rows(batch: ForwardBatch, idx: list[int], page_size: int, devi
     pages = torch.where(page_valid, first_slots // page_size, 0)
     mask = torch.arange(padded, device=device)[None, :] < seq_lens[:, None]  # [Bd, padded]
     return _DecodeRows(batch.extend_start_loc[idx_t], pages.reshape(-1), mask[:, None, None, :], padded,
-                       seq_lens[:, None, None, None])
+                       seq_lens[:, None, None, None], pages.contiguous(), seq_lens.to(torch.int64).contiguous())
 
 
 def _length_parts(batch: ForwardBatch, idx: list[int], page_size: int) -> list[list[int]]:

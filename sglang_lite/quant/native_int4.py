@@ -38,24 +38,32 @@ def module():
         return _loaded[0]
     with _lock:
         if not _loaded:
-            _loaded.append(_load())
+            mod = _load()
+            if mod is not None:
+                simd, threads = mod.features()
+                log.info("quantization: native int4 kernel (%s, %d OpenMP threads)", simd, threads)
+            _loaded.append(mod)
         return _loaded[0]
 
 
 def _load():
+    return build_native(_SOURCE, _NAME, "native int4 kernel", "torch's kernel runs")
+
+
+def build_native(source: Path, name: str, what: str, otherwise: str):
+    """C file ``source`` built with ``-O3 -march=native -fopenmp`` (the cache key holds the
+    CPU's flags) and imported as ``name``; None, with a log line saying ``otherwise``, where
+    it cannot be or ``SGLANG_LITE_NATIVE=0``."""
     if os.environ.get("SGLANG_LITE_NATIVE", "1") == "0":
-        log.info("quantization: native int4 kernel off (SGLANG_LITE_NATIVE=0); torch's kernel runs")
+        log.info("%s off (SGLANG_LITE_NATIVE=0); %s", what, otherwise)
         return None
     from constraints.native import BuildUnavailable, build_extension
 
     try:
-        mod = build_extension(_SOURCE, _NAME, _CFLAGS, tag=_cpu_tag())
+        return build_extension(source, name, _CFLAGS, tag=_cpu_tag())
     except BuildUnavailable as e:
-        log.warning("quantization: native int4 kernel unavailable (%s); torch's kernel runs", e)
+        log.warning("%s unavailable (%s); %s", what, e, otherwise)
         return None
-    simd, threads = mod.features()
-    log.info("quantization: native int4 kernel (%s, %d OpenMP threads)", simd, threads)
-    return mod
 
 
 def _cpu_tag() -> bytes:

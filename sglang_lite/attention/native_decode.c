@@ -1,0 +1,131 @@
+/* Decode attention on a CPU straight from the paged KV pool: each row's one query against
+ * its sequence's keys and values read in place through its pages (no gather, no padding
+ * attended), softmax in fp32. Grouped-query: the q heads of a kv head share its k/v reads.
+ *
+ * q, out: [B, Hq, D]; k, v: [slots, Hkv, D] (one layer); pages: [B, max_pages] int64 page
+ * numbers (slot = page * page_size + offset); lens: [B] int64. fp32 or bf16 (q, out and the
+ * pool in one dtype). Rows x kv heads are split between OpenMP threads (torch's runtime).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { F32 = 0, BF16 = 1 };
+#define MAX_GROUP 16
+#define MAX_DIM 256
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 64);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline void load_row(const void *base, int dtype, Py_ssize_t at, int d, float *out) {
+    if (dtype == BF16) {
+        const uint16_t *p = (const uint16_t *)base + at;
+        for (int i = 0; i < d; i++)
+            out[i] = bf16_to_f32(p[i]);
+    } else {
+        memcpy(out, (const float *)base + at, sizeof(float) * d);
+    }
+}
+
+/* One row b and kv head h: the `group` q heads h * group .. (h + 1) * group - 1. */
+static int attend(const void *q, const void *k, const void *v, const int64_t *pages, int64_t len, int max_pages,
+                  int page_size, int hq, int hkv, int d, float scale, int dtype, int b, int h, void *out) {
+    int group = hq / hkv;
+    float qs[MAX_GROUP][MAX_DIM], acc[MAX_GROUP][MAX_DIM], kr[MAX_DIM], m[MAX_GROUP], l[MAX_GROUP];
+    float *scores = malloc(sizeof(float) * (size_t)(len > 0 ? len : 1) * group);
+    if (!scores)
+        return -1;
+    for (int g = 0; g < group; g++) {
+        load_row(q, dtype, ((Py_ssize_t)b * hq + h * group + g) * d, d, qs[g]);
+        for (int i = 0; i < d; i++)
+            qs[g][i] *= scale;
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        memset(acc[g], 0, sizeof(float) * d);
+    }
+    for (int64_t t = 0; t < len; t++) { /* scores, and each q head's largest */
+        Py_ssize_t slot = (Py_ssize_t)pages[(Py_ssize_t)b * max_pages + t / page_size] * page_size + t % page_size;
+        load_row(k, dtype, (slot * hkv + h) * d, d, kr);
+        for (int g = 0; g < group; g++) {
+            float s = 0.0f;
+            for (int i = 0; i < d; i++)
+                s += qs[g][i] * kr[i];
+            scores[t * group + g] = s;
+            m[g] = s > m[g] ? s : m[g];
+        }
+    }
+    for (int64_t t = 0; t < len; t++) { /* weights, and the values they weigh */
+        Py_ssize_t slot = (Py_ssize_t)pages[(Py_ssize_t)b * max_pages + t / page_size] * page_size + t % page_size;
+        load_row(v, dtype, (slot * hkv + h) * d, d, kr);
+        for (int g = 0; g < group; g++) {
+            float p = expf(scores[t * group + g] - m[g]);
+            l[g] += p;
+            for (int i = 0; i < d; i++)
+                acc[g][i] += p * kr[i];
+        }
+    }
+    free(scores);
+    for (int g = 0; g < group; g++) {
+        float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
+        Py_ssize_t at = ((Py_ssize_t)b * hq + h * group + g) * d;
+        for (int i = 0; i < d; i++) {
+            if (dtype == BF16)
+                ((uint16_t *)out)[at + i] = f32_to_bf16(acc[g][i] * inv);
+            else
+                ((float *)out)[at + i] = acc[g][i] * inv;
+        }
+    }
+    return 0;
+}
+
+static PyObject *decode_attention(PyObject *self, PyObject *args) {
+    Py_ssize_t q_ptr, k_ptr, v_ptr, pages_ptr, lens_ptr, out_ptr;
+    int rows, hq, hkv, d, max_pages, page_size, dtype;
+    float scale;
+    if (!PyArg_ParseTuple(args, "nnnnnniiiiiifi", &q_ptr, &k_ptr, &v_ptr, &pages_ptr, &lens_ptr, &out_ptr, &rows,
+                          &hq, &hkv, &d, &max_pages, &page_size, &scale, &dtype))
+        return NULL;
+    if (rows < 0 || hkv < 1 || hq % hkv || hq / hkv > MAX_GROUP || d < 1 || d > MAX_DIM || page_size < 1) {
+        PyErr_Format(PyExc_ValueError, "decode_attention: unsupported shape (Hq %d, Hkv %d, D %d)", hq, hkv, d);
+        return NULL;
+    }
+    int failed = 0;
+    const int64_t *lens = (const int64_t *)lens_ptr;
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
+    for (int job = 0; job < rows * hkv; job++) {
+        int b = job / hkv, h = job % hkv;
+        failed |= attend((const void *)q_ptr, (const void *)k_ptr, (const void *)v_ptr, (const int64_t *)pages_ptr,
+                         lens[b], max_pages, page_size, hq, hkv, d, scale, dtype, b, h, (void *)out_ptr) != 0;
+    }
+    Py_END_ALLOW_THREADS
+    if (failed)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"decode_attention", decode_attention, METH_VARARGS,
+     "decode_attention(q, k, v, pages, lens, out, rows, Hq, Hkv, D, max_pages, page_size, scale, dtype)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native_decode", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__native_decode(void) { return PyModule_Create(&module); }

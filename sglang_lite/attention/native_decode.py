@@ -1,0 +1,52 @@
+"""Decode attention in C on a CPU (``native_decode.c``), built on first use.
+
+The torch backend's decode path gathers each row's pages, pads the batch to its longest row
+and runs SDPA: at one row and a short sequence, a few small ops a layer that cost more than
+the arithmetic. The C kernel reads the keys and values in place through the page table, each
+row to its own length. It takes fp32 / bf16 pools in the model's dtype, without sliding
+windows or soft-capped scores; anything else (and a step torch.compile traces) stays on the
+torch path. Built like the int4 kernel (``quant/native_int4.py``); ``SGLANG_LITE_NATIVE=0``
+turns it off.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import torch
+
+from sglang_lite.quant.native_int4 import build_native
+
+_SOURCE = Path(__file__).with_name("native_decode.c")
+_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+_lock = threading.Lock()
+_loaded: list = []
+
+
+def module():
+    if _loaded:
+        return _loaded[0]
+    with _lock:
+        if not _loaded:
+            _loaded.append(build_native(_SOURCE, "_native_decode", "native decode attention",
+                                        "decode attention gathers and runs SDPA"))
+        return _loaded[0]
+
+
+def usable(q: torch.Tensor, k_buffer: torch.Tensor, pool_dtype: torch.dtype) -> bool:
+    return (q.device.type == "cpu" and q.dtype in _DTYPES and k_buffer.dtype == q.dtype == pool_dtype
+            and q.shape[-1] <= 256 and not torch.compiler.is_compiling() and module() is not None)
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pages: torch.Tensor,
+                     lens: torch.Tensor, page_size: int, scale: float) -> torch.Tensor:
+    """``q`` [B, Hq, D] against one layer's ``k`` / ``v`` [slots, Hkv, D]; row b reads its first
+    ``lens[b]`` positions through ``pages`` [B, max_pages] (int64 page numbers)."""
+    q = q.contiguous()
+    b, hq, d = q.shape
+    out = torch.empty_like(q)
+    module().decode_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), pages.data_ptr(), lens.data_ptr(),
+                              out.data_ptr(), b, hq, k.shape[1], d, pages.shape[1], page_size, scale,
+                              _DTYPES[q.dtype])
+    return out

@@ -1,0 +1,55 @@
+"""The C decode attention (sglang_lite/attention/native_decode.c) against attention computed
+in float64 from each row's gathered keys and values: rows of different lengths on scattered
+pages (a partial last page, a one-token row), grouped-query heads, fp32 and bf16; and the torch
+backend taking it for plain decode steps and its SDPA path for what it does not take."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sglang_lite.attention import native_decode
+
+pytestmark = pytest.mark.skipif(native_decode.module() is None, reason="the C decode attention does not build here")
+
+
+def _reference(q, k, v, pages, lens, page_size, scale):
+    b, hq, d = q.shape
+    hkv = k.shape[1]
+    out = torch.empty(b, hq, d, dtype=torch.float64)
+    for r in range(b):
+        slots = [int(pages[r, t // page_size]) * page_size + t % page_size for t in range(int(lens[r]))]
+        kr, vr = k[slots].double(), v[slots].double()  # [L, Hkv, D]
+        for h in range(hq):
+            s = (kr[:, h // (hq // hkv)] @ q[r, h].double()) * scale
+            out[r, h] = torch.softmax(s, 0) @ vr[:, h // (hq // hkv)]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hq,hkv,d", [(9, 3, 64), (4, 4, 32), (8, 1, 128)])
+def test_decode_attention_matches_softmax_attention_over_each_rows_pages(hq, hkv, d, dtype):
+    g = torch.Generator().manual_seed(hq * d)
+    page_size, num_pages = 4, 40
+    k = torch.randn(num_pages * page_size, hkv, d, generator=g).to(dtype)
+    v = torch.randn(num_pages * page_size, hkv, d, generator=g).to(dtype)
+    lens = torch.tensor([1, 7, 16, 33], dtype=torch.int64)
+    max_pages = 9
+    pages = torch.randperm(num_pages, generator=g)[: 4 * max_pages].view(4, max_pages).to(torch.int64)
+    q = torch.randn(4, hq, d, generator=g).to(dtype)
+    scale = d ** -0.5
+    got = native_decode.decode_attention(q, k, v, pages, lens, page_size, scale)
+    want = _reference(q, k, v, pages, lens, page_size, scale)
+    assert got.dtype == dtype and got.shape == want.shape
+    tol = 1e-5 if dtype == torch.float32 else 2**-7  # bf16: the output rounded
+    assert ((got.double() - want).abs() <= tol * (1 + want.abs())).all()
+    assert torch.allclose(got[0].double(), v[pages[0, 0] * page_size].double().repeat_interleave(hq // hkv, 0),
+                          atol=tol)  # one position: its value
+
+
+def test_the_torch_backend_takes_it_only_for_what_it_supports():
+    q = torch.randn(2, 4, 32)
+    k = torch.zeros(64, 2, 32)
+    assert native_decode.usable(q, k, torch.float32)
+    assert not native_decode.usable(q, k.to(torch.bfloat16), torch.float32)  # a pool of another dtype
+    assert not native_decode.usable(q.to(torch.float16), k.to(torch.float16), torch.float16)
