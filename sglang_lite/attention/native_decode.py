@@ -11,27 +11,20 @@ turns it off.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import torch
 
-from sglang_lite.quant.native_int4 import build_native
+from sglang_lite.native import build_native, load_once
 
 _SOURCE = Path(__file__).with_name("native_decode.c")
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
-_lock = threading.Lock()
 _loaded: list = []
 
 
 def module():
-    if _loaded:
-        return _loaded[0]
-    with _lock:
-        if not _loaded:
-            _loaded.append(build_native(_SOURCE, "_native_decode", "native decode attention",
-                                        "decode attention gathers and runs SDPA"))
-        return _loaded[0]
+    return load_once(_loaded, lambda: build_native(_SOURCE, "_native_decode", "native decode attention",
+                                                   "decode attention gathers and runs SDPA"))
 
 
 def usable(q: torch.Tensor, k_buffer: torch.Tensor, pool_dtype: torch.dtype) -> bool:

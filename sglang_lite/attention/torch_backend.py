@@ -3,8 +3,11 @@ matmul/SDPA. Runs on CPU and GPU; the reference the Triton backend is checked ag
 
 Rows with one new token (decode) are batched into one padded gather; rows with several
 (prefill / chunk) are processed one request at a time with a causal mask offset by the
-cached prefix. On a CPU, eager, a decode batch whose lengths differ widely is cut into a few
-batches of similar lengths (by length rank), so the padding gathered and attended shrinks.
+cached prefix. On a CPU, eager, decode rows whose layer the C kernel takes (a pool in the
+model's fp32 / bf16, no window, no soft-cap: ``native_decode.py``) attend in place through
+their page tables, each to its own length; otherwise a decode batch whose lengths differ
+widely is cut into a few batches of similar lengths (by length rank), so the padding gathered
+and attended shrinks.
 Grouped-query attention never repeats k/v: decode folds the q heads of a kv head into the
 query axis, extend lets SDPA broadcast (``enable_gqa``).
 
@@ -104,37 +107,29 @@ class TorchAttentionBackend(AttentionBackend):
         pool = self.kv_pool
         pool.store(layer_id, batch.out_cache_loc, k, v)
         how = _How(sm_scale, sliding_window, logit_softcap)
-        if (self._decode is not None and how.window is None and how.softcap is None and not pool.format.scaled
-                and native_decode.usable(q, pool.k_buffers[layer_id], pool.dtype)):
-            return self._forward_native(q, layer_id, how)
+        d = self._decode
+        # The C kernel reads the pool in place, each row to its own length (native_decode.py).
+        native = (d is not None and how.window is None and how.softcap is None and not pool.format.scaled
+                  and native_decode.usable(q, pool.k_buffers[layer_id], pool.dtype))
         # A compiled step (compiled_decode.py) traces the one padded batch: its sizes are symbolic.
-        parts = self._decode_parts if self._decode_parts and not torch.compiler.is_compiling() else None
-        if not self._extend and self._decode is not None and parts is None:  # all decode, in order
-            return _decode_attention(q, pool, layer_id, self._decode, how)
+        parts = self._decode_parts if self._decode_parts and not native and not torch.compiler.is_compiling() else None
+        if not self._extend and d is not None and parts is None:  # all decode, in order
+            return self._native(q, layer_id, how) if native else _decode_attention(q, pool, layer_id, d, how)
         out = torch.empty_like(q)
-        for d in parts or ([self._decode] if self._decode is not None else []):
-            out[d.token_rows] = _decode_attention(q[d.token_rows], pool, layer_id, d, how)
+        if native:
+            out[d.token_rows] = self._native(q[d.token_rows], layer_id, how)
+        else:
+            for rows in parts or ([d] if d is not None else []):
+                out[rows.token_rows] = _decode_attention(q[rows.token_rows], pool, layer_id, rows, how)
         for row in self._extend:
             qs = q[row.start : row.start + row.length]
             out[row.start : row.start + row.length] = _extend_attention(qs, pool, layer_id, row, how)
         return out
 
-
-    def _forward_native(self, q, layer_id: int, how: _How) -> torch.Tensor:
-        """Decode rows through the C kernel (in place from the pool, each to its own length);
-        extend rows as usual."""
+    def _native(self, q, layer_id: int, how: _How) -> torch.Tensor:
         pool, d = self.kv_pool, self._decode
-        decoded = native_decode.decode_attention(q if not self._extend else q[d.token_rows], pool.k_buffers[layer_id],
-                                                 pool.v_buffers[layer_id], d.page_table, d.lens, pool.page_size,
-                                                 how.sm_scale)
-        if not self._extend:
-            return decoded
-        out = torch.empty_like(q)
-        out[d.token_rows] = decoded
-        for row in self._extend:
-            qs = q[row.start : row.start + row.length]
-            out[row.start : row.start + row.length] = _extend_attention(qs, pool, layer_id, row, how)
-        return out
+        return native_decode.decode_attention(q, pool.k_buffers[layer_id], pool.v_buffers[layer_id], d.page_table,
+                                              d.lens, pool.page_size, how.sm_scale)
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,19 +115,20 @@ def use_int8_activations(model: nn.Module) -> nn.Module:
     torch.compile traces, which never builds it). A shared weight stays shared."""
     if native_int4.module() is None:
         return model
-    made: dict[int, object] = {}
+    made: dict[int, tuple[object, object]] = {}  # id -> (the weight, kept alive: no id reused; its copy)
 
     def flagged(weight):
         if id(weight) not in made:
             if isinstance(weight, Int4Weight):
-                made[id(weight)] = dataclasses.replace(weight, int8_activations=True)
+                copy = dataclasses.replace(weight, int8_activations=True)
             elif isinstance(weight, GroupInt8Weight):
-                made[id(weight)] = GroupInt8Weight(flagged(weight.hi), flagged(weight.lo))
+                copy = GroupInt8Weight(flagged(weight.hi), flagged(weight.lo))
             elif isinstance(weight, ByRowsWeight):
-                made[id(weight)] = dataclasses.replace(weight, packed=flagged(weight.packed))
+                copy = dataclasses.replace(weight, packed=flagged(weight.packed))
             else:
-                made[id(weight)] = weight
-        return made[id(weight)]
+                copy = weight
+            made[id(weight)] = (weight, copy)
+        return made[id(weight)][1]
 
     for module in model.modules():
         if isinstance(module, (QuantLinear, QuantEmbedding)):

@@ -13,69 +13,33 @@ threads competing). Without a compiler, where the build fails, or with
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import threading
 from pathlib import Path
 
 import torch
+
+from sglang_lite.native import build_native, load_once
 
 log = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("native_int4.c")
 _NAME = "_native_int4"
-_CFLAGS = ("-O3", "-march=native", "-fopenmp")
 MAX_ROWS = 8  # the C kernel's limit (MAX_ROWS there)
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
-_lock = threading.Lock()
 _loaded: list = []
 
 
 def module():
     """The built extension, or None where it cannot be built (torch's kernel runs)."""
-    if _loaded:
-        return _loaded[0]
-    with _lock:
-        if not _loaded:
-            mod = _load()
-            if mod is not None:
-                simd, threads = mod.features()
-                log.info("quantization: native int4 kernel (%s, %d OpenMP threads)", simd, threads)
-            _loaded.append(mod)
-        return _loaded[0]
+    return load_once(_loaded, _load)
 
 
 def _load():
-    return build_native(_SOURCE, _NAME, "native int4 kernel", "torch's kernel runs")
-
-
-def build_native(source: Path, name: str, what: str, otherwise: str):
-    """C file ``source`` built with ``-O3 -march=native -fopenmp`` (the cache key holds the
-    CPU's flags) and imported as ``name``; None, with a log line saying ``otherwise``, where
-    it cannot be or ``SGLANG_LITE_NATIVE=0``."""
-    if os.environ.get("SGLANG_LITE_NATIVE", "1") == "0":
-        log.info("%s off (SGLANG_LITE_NATIVE=0); %s", what, otherwise)
-        return None
-    from constraints.native import BuildUnavailable, build_extension
-
-    try:
-        return build_extension(source, name, _CFLAGS, tag=_cpu_tag())
-    except BuildUnavailable as e:
-        log.warning("%s unavailable (%s); %s", what, e, otherwise)
-        return None
-
-
-def _cpu_tag() -> bytes:
-    """What ``-march=native`` depends on: the CPU's model and feature flags."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        import platform
-
-        text = platform.processor() + platform.machine()
-    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features"))]
-    return hashlib.sha256("\n".join(sorted(set(lines))).encode()).digest()
+    mod = build_native(_SOURCE, _NAME, "native int4 kernel", "torch's kernel runs")
+    if mod is not None:
+        simd, threads = mod.features()
+        log.info("quantization: native int4 kernel (%s, %d OpenMP threads)", simd, threads)
+    return mod
 
 
 def supports(x: torch.Tensor, scale_zero: torch.Tensor) -> bool:

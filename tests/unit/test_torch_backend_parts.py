@@ -1,12 +1,13 @@
 """The torch attention backend cuts a CPU decode batch of widely different lengths into a few
 batches of similar lengths: the output is attention over each request's own tokens, as with
-one padded batch, in a batch that mixes decode rows and a prefill row too."""
+one padded batch, in a batch that mixes decode rows and a prefill row too. With the C decode
+kernel (native_decode.py) the decode rows skip both, with the same output."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_lite.attention import torch_backend
+from sglang_lite.attention import native_decode, torch_backend
 from sglang_lite.attention.base import ForwardBatch, ForwardMode
 from sglang_lite.attention.torch_backend import TorchAttentionBackend
 from sglang_lite.mem.kv_pool import KVPool
@@ -66,8 +67,16 @@ def _dense(q, dense, prefix_lens, extend_lens, scale):
     return torch.cat(out)
 
 
+@pytest.mark.parametrize("native", [False, True])
 @pytest.mark.parametrize("extend_lens", [[1] * 12, [1] * 5 + [7] + [1] * 6])
-def test_decode_rows_cut_by_length_attend_as_one_padded_batch(extend_lens, monkeypatch):
+def test_decode_rows_cut_by_length_attend_as_one_padded_batch(extend_lens, native, monkeypatch):
+    if native and native_decode.module() is None:
+        pytest.skip("the C decode attention does not build here")
+    if not native:
+        monkeypatch.setattr(native_decode, "_loaded", [None])
+    calls = []
+    real = native_decode.decode_attention
+    monkeypatch.setattr(native_decode, "decode_attention", lambda *a: calls.append(1) or real(*a))
     prefix_lens = [3, 150, 40, 9, 97, 1, 61, 130, 16, 22, 75, 5]
     pool, batch, (q, k, v), dense = _setup(prefix_lens, extend_lens, seed=1)
     backend = TorchAttentionBackend(pool)
@@ -79,6 +88,7 @@ def test_decode_rows_cut_by_length_attend_as_one_padded_batch(extend_lens, monke
     assert max(d.padded_len for d in parts[:-1]) < backend._decode.padded_len
     out = backend.forward(q, k, v, 0, batch, 0.3)
     torch.testing.assert_close(out, _dense(q, dense, prefix_lens, extend_lens, 0.3), atol=1e-5, rtol=1e-5)
+    assert bool(calls) == native
 
     monkeypatch.setattr(torch_backend, "DECODE_PARTS_FROM", 10**9)  # one padded batch
     backend.init_forward_metadata(batch)

@@ -1,0 +1,61 @@
+"""C extensions of the serving path (the int4 kernel, decode attention), built on first use.
+
+Each C file is compiled with ``-O3 -march=native -fopenmp`` into the cache folder by
+``constraints.native.build_extension`` (keyed by the source, the flags, the compiler, Python
+and this CPU's model and feature flags, so a cache folder copied to another CPU builds
+again) and imported from there. ``-fopenmp`` links ``libgomp.so.1``, which resolves to the
+copy torch already loaded: the kernels run on torch's own OpenMP threads. Without a compiler,
+where the build fails, or with ``SGLANG_LITE_NATIVE=0``, the loader gives None and its caller
+keeps its torch path (one log line says why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_CFLAGS = ("-O3", "-march=native", "-fopenmp")
+_lock = threading.Lock()
+
+
+def load_once(loaded: list, load):
+    """``loaded[0]``, filled by ``load()`` the first time (one thread builds; others wait)."""
+    if loaded:
+        return loaded[0]
+    with _lock:
+        if not loaded:
+            loaded.append(load())
+        return loaded[0]
+
+
+def build_native(source: Path, name: str, what: str, otherwise: str):
+    """C file ``source`` built with ``-O3 -march=native -fopenmp`` (the cache key holds the
+    CPU's flags) and imported as ``name``; None, with a log line saying ``otherwise``, where
+    it cannot be or ``SGLANG_LITE_NATIVE=0``."""
+    if os.environ.get("SGLANG_LITE_NATIVE", "1") == "0":
+        log.info("%s off (SGLANG_LITE_NATIVE=0); %s", what, otherwise)
+        return None
+    from constraints.native import BuildUnavailable, build_extension
+
+    try:
+        return build_extension(source, name, _CFLAGS, tag=_cpu_tag())
+    except BuildUnavailable as e:
+        log.warning("%s unavailable (%s); %s", what, e, otherwise)
+        return None
+
+
+def _cpu_tag() -> bytes:
+    """What ``-march=native`` depends on: the CPU's model and feature flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        import platform
+
+        text = platform.processor() + platform.machine()
+    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features"))]
+    return hashlib.sha256("\n".join(sorted(set(lines))).encode()).digest()
