@@ -33,8 +33,7 @@ from sglang_lite.mem.sizing import kv_pool_pages
 from sglang_lite.model.loader import load_model, load_tokenizer, resolve_model
 from sglang_lite.model_runner import ModelRunner
 from sglang_lite.outputs import OutputChunk
-from sglang_lite.quant import native_int4
-from sglang_lite.quant.apply import resident_weight_bytes, use_int8_activations
+from sglang_lite.quant.apply import resident_weight_bytes, use_cpu_kernels
 from sglang_lite.request import Req
 from sglang_lite.sampler import Sampler
 from sglang_lite.scheduler.cache import KVCacheManager
@@ -82,15 +81,10 @@ class Engine:
         else:
             self.model = load_model(self.source, cfg.torch_dtype, cfg.torch_device, cfg.seed, cfg.quantization,
                                     cfg.dense_weights_above)
-            if cfg.int8_activations and cfg.device == "cpu" and cfg.quantization != "none":
-                use_int8_activations(self.model)
+            if cfg.device == "cpu":
+                use_cpu_kernels(self.model, cfg.quantization, cfg.torch_dtype, cfg.int8_activations)
         log.info("weights: %.1f MB resident (%s, quantization %s, dense_weights_above %d)",
                  resident_weight_bytes(self.model) / 1e6, cfg.dtype, cfg.quantization, cfg.dense_weights_above)
-        if (cfg.device == "cpu" and cfg.quantization in ("int8", "int4", "gguf") and cfg.torch_dtype == torch.float32
-                and not (cfg.int8_activations and native_int4.module() is not None and cfg.quantization != "int8")):
-            log.warning("quantization %s in float32 on CPU: torch's packed kernels are 10-100x slower in "
-                        "fp32 than in bf16 (config.py); --dtype bfloat16 or --quantization none is faster",
-                        cfg.quantization)
         self.model_config = self.model.config
         self.config = cfg = fit_attention_backend(cfg, self.model_config, options.get("attention_backend", "auto"))
         self.tokenizer = load_tokenizer(self.source)

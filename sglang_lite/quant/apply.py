@@ -108,6 +108,19 @@ def keep_dense_copies(model: nn.Module, max_rows: int) -> nn.Module:
     return model
 
 
+def use_cpu_kernels(model: nn.Module, quantization: str, dtype: torch.dtype, int8_activations: bool) -> None:
+    """A CPU model's packed int4 weights through the C kernel where asked (``int8_activations``);
+    a warning where torch's packed kernels would run in fp32 (10-100x slower than in bf16)."""
+    if quantization == "none":
+        return
+    if int8_activations:
+        use_int8_activations(model)
+    c_kernel = int8_activations and native_int4.module() is not None and quantization in ("int4", "gguf")
+    if dtype == torch.float32 and quantization in ("int8", "int4", "gguf") and not c_kernel:
+        log.warning("quantization %s in float32 on CPU: torch's packed kernels are 10-100x slower in fp32 "
+                    "than in bf16 (config.py); --dtype bfloat16 or --quantization none is faster", quantization)
+
+
 def use_int8_activations(model: nn.Module) -> nn.Module:
     """Let every packed int4 weight of a CPU model (Q8_0's int4 halves too) multiply its
     steps of up to ``native_int4.MAX_ROWS`` rows through the C kernel, the activations
