@@ -1,8 +1,9 @@
 """C extensions of the serving path (the int4 kernel, decode attention), built on first use.
 
-Each C file is compiled with ``-O3 -march=native -fopenmp`` into the cache folder by
+Each C file is compiled with ``-O3 -march=native -fopenmp`` (and ``native_dtypes.h``, the
+dtype helpers they share, on the include path) into the cache folder by
 ``constraints.native.build_extension`` (keyed by the source, the flags, the compiler, Python
-and this CPU's model and feature flags, so a cache folder copied to another CPU builds
+this CPU's model and feature flags and the shared header, so a cache folder copied to another CPU builds
 again) and imported from there. ``-fopenmp`` links ``libgomp.so.1``, which resolves to the
 copy torch already loaded: the kernels run on torch's own OpenMP threads. Without a compiler,
 where the build fails, or with ``SGLANG_LITE_NATIVE=0``, the loader gives None and its caller
@@ -19,7 +20,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-_CFLAGS = ("-O3", "-march=native", "-fopenmp")
+_HEADER = Path(__file__).with_name("native_dtypes.h")
+_CFLAGS = ("-O3", "-march=native", "-fopenmp", f"-I{_HEADER.parent}")
 _lock = threading.Lock()
 
 
@@ -33,17 +35,17 @@ def load_once(loaded: list, load):
         return loaded[0]
 
 
-def build_native(source: Path, name: str, what: str, otherwise: str):
+def build_native(source: Path, name: str, what: str, otherwise: str, cflags: tuple[str, ...] = ()):
     """C file ``source`` built with ``-O3 -march=native -fopenmp`` (the cache key holds the
-    CPU's flags) and imported as ``name``; None, with a log line saying ``otherwise``, where
-    it cannot be or ``SGLANG_LITE_NATIVE=0``."""
+    CPU's flags) and ``cflags`` and imported as ``name``; None, with a log line saying
+    ``otherwise``, where it cannot be or ``SGLANG_LITE_NATIVE=0``."""
     if os.environ.get("SGLANG_LITE_NATIVE", "1") == "0":
         log.info("%s off (SGLANG_LITE_NATIVE=0); %s", what, otherwise)
         return None
     from constraints.native import BuildUnavailable, build_extension
 
     try:
-        return build_extension(source, name, _CFLAGS, tag=_cpu_tag())
+        return build_extension(source, name, _CFLAGS + cflags, tag=_cpu_tag() + _HEADER.read_bytes())
     except BuildUnavailable as e:
         log.warning("%s unavailable (%s); %s", what, e, otherwise)
         return None

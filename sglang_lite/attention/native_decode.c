@@ -13,25 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { F32 = 0, BF16 = 1 };
+#include "native_dtypes.h"
+
 #define MAX_GROUP 16
 #define MAX_DIM 256
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 64);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 static inline void load_row(const void *base, int dtype, Py_ssize_t at, int d, float *out) {
     if (dtype == BF16) {

@@ -9,7 +9,8 @@ logits, sliding-window layers with their own RoPE; Phi-4-mini's partial rotary.
 On CUDA the elementwise work runs in fused Triton kernels (``sglang_lite_kernels/``): residual add +
 RMSNorm, RoPE on q and k in place, SiLU-and-mul. A decode step of a small batch is a chain of
 launches, so each op fused away is latency saved; the math and its rounding points are the
-plain-torch path's, which CPUs run (``use_fused_ops`` chooses).
+plain-torch path's (``use_fused_ops`` chooses). On a CPU, eagerly, the same three run as one C
+call each (``native_ops``) where it builds, else as the plain-torch chains.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch
+from sglang_lite.model import native_ops
 from sglang_lite.model.config import ModelConfig
 from sglang_lite.model.rope import RotaryEmbedding
 from sglang_lite_kernels._triton import runs_fused
@@ -46,6 +48,10 @@ class RMSNorm(nn.Module):
         if x.dim() == 2 and runs_fused(self.fused, x):
             out, h = rmsnorm(x, self.weight, self.eps, residual)
             return out if residual is None else (out, h)
+        if self.fused is None and native_ops.usable(x):
+            done = native_ops.rmsnorm(x, self.weight, self.eps, residual)
+            if done is not None:
+                return done[0] if residual is None else done
         h = x if residual is None else x + residual
         hf = h.float()
         out = self.weight * (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
@@ -101,7 +107,13 @@ class MLP(nn.Module):
             gate, up = gate_up.chunk(2, dim=-1)
             act = F.gelu(gate, approximate="tanh") * up
         else:
-            act = silu_and_mul(gate_up) if runs_fused(self.fused, x) else silu_and_mul_ref(gate_up)
+            act = None
+            if runs_fused(self.fused, x):
+                act = silu_and_mul(gate_up)
+            elif self.fused is None and native_ops.usable(gate_up):
+                act = native_ops.silu_and_mul(gate_up)
+            if act is None:
+                act = silu_and_mul_ref(gate_up)
         out = self.down_proj(act)
         return out if self.tp is None else self.tp.all_reduce(out)
 

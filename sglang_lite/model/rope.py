@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from sglang_lite.model import native_ops
 from sglang_lite_kernels._triton import runs_fused
 from sglang_lite_kernels.rope import apply_rope_, rotate_ref
 
@@ -149,11 +150,15 @@ class RotaryEmbedding(torch.nn.Module):
         self.cos_cache, self.sin_cache = rope_tables(rotary_dim, max_positions, theta, scaling, device)
 
     def prepare(self, positions: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
-        """Once per forward, for every layer: the positions, and unless the fused kernel
-        runs (it reads the tables itself) the cos/sin rows [T, 1, D/2] for them."""
-        if runs_fused(self.fused, positions):
+        """Once per forward, for every layer: the positions, and unless a fused kernel runs
+        (Triton's, or the C one on a CPU: they read the tables themselves) the cos/sin rows
+        [T, 1, D/2] for them."""
+        if runs_fused(self.fused, positions) or self._native(positions):
             return positions, None
         return positions, (self.cos_cache[positions].unsqueeze(1), self.sin_cache[positions].unsqueeze(1))
+
+    def _native(self, positions: torch.Tensor) -> bool:
+        return self.fused is None and positions.device.type == "cpu" and native_ops.usable(self.cos_cache)
 
     def forward(self, rope_batch, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # q: [T, Hq, D], k: [T, Hkv, D]; the fused kernel rotates them in place
@@ -161,9 +166,13 @@ class RotaryEmbedding(torch.nn.Module):
         r = self.rotary_dim
         partial = r != q.shape[-1]
         if cos_sin is None:
-            apply_rope_(q[..., :r] if partial else q, k[..., :r] if partial else k,
-                        self.cos_cache, self.sin_cache, positions)
-            return q, k
+            if not self._native(positions):
+                apply_rope_(q[..., :r] if partial else q, k[..., :r] if partial else k,
+                            self.cos_cache, self.sin_cache, positions)
+                return q, k
+            if native_ops.rope_(q, k, self.cos_cache, self.sin_cache, positions, r):
+                return q, k
+            cos_sin = self.cos_cache[positions].unsqueeze(1), self.sin_cache[positions].unsqueeze(1)
         cos, sin = cos_sin
         if not partial:  # q and k in one pass: half the small ops of a decode step's RoPE, same values
             qk = rotate_ref(torch.cat((q, k), dim=1), cos, sin)  # [T, Hq + Hkv, D]

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "native_dtypes.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -30,28 +31,6 @@
 
 #define BLOCK 64
 #define MAX_ROWS 8
-
-enum { F32 = 0, BF16 = 1 };
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) { /* round to nearest even, as torch does */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 64); /* a quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float load_value(const void *p, int dtype, Py_ssize_t i) {
-    return dtype == BF16 ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
 
 /* Codes and scales of the activations: xq [M, K], dx and xsum (dx * sum xq) [M, G]. */
 static void quantize_rows(const void *x, int x_dtype, int m_rows, int k, int group, int8_t *xq,

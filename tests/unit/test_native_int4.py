@@ -91,7 +91,8 @@ def test_other_simd_paths_give_the_same_sums(march, path, tmp_path, monkeypatch)
     if march == "haswell" and not {"avx2", "fma", "bmi2"} <= _cpu_flags():
         pytest.skip("this CPU cannot run an AVX2 build")
     monkeypatch.setenv("SGLANG_LITE_CACHE", str(tmp_path))
-    mod = build_extension(native_int4._SOURCE, native_int4._NAME, ("-O2", f"-march={march}", "-fopenmp"),
+    mod = build_extension(native_int4._SOURCE, native_int4._NAME,
+                          ("-O2", f"-march={march}", "-fopenmp", f"-I{native_int4._SOURCE.parent.parent}"),
                           tag=march.encode())
     assert mod.features()[0] == path
     monkeypatch.setattr(native_int4, "_loaded", [mod])
