@@ -2,9 +2,10 @@
  * its sequence's keys and values read in place through its pages (no gather, no padding
  * attended), softmax in fp32. Grouped-query: the q heads of a kv head share its k/v reads.
  *
- * q, out: [B, Hq, D]; k, v: [slots, Hkv, D] (one layer); pages: [B, max_pages] int64 page
- * numbers (slot = page * page_size + offset); lens: [B] int64. fp32 or bf16 (q, out and the
- * pool in one dtype). Rows x kv heads are split between OpenMP threads (torch's runtime).
+ * q: [B, Hq, D], heads contiguous, rows q_row_stride elements apart (a view of the qkv
+ * projection will do); out: [B, Hq, D]; k, v: [slots, Hkv, D] (one layer); pages: [B, max_pages]
+ * int64 page numbers (slot = page * page_size + offset); lens: [B] int64. fp32 or bf16 (q, out
+ * and the pool in one dtype). Rows x kv heads are split between OpenMP threads (torch's runtime).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,15 +30,15 @@ static inline void load_row(const void *base, int dtype, Py_ssize_t at, int d, f
 }
 
 /* One row b and kv head h: the `group` q heads h * group .. (h + 1) * group - 1. */
-static int attend(const void *q, const void *k, const void *v, const int64_t *pages, int64_t len, int max_pages,
-                  int page_size, int hq, int hkv, int d, float scale, int dtype, int b, int h, void *out) {
+static int attend(const void *q, Py_ssize_t q_stride, const void *k, const void *v, const int64_t *pages, int64_t len,
+                  int max_pages, int page_size, int hq, int hkv, int d, float scale, int dtype, int b, int h, void *out) {
     int group = hq / hkv;
     float qs[MAX_GROUP][MAX_DIM], acc[MAX_GROUP][MAX_DIM], kr[MAX_DIM], m[MAX_GROUP], l[MAX_GROUP];
     float *scores = malloc(sizeof(float) * (size_t)(len > 0 ? len : 1) * group);
     if (!scores)
         return -1;
     for (int g = 0; g < group; g++) {
-        load_row(q, dtype, ((Py_ssize_t)b * hq + h * group + g) * d, d, qs[g]);
+        load_row(q, dtype, b * q_stride + (Py_ssize_t)(h * group + g) * d, d, qs[g]);
         for (int i = 0; i < d; i++)
             qs[g][i] *= scale;
         m[g] = -INFINITY;
@@ -80,11 +81,11 @@ static int attend(const void *q, const void *k, const void *v, const int64_t *pa
 }
 
 static PyObject *decode_attention(PyObject *self, PyObject *args) {
-    Py_ssize_t q_ptr, k_ptr, v_ptr, pages_ptr, lens_ptr, out_ptr;
+    Py_ssize_t q_ptr, k_ptr, v_ptr, pages_ptr, lens_ptr, out_ptr, q_stride;
     int rows, hq, hkv, d, max_pages, page_size, dtype;
     float scale;
-    if (!PyArg_ParseTuple(args, "nnnnnniiiiiifi", &q_ptr, &k_ptr, &v_ptr, &pages_ptr, &lens_ptr, &out_ptr, &rows,
-                          &hq, &hkv, &d, &max_pages, &page_size, &scale, &dtype))
+    if (!PyArg_ParseTuple(args, "nnnnnniiiiiifin", &q_ptr, &k_ptr, &v_ptr, &pages_ptr, &lens_ptr, &out_ptr, &rows,
+                          &hq, &hkv, &d, &max_pages, &page_size, &scale, &dtype, &q_stride))
         return NULL;
     if (rows < 0 || hkv < 1 || hq % hkv || hq / hkv > MAX_GROUP || d < 1 || d > MAX_DIM || page_size < 1) {
         PyErr_Format(PyExc_ValueError, "decode_attention: unsupported shape (Hq %d, Hkv %d, D %d)", hq, hkv, d);
@@ -96,7 +97,7 @@ static PyObject *decode_attention(PyObject *self, PyObject *args) {
 #pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
     for (int job = 0; job < rows * hkv; job++) {
         int b = job / hkv, h = job % hkv;
-        failed |= attend((const void *)q_ptr, (const void *)k_ptr, (const void *)v_ptr, (const int64_t *)pages_ptr,
+        failed |= attend((const void *)q_ptr, q_stride, (const void *)k_ptr, (const void *)v_ptr, (const int64_t *)pages_ptr,
                          lens[b], max_pages, page_size, hq, hkv, d, scale, dtype, b, h, (void *)out_ptr) != 0;
     }
     Py_END_ALLOW_THREADS
@@ -107,7 +108,8 @@ static PyObject *decode_attention(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"decode_attention", decode_attention, METH_VARARGS,
-     "decode_attention(q, k, v, pages, lens, out, rows, Hq, Hkv, D, max_pages, page_size, scale, dtype)"},
+     "decode_attention(q, k, v, pages, lens, out, rows, Hq, Hkv, D, max_pages, page_size, scale, dtype, "
+     "q_row_stride)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -36,10 +36,11 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pages: t
                      lens: torch.Tensor, page_size: int, scale: float) -> torch.Tensor:
     """``q`` [B, Hq, D] against one layer's ``k`` / ``v`` [slots, Hkv, D]; row b reads its first
     ``lens[b]`` positions through ``pages`` [B, max_pages] (int64 page numbers)."""
-    q = q.contiguous()
     b, hq, d = q.shape
-    out = torch.empty_like(q)
+    if q.stride(2) != 1 or q.stride(1) != d:
+        q = q.contiguous()
+    out = torch.empty((b, hq, d), dtype=q.dtype)
     module().decode_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), pages.data_ptr(), lens.data_ptr(),
                               out.data_ptr(), b, hq, k.shape[1], d, pages.shape[1], page_size, scale,
-                              _DTYPES[q.dtype])
+                              _DTYPES[q.dtype], q.stride(0))
     return out

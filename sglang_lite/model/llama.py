@@ -25,6 +25,7 @@ from torch import nn
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch
 from sglang_lite.model import native_ops
 from sglang_lite.model.config import ModelConfig
+from sglang_lite.model.native_step import NativeDecodeStep
 from sglang_lite.model.rope import RotaryEmbedding
 from sglang_lite_kernels._triton import runs_fused
 from sglang_lite_kernels.activation import silu_and_mul, silu_and_mul_ref
@@ -199,10 +200,14 @@ class LlamaForCausalLM(nn.Module):
         x = self.embed_tokens(ids) if self.tp is None else self.tp.embed(self.embed_tokens, ids)  # [T, hidden]
         if self.config.embed_scale is not None:
             x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)
-        rope_batches = [rope.prepare(batch.positions) for rope in self.ropes]
-        residual = None
-        for layer in self.layers:
-            x, residual = layer(x, residual, batch, backend, rope_batches)
+        step = self._native_step(x, batch, backend)
+        if step is not None:  # a small CPU decode step: the layers as direct C calls (native_step.py)
+            x, residual = step.run(x, batch, backend)
+        else:
+            rope_batches = [rope.prepare(batch.positions) for rope in self.ropes]
+            residual = None
+            for layer in self.layers:
+                x, residual = layer(x, residual, batch, backend, rope_batches)
         rows = batch.logits_indices
         x, _ = self.norm(x[rows], residual[rows])  # [B, hidden]
         logits = self.lm_head(x).float()
@@ -210,6 +215,16 @@ class LlamaForCausalLM(nn.Module):
             logits = self.tp.gather_logits(logits)  # [B, vocab]
         cap = self.config.final_logit_softcap
         return logits if cap is None else torch.tanh(logits / cap) * cap
+
+    def _native_step(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> NativeDecodeStep | None:
+        """The C decode plan when it takes this step; built on the first CPU step that could use
+        it, and again when a weight it read was replaced."""
+        if torch.compiler.is_compiling() or x.device.type != "cpu" or x.shape[0] > NativeDecodeStep.MAX_ROWS:
+            return None  # (a compiled step traces the modules)
+        plan = self.__dict__.get("_native_plan")
+        if plan is None or (plan is not False and not plan.current()):
+            plan = self.__dict__["_native_plan"] = NativeDecodeStep.build(self) or False
+        return plan if plan is not False and plan.takes(x, batch, backend) else None
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy Hugging Face-named tensors in, merging q/k/v and gate/up on the way."""

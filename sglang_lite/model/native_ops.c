@@ -3,7 +3,8 @@
  * its rounding points are the plain-torch references' (sglang_lite_kernels/*_ref): fp32
  * arithmetic, rounded to the tensor's dtype where torch rounds. fp32 or bf16. Rows go to
  * OpenMP threads (torch's runtime) only when there are many: a decode step's few rows stay
- * on the calling thread, with no wake-up.
+ * on the calling thread, with no wake-up. store_kv writes a decode step's keys and values
+ * into the paged pool (model/native_step.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -188,11 +189,34 @@ static PyObject *rope(PyObject *self, PyObject *args) {
     return PyLong_FromLong(-1);
 }
 
+/* A decode step's new keys and values into one layer's pool: row t of k / v ([T, width],
+ * rows ``stride`` elements apart, as in the qkv projection) to row slots[t] of k_buf / v_buf
+ * ([slots, width]). Returns the first row whose slot is outside the pool, or -1. */
+static PyObject *store_kv(PyObject *self, PyObject *args) {
+    Py_ssize_t k, v, stride, slots_ptr, k_buf, v_buf, num_slots;
+    int rows, width, size;
+    if (!PyArg_ParseTuple(args, "nnnnnnniii", &k, &v, &stride, &slots_ptr, &k_buf, &v_buf, &num_slots, &rows,
+                          &width, &size))
+        return NULL;
+    const int64_t *slots = (const int64_t *)slots_ptr;
+    for (int t = 0; t < rows; t++)
+        if (slots[t] < 0 || slots[t] >= num_slots)
+            return PyLong_FromLong(t);
+    size_t row_bytes = (size_t)width * size;
+    for (int t = 0; t < rows; t++) {
+        memcpy((char *)k_buf + slots[t] * row_bytes, (const char *)k + t * stride * size, row_bytes);
+        memcpy((char *)v_buf + slots[t] * row_bytes, (const char *)v + t * stride * size, row_bytes);
+    }
+    return PyLong_FromLong(-1);
+}
+
 static PyMethodDef methods[] = {
     {"rmsnorm", rmsnorm, METH_VARARGS, "rmsnorm(x, res, w, out, h, x_stride, res_stride, rows, H, eps, dtype)"},
     {"silu_and_mul", silu_and_mul, METH_VARARGS, "silu_and_mul(x, out, x_stride, rows, inter, dtype)"},
     {"rope", rope, METH_VARARGS,
      "rope(q, k, cos, sin, positions, q_stride, k_stride, table_rows, T, Hq, Hk, D, rot, dtype) -> bad row or -1"},
+    {"store_kv", store_kv, METH_VARARGS,
+     "store_kv(k, v, row_stride, slots, k_buf, v_buf, num_slots, T, width, elem_size) -> bad row or -1"},
     {NULL, NULL, 0, NULL},
 };
 

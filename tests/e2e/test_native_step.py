@@ -1,0 +1,103 @@
+"""The CPU decode step as direct C calls (sglang_lite/model/native_step.py) against the same
+engine running its modules: the embedded model's GGUF blocks with int8 activations, greedy
+ids and every logprob bitwise equal (the same kernels on the same values), in fp32 and bf16;
+the plan taken only where it applies, and built again when a weight it read is replaced."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sglang_lite import Engine
+from sglang_lite.model import native_ops
+from sglang_lite.model.native_step import NativeDecodeStep
+from sglang_lite.quant import native_int4
+from sglang_lite.quant.by_rows import ByRowsWeight
+
+pytestmark = pytest.mark.skipif(native_ops.module() is None or native_int4.module() is None,
+                                reason="the C kernels do not build here")
+
+PROMPTS = ["The three primary colors are", "def fibonacci(n):", "Once upon a time, in a small village by the sea,"]
+GREEDY = {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def gguf_engine(request, model_dir):
+    eng = Engine(quantization="gguf", int8_activations=True, dtype=request.param, kv_cache_memory="64MiB")
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture
+def plan_runs(monkeypatch):
+    runs = []
+    run = NativeDecodeStep.run
+
+    def counted(self, x, batch, backend):
+        runs.append(x.shape[0])
+        return run(self, x, batch, backend)
+
+    monkeypatch.setattr(NativeDecodeStep, "run", counted)
+    return runs
+
+
+def _generate(eng: Engine, plan: bool, prompts=PROMPTS, params=GREEDY) -> list[dict]:
+    eng.model.__dict__["_native_plan"] = None if plan else False  # None: built on the next step
+    eng.flush_cache()  # no prompt served from the other run's cache
+    return eng.generate(prompts, params, return_logprob=True, top_logprobs_num=2)
+
+
+def test_the_c_decode_step_gives_the_modules_logprobs_bitwise(gguf_engine, plan_runs):
+    with_plan = _generate(gguf_engine, True)
+    assert plan_runs and max(plan_runs) == len(PROMPTS)  # every decode step, all rows at once
+    count = len(plan_runs)
+    modules = _generate(gguf_engine, False)
+    assert len(plan_runs) == count
+    for a, b in zip(with_plan, modules):
+        assert a["output_ids"] == b["output_ids"]
+        assert a["meta_info"]["output_token_logprobs"] == b["meta_info"]["output_token_logprobs"]
+        assert a["meta_info"]["output_top_logprobs"] == b["meta_info"]["output_top_logprobs"]
+
+
+def test_more_rows_than_the_kernel_takes_run_the_modules(gguf_engine, plan_runs):
+    prompts = [f"Item {i}: the color of the sky is" for i in range(NativeDecodeStep.MAX_ROWS + 1)]
+    _generate(gguf_engine, True, prompts, {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True})
+    assert all(rows <= NativeDecodeStep.MAX_ROWS for rows in plan_runs)
+    assert len(plan_runs) < 3  # 9 rows decode together: no step of them took the plan
+
+
+def test_the_plan_is_built_again_when_a_weight_is_replaced(gguf_engine, plan_runs):
+    _generate(gguf_engine, True, PROMPTS[:1])
+    model = gguf_engine.model
+    plan = model.__dict__["_native_plan"]
+    assert isinstance(plan, NativeDecodeStep) and plan.current()
+    down = model.layers[3].mlp.down_proj
+    kept = down.weight_q
+    try:
+        down.weight_q = dataclasses.replace(kept)  # the same values in a new object
+        assert not plan.current()
+        _generate(gguf_engine, False, PROMPTS[:1])  # (modules) then a step rebuilds it:
+        model.__dict__["_native_plan"] = plan
+        gguf_engine.generate(PROMPTS[0], {"max_new_tokens": 3, "temperature": 0})
+        rebuilt = model.__dict__["_native_plan"]
+        assert rebuilt is not plan and rebuilt.current()
+        packed = kept.packed if isinstance(kept, ByRowsWeight) else kept
+        down.weight_q = dataclasses.replace(packed, int8_activations=False)  # torch's kernel: no plan
+        assert NativeDecodeStep.build(model) is None
+    finally:
+        down.weight_q = kept
+
+
+def test_models_it_does_not_run_get_no_plan(gguf_engine):
+    gguf_engine.model.use_fused_ops(False)  # the torch chains, asked for
+    try:
+        assert NativeDecodeStep.build(gguf_engine.model) is None
+    finally:
+        gguf_engine.model.use_fused_ops(None)
+    assert NativeDecodeStep.build(gguf_engine.model) is not None
+    dense = Engine("dummy:tiny", max_total_tokens=256, max_running_requests=2)
+    try:
+        assert NativeDecodeStep.build(dense.model) is None  # dense weights: the modules
+    finally:
+        dense.shutdown()
