@@ -1,7 +1,7 @@
 """C extensions of the serving path (the int4 kernel, decode attention), built on first use.
 
-Each C file is compiled with ``-O3 -march=native -fopenmp`` (and ``native_dtypes.h``, the
-dtype helpers they share, on the include path) into the cache folder by
+Each C file is compiled with ``-O3 -march=native -fopenmp`` (and ``native_common.h``, the
+helpers they share, on the include path) into the cache folder by
 ``constraints.native.build_extension`` (keyed by the source, the flags, the compiler, Python
 this CPU's model and feature flags and the shared header, so a cache folder copied to another CPU builds
 again) and imported from there. ``-fopenmp`` links ``libgomp.so.1``, which resolves to the
@@ -20,7 +20,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-_HEADER = Path(__file__).with_name("native_dtypes.h")
+_HEADER = Path(__file__).with_name("native_common.h")
 _CFLAGS = ("-O3", "-march=native", "-fopenmp", f"-I{_HEADER.parent}")
 _lock = threading.Lock()
 

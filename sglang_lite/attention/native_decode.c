@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "native_dtypes.h"
+#include "native_common.h"
 
 #define MAX_GROUP 16
 #define MAX_DIM 256
@@ -29,12 +29,15 @@ static inline void load_row(const void *base, int dtype, Py_ssize_t at, int d, f
     }
 }
 
-/* One row b and kv head h: the `group` q heads h * group .. (h + 1) * group - 1. */
+/* One row b and kv head h: the `group` q heads h * group .. (h + 1) * group - 1. Three passes
+ * over the row's positions, each loop branch-free so it vectorizes: the scores (q . k, in
+ * vector lanes), their exponentials (one q head's scores contiguous), the values they weigh. */
 static int attend(const void *q, Py_ssize_t q_stride, const void *k, const void *v, const int64_t *pages, int64_t len,
                   int max_pages, int page_size, int hq, int hkv, int d, float scale, int dtype, int b, int h, void *out) {
     int group = hq / hkv;
     float qs[MAX_GROUP][MAX_DIM], acc[MAX_GROUP][MAX_DIM], kr[MAX_DIM], m[MAX_GROUP], l[MAX_GROUP];
-    float *scores = malloc(sizeof(float) * (size_t)(len > 0 ? len : 1) * group);
+    int64_t n = len > 0 ? len : 1;
+    float *scores = malloc(sizeof(float) * (size_t)n * group); /* [group][len] */
     if (!scores)
         return -1;
     for (int g = 0; g < group; g++) {
@@ -42,7 +45,6 @@ static int attend(const void *q, Py_ssize_t q_stride, const void *k, const void 
         for (int i = 0; i < d; i++)
             qs[g][i] *= scale;
         m[g] = -INFINITY;
-        l[g] = 0.0f;
         memset(acc[g], 0, sizeof(float) * d);
     }
     for (int64_t t = 0; t < len; t++) { /* scores, and each q head's largest */
@@ -50,18 +52,27 @@ static int attend(const void *q, Py_ssize_t q_stride, const void *k, const void 
         load_row(k, dtype, (slot * hkv + h) * d, d, kr);
         for (int g = 0; g < group; g++) {
             float s = 0.0f;
+#pragma omp simd reduction(+ : s) /* in vector lanes, then summed: not the sequential order */
             for (int i = 0; i < d; i++)
                 s += qs[g][i] * kr[i];
-            scores[t * group + g] = s;
+            scores[g * n + t] = s;
             m[g] = s > m[g] ? s : m[g];
         }
     }
-    for (int64_t t = 0; t < len; t++) { /* weights, and the values they weigh */
+    for (int g = 0; g < group; g++) { /* the weights, unnormalized, and their sum */
+        float *row = scores + g * n, mg = m[g], sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t t = 0; t < len; t++) {
+            row[t] = exp_approx(row[t] - mg);
+            sum += row[t];
+        }
+        l[g] = sum;
+    }
+    for (int64_t t = 0; t < len; t++) { /* the values they weigh */
         Py_ssize_t slot = (Py_ssize_t)pages[(Py_ssize_t)b * max_pages + t / page_size] * page_size + t % page_size;
         load_row(v, dtype, (slot * hkv + h) * d, d, kr);
         for (int g = 0; g < group; g++) {
-            float p = expf(scores[t * group + g] - m[g]);
-            l[g] += p;
+            float p = scores[g * n + t];
             for (int i = 0; i < d; i++)
                 acc[g][i] += p * kr[i];
         }

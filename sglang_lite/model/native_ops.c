@@ -11,25 +11,9 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "native_dtypes.h"
+#include "native_common.h"
 
 #define PARALLEL_ROWS 32
-
-/* e^x for x in [-87, 87] (clamped outside), within 2 ulp of expf: x = n ln2 + r, e^r by a
- * degree-6 polynomial, 2^n built in the exponent bits. No libm call, so SiLU's loop vectorizes
- * (libm's expf does not without -ffast-math, and scalar it costs more than the rest of a layer's
- * elementwise work at a decode step). */
-static inline float exp_approx(float x) {
-    x = x < -87.0f ? -87.0f : (x > 87.0f ? 87.0f : x); /* no fminf: a libm call, not vectorized */
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-6f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.16666666666f + r * (0.041666666666f
-              + r * (0.0083333333333f + r * 0.0013888888889f)))));
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, 4);
-    return p * scale;
-}
 
 #define CHUNK 256
 

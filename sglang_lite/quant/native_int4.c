@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "native_dtypes.h"
+#include "native_common.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
