@@ -24,15 +24,15 @@ _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 
 
 class _Linear:
-    """One int4 linear's kernel arguments, and the weight object they were read from."""
+    """One int4 linear's kernel arguments, and the module's weight they were read from."""
 
     __slots__ = ("module", "weight", "args", "out_features", "in_features")
 
-    def __init__(self, module, weight):
-        self.module, self.weight = module, weight  # kept: the pointers below stay valid
-        self.out_features, self.in_features = weight.out_features, weight.in_features
-        self.args = (weight.packed.data_ptr(), weight.packed.shape[0], weight.scale_zero.data_ptr(),
-                     _DTYPES[weight.scale_zero.dtype], weight.group)
+    def __init__(self, module, int4):
+        self.module, self.weight = module, module.weight_q  # kept: the pointers below stay valid
+        self.out_features, self.in_features = int4.out_features, int4.in_features
+        self.args = (int4.packed.data_ptr(), int4.packed.shape[0], int4.scale_zero.data_ptr(),
+                     _DTYPES[int4.scale_zero.dtype], int4.group)
 
     def current(self) -> bool:
         return self.module.weight_q is self.weight

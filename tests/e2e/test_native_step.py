@@ -22,24 +22,37 @@ PROMPTS = ["The three primary colors are", "def fibonacci(n):", "Once upon a tim
 GREEDY = {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}
 
 
-@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+# fp32 with the blocks alone; bf16 with a dense copy above 8 rows (the default here)
+@pytest.fixture(scope="module", params=[("float32", 0), ("bfloat16", 8)], ids=["fp32", "bf16+dense"])
 def gguf_engine(request, model_dir):
-    eng = Engine(quantization="gguf", int8_activations=True, dtype=request.param, kv_cache_memory="64MiB")
+    dtype, dense_above = request.param
+    eng = Engine(quantization="gguf", int8_activations=True, dtype=dtype, dense_weights_above=dense_above,
+                 kv_cache_memory="64MiB")
     yield eng
     eng.shutdown()
 
 
 @pytest.fixture
 def plan_runs(monkeypatch):
-    runs = []
-    run = NativeDecodeStep.run
+    """The rows of each step the plan ran; ``.builds`` counts the plans built."""
+    runs = _Runs()
+    run, build = NativeDecodeStep.run, NativeDecodeStep.build.__func__
 
     def counted(self, x, batch, backend):
         runs.append(x.shape[0])
         return run(self, x, batch, backend)
 
+    def counted_build(cls, model):
+        runs.builds += 1
+        return build(cls, model)
+
     monkeypatch.setattr(NativeDecodeStep, "run", counted)
+    monkeypatch.setattr(NativeDecodeStep, "build", classmethod(counted_build))
     return runs
+
+
+class _Runs(list):
+    builds = 0
 
 
 def _generate(eng: Engine, plan: bool, prompts=PROMPTS, params=GREEDY) -> list[dict]:
@@ -51,6 +64,7 @@ def _generate(eng: Engine, plan: bool, prompts=PROMPTS, params=GREEDY) -> list[d
 def test_the_c_decode_step_gives_the_modules_logprobs_bitwise(gguf_engine, plan_runs):
     with_plan = _generate(gguf_engine, True)
     assert plan_runs and max(plan_runs) == len(PROMPTS)  # every decode step, all rows at once
+    assert plan_runs.builds == 1  # built on the first step, then reused
     count = len(plan_runs)
     modules = _generate(gguf_engine, False)
     assert len(plan_runs) == count
