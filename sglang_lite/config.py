@@ -21,6 +21,10 @@ QUANTIZATIONS = ("none", "int8", "int4", "fp8", "gguf")
 # embedded model (README: Quantized weights)
 DEFAULT_GGUF_QUANTIZATION = "gguf"
 DEFAULT_DENSE_WEIGHTS_ABOVE = 8
+# ... and where our C int4 kernel runs them (int8 activations, quant/native_int4.py): the
+# decoder's 120 linears of the embedded model, bf16, 2 threads, C kernel against the dense copy:
+# 8 rows 9.4 / 18.4 ms, 16 rows 16.1 / 20.9, 24 rows 21.5 / 20.4, 32 rows 26.9 / 22.1
+DEFAULT_DENSE_ABOVE_C_KERNEL = 16
 # torch's weight-only int4 / int8 CPU kernels are fast in bf16 / fp16 only. One 1536x576 layer,
 # one thread, on an AMX/AVX512-BF16 Xeon: int4 89 / 244 us at 1 / 8 rows in bf16, 2,152 /
 # 16,955 us in fp32, where the dense fp32 GEMM takes 278 / 571 us (int8 alike: 84 / 274 bf16,
@@ -162,7 +166,10 @@ class EngineConfig:
             quantization = _auto_quantization(cfg.model) if packs else "none"
         dense_above = cfg.dense_weights_above
         if dense_above is None:
-            dense_above = DEFAULT_DENSE_WEIGHTS_ABOVE if cfg.quantization == "auto" and quantization != "none" else 0
+            dense_above = 0
+            if cfg.quantization == "auto" and quantization != "none":
+                c_kernel = cfg.int8_activations and not on_gpu and packs_in_fp32()  # (it builds)
+                dense_above = DEFAULT_DENSE_ABOVE_C_KERNEL if c_kernel else DEFAULT_DENSE_WEIGHTS_ABOVE
         backend = cfg.attention_backend
         if backend == "auto":  # the triton kernels read every KV format (8-bit codes with scales too)
             backend = "invariant" if cfg.deterministic else "triton" if on_gpu else "torch"

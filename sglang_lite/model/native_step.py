@@ -1,4 +1,4 @@
-"""A CPU decode step of up to 8 rows as a short list of C calls per layer, no module calls.
+"""A small CPU decode step as a short list of C calls per layer, no module calls.
 
 Eagerly, each decoder layer of a decode step is about fifteen Python frames (modules, the
 quantized linear's dispatch, the attention backend) around ten kernels, and on a small model
@@ -26,10 +26,11 @@ _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 class _Linear:
     """One int4 linear's kernel arguments, and the module's weight they were read from."""
 
-    __slots__ = ("module", "weight", "args", "out_features", "in_features")
+    __slots__ = ("module", "weight", "args", "out_features", "in_features", "max_rows")
 
-    def __init__(self, module, int4):
+    def __init__(self, module, int4, max_rows: int):
         self.module, self.weight = module, module.weight_q  # kept: the pointers below stay valid
+        self.max_rows = max_rows  # the most rows the module sends to the int4 weight
         self.out_features, self.in_features = int4.out_features, int4.in_features
         self.args = (int4.packed.data_ptr(), int4.packed.shape[0], int4.scale_zero.data_ptr(),
                      _DTYPES[int4.scale_zero.dtype], int4.group)
@@ -47,11 +48,12 @@ def _int4_of(linear):
     if not isinstance(linear, QuantLinear) or linear.bias is not None:
         return None
     w = linear.weight_q
-    if isinstance(w, ByRowsWeight):
-        w = w.packed if w.max_rows >= MAX_ROWS else None
+    rows = MAX_ROWS
+    if isinstance(w, ByRowsWeight):  # the packed weight up to its row limit
+        w, rows = w.packed, min(rows, w.max_rows)
     if not isinstance(w, Int4Weight) or not w.int8_activations or w.scale_zero.dtype not in _DTYPES:
         return None
-    return _Linear(linear, w)
+    return _Linear(linear, w, rows)
 
 
 class NativeDecodeStep:
@@ -68,6 +70,7 @@ class NativeDecodeStep:
         self.rope = model.rope
         self.layers = layers  # (input norm, qkv, o, post norm, gate_up, down, eps, sm_scale) per layer
         self.linears = [layer[j] for layer in layers for j in (1, 2, 4, 5)]
+        self.max_rows = min(lin.max_rows for lin in self.linears)  # the rows the modules would multiply in int4
 
     @classmethod
     def build(cls, model) -> NativeDecodeStep | None:
@@ -102,12 +105,12 @@ class NativeDecodeStep:
         return all(lin.current() for lin in self.linears)
 
     def takes(self, x: torch.Tensor, batch, backend) -> bool:
-        """Whether this step can run here: all decode rows (the torch backend's), at most
-        MAX_ROWS, in the plan's dtype, a plain pool in it, eagerly, the C kernels built."""
+        """Whether this step can run here: all decode rows (the torch backend's), no more than
+        the modules would send to the int4 kernel, in the plan's dtype, a plain pool in it, eagerly, the C kernels built."""
         from sglang_lite.attention.torch_backend import TorchAttentionBackend
 
         if not (isinstance(backend, TorchAttentionBackend) and backend._decode is not None and not backend._extend
-                and 1 <= x.shape[0] <= MAX_ROWS and x.dtype == self.dtype and x.device.type == "cpu"
+                and 1 <= x.shape[0] <= self.max_rows and x.dtype == self.dtype and x.device.type == "cpu"
                 and not torch.compiler.is_compiling()):
             return False
         pool = backend.kv_pool

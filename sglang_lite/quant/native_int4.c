@@ -30,7 +30,8 @@
 #endif
 
 #define BLOCK 64
-#define MAX_ROWS 8
+#define TILE 8      /* rows whose accumulators stay in registers over one weight group */
+#define MAX_ROWS 32 /* rows a call takes: tiles of TILE over each group while it is in L1 */
 
 /* Codes and scales of the activations: xq [M, K], dx and xsum (dx * sum xq) [M, G]. */
 static void quantize_rows(const void *x, int x_dtype, int m_rows, int k, int group, int8_t *xq,
@@ -73,9 +74,9 @@ static inline __m256i dot4(__m256i acc, __m256i q, __m256i x) {
 }
 
 static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk, int k, int kk0, int group, const int8_t *xq, int m_rows,
-                              int32_t sums[MAX_ROWS][BLOCK]) {
+                              int32_t sums[TILE][BLOCK]) {
     const __m256i low = _mm256_set1_epi8(0x0f);
-    __m256i acc[MAX_ROWS][8];
+    __m256i acc[TILE][8];
     for (int m = 0; m < m_rows; m++)
         for (int i = 0; i < 8; i++)
             acc[m][i] = _mm256_setzero_si256();
@@ -120,7 +121,7 @@ static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk,
 }
 #else
 static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk, int k, int kk0, int group, const int8_t *xq, int m_rows,
-                              int32_t sums[MAX_ROWS][BLOCK]) {
+                              int32_t sums[TILE][BLOCK]) {
     for (int m = 0; m < m_rows; m++)
         memset(sums[m], 0, sizeof(int32_t) * BLOCK);
     for (int kk = kk0; kk < kk0 + group; kk++) {
@@ -143,7 +144,7 @@ static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dty
     int groups = k / group;
     const uint8_t *blk = packed + (Py_ssize_t)b * k * 32;
     float acc[MAX_ROWS][BLOCK];
-    int32_t sums[MAX_ROWS][BLOCK];
+    int32_t sums[TILE][BLOCK];
     float s[BLOCK], c[BLOCK];
     memset(acc, 0, sizeof(acc));
     for (int g = 0; g < groups; g++) {
@@ -165,15 +166,20 @@ static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dty
                 c[r] = pair[2 * r + 1] - 8.0f * pair[2 * r];
             }
         }
-        switch (m_rows) { /* constant row counts: the accumulators stay in registers */
-        case 1: group_sums(blk, k, g * group, group, xq, 1, sums); break;
-        case 2: group_sums(blk, k, g * group, group, xq, 2, sums); break;
-        default: group_sums(blk, k, g * group, group, xq, m_rows, sums); break;
-        }
-        for (int m = 0; m < m_rows; m++) {
-            float d = dx[m * groups + g], xs = xsum[m * groups + g];
-            for (int r = 0; r < BLOCK; r++)
-                acc[m][r] += s[r] * d * (float)sums[m][r] + c[r] * xs;
+        for (int m0 = 0; m0 < m_rows; m0 += TILE) { /* the group's weights stay in L1 across tiles */
+            int tile = m_rows - m0 < TILE ? m_rows - m0 : TILE;
+            const int8_t *xt = xq + (Py_ssize_t)m0 * k;
+            switch (tile) { /* constant row counts: the accumulators stay in registers */
+            case 1: group_sums(blk, k, g * group, group, xt, 1, sums); break;
+            case 2: group_sums(blk, k, g * group, group, xt, 2, sums); break;
+            case TILE: group_sums(blk, k, g * group, group, xt, TILE, sums); break;
+            default: group_sums(blk, k, g * group, group, xt, tile, sums); break;
+            }
+            for (int m = 0; m < tile; m++) {
+                float d = dx[(m0 + m) * groups + g], xs = xsum[(m0 + m) * groups + g];
+                for (int r = 0; r < BLOCK; r++)
+                    acc[m0 + m][r] += s[r] * d * (float)sums[m][r] + c[r] * xs;
+            }
         }
     }
     Py_ssize_t first = (Py_ssize_t)b * BLOCK;

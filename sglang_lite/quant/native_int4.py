@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("native_int4.c")
 _NAME = "_native_int4"
-MAX_ROWS = 8  # the C kernel's limit (MAX_ROWS there)
+MAX_ROWS = 32  # the C kernel's limit (MAX_ROWS there)
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 _loaded: list = []
 

@@ -74,11 +74,16 @@ def test_the_c_decode_step_gives_the_modules_logprobs_bitwise(gguf_engine, plan_
         assert a["meta_info"]["output_top_logprobs"] == b["meta_info"]["output_top_logprobs"]
 
 
-def test_more_rows_than_the_kernel_takes_run_the_modules(gguf_engine, plan_runs):
-    prompts = [f"Item {i}: the color of the sky is" for i in range(NativeDecodeStep.MAX_ROWS + 1)]
+def test_more_rows_than_the_modules_send_to_the_kernel_run_the_modules(gguf_engine, plan_runs):
+    _generate(gguf_engine, True, PROMPTS[:1], {"max_new_tokens": 2, "temperature": 0})
+    most = gguf_engine.model.__dict__["_native_plan"].max_rows  # the dense copy's threshold, else the kernel's
+    assert most == (8 if isinstance(gguf_engine.model.layers[0].mlp.down_proj.weight_q, ByRowsWeight)
+                    else NativeDecodeStep.MAX_ROWS)
+    plan_runs.clear()
+    prompts = [f"Item {i}: the color of the sky is" for i in range(most + 1)]
     _generate(gguf_engine, True, prompts, {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True})
-    assert all(rows <= NativeDecodeStep.MAX_ROWS for rows in plan_runs)
-    assert len(plan_runs) < 3  # 9 rows decode together: no step of them took the plan
+    assert all(rows <= most for rows in plan_runs)
+    assert len(plan_runs) < 3  # most + 1 rows decode together: no step of them took the plan
 
 
 def test_the_plan_is_built_again_when_a_weight_is_replaced(gguf_engine, plan_runs):

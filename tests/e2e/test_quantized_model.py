@@ -26,8 +26,12 @@ import math
 import pytest
 import torch
 
-from sglang_lite import Engine
-from sglang_lite.config import DEFAULT_DENSE_WEIGHTS_ABOVE, EngineConfig
+from sglang_lite import Engine, config
+from sglang_lite.config import (
+    DEFAULT_DENSE_ABOVE_C_KERNEL,
+    DEFAULT_DENSE_WEIGHTS_ABOVE,
+    EngineConfig,
+)
 from sglang_lite.model.loader import embedded_gguf_path
 from sglang_lite.quant import native_int4
 from sglang_lite.quant.apply import resident_weight_bytes
@@ -150,20 +154,25 @@ def test_quantization_option_is_validated():
 
 def test_auto_packs_fp32_weights_where_the_c_kernel_builds(monkeypatch):
     """A CPU without native bf16 (auto dtype: fp32) packs the GGUF blocks when the C int4
-    kernel builds (packs_in_fp32; the test session pins it off), with the dense copy above 8
-    rows; a dtype asked for as float32, int8_activations off, or deterministic keep dense."""
+    kernel builds (packs_in_fp32; the test session pins it off), with the dense copy above the
+    C kernel's 16 rows; a dtype asked for as float32, int8_activations off, or deterministic keep dense."""
     monkeypatch.setattr("sglang_lite.config.packs_in_fp32", lambda: True)
     cpu = EngineConfig.create(device="cpu")
-    assert (cpu.dtype, cpu.quantization, cpu.dense_weights_above) == ("float32", "gguf", DEFAULT_DENSE_WEIGHTS_ABOVE)
+    assert (cpu.dtype, cpu.quantization, cpu.dense_weights_above) == ("float32", "gguf", DEFAULT_DENSE_ABOVE_C_KERNEL)
     for dense in ({"dtype": "float32"}, {"int8_activations": False}, {"deterministic": True}):
         assert EngineConfig.create(device="cpu", **dense).quantization == "none", dense
     monkeypatch.setattr("sglang_lite.config.packs_in_fp32", lambda: False)  # no compiler: torch's kernel is slow in fp32
     assert EngineConfig.create(device="cpu").quantization == "none"
 
 
-def test_auto_quantization_and_the_dense_copy_default(engine):
+def test_auto_quantization_and_the_dense_copy_default(engine, monkeypatch):
     cpu = EngineConfig.create(device="cpu", dtype="bfloat16")  # the embedded GGUF model
     assert (cpu.quantization, cpu.dense_weights_above) == ("gguf", DEFAULT_DENSE_WEIGHTS_ABOVE)
+    with monkeypatch.context() as m:  # where our C int4 kernel builds, it takes steps of up to 16 rows
+        m.setattr(config, "packs_in_fp32", lambda: True)
+        assert EngineConfig.create(device="cpu", dtype="bfloat16").dense_weights_above == DEFAULT_DENSE_ABOVE_C_KERNEL
+        assert EngineConfig.create(device="cpu", dtype="bfloat16", int8_activations=False).dense_weights_above == \
+            DEFAULT_DENSE_WEIGHTS_ABOVE  # torch's kernel: 8
     gguf = EngineConfig.create(device="cpu", dtype="bfloat16", model=str(embedded_gguf_path()))  # a llama GGUF file
     assert (gguf.quantization, gguf.dense_weights_above) == ("gguf", DEFAULT_DENSE_WEIGHTS_ABOVE)
     # fp32 (a CPU without native bf16, and these tests): torch's packed kernels are slower than
