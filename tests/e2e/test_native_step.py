@@ -120,3 +120,15 @@ def test_models_it_does_not_run_get_no_plan(gguf_engine):
         assert NativeDecodeStep.build(dense.model) is None  # dense weights: the modules
     finally:
         dense.shutdown()
+
+
+def test_an_8_bit_kv_pool_runs_the_modules(model_dir, plan_runs):
+    """The C attention reads pools in the model's dtype; int8 codes with scales take the torch path."""
+    eng = Engine(quantization="gguf", int8_activations=True, kv_cache_dtype="int8", kv_cache_memory="64MiB")
+    try:
+        out = eng.generate(PROMPTS[0], {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True})
+        assert len(out["output_ids"]) == 6
+        assert isinstance(eng.model.__dict__.get("_native_plan"), NativeDecodeStep)  # built, never taken
+        assert plan_runs == []
+    finally:
+        eng.shutdown()
