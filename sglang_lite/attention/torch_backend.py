@@ -81,7 +81,11 @@ class TorchAttentionBackend(AttentionBackend):
     def __init__(self, kv_pool: KVPool):
         self.kv_pool = kv_pool
         self._decode: _DecodeRows | None = None
-        self._decode_parts: list[_DecodeRows] = []  # the decode rows by length (eager CPU steps)
+        # the decode rows by length (eager CPU steps): the groups, and their rows once a layer
+        # asks (a step whose attention runs in C never builds them)
+        self._part_groups: list[list[int]] = []
+        self._decode_parts: list[_DecodeRows] | None = None
+        self._batch: ForwardBatch | None = None
         self._extend: list[_ExtendRow] = []
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
@@ -89,8 +93,8 @@ class TorchAttentionBackend(AttentionBackend):
         decode_idx = [i for i, n in enumerate(batch.extend_lens_cpu) if n == 1]
         page_size = self.kv_pool.page_size
         self._decode = _build_decode_rows(batch, decode_idx, page_size, device) if decode_idx else None
-        parts = _length_parts(batch, decode_idx, page_size) if device.type == "cpu" else []
-        self._decode_parts = [_build_decode_rows(batch, p, page_size, device) for p in parts]
+        self._part_groups = _length_parts(batch, decode_idx, page_size) if device.type == "cpu" else []
+        self._decode_parts, self._batch = None, batch
         self._extend = []
         start = 0  # rows on the token axis, from the host copy of extend_lens
         for i, n in enumerate(batch.extend_lens_cpu):
@@ -112,7 +116,7 @@ class TorchAttentionBackend(AttentionBackend):
         native = (d is not None and how.window is None and how.softcap is None and not pool.format.scaled
                   and native_decode.usable(q, pool.k_buffers[layer_id], pool.dtype))
         # A compiled step (compiled_decode.py) traces the one padded batch: its sizes are symbolic.
-        parts = self._decode_parts if self._decode_parts and not native and not torch.compiler.is_compiling() else None
+        parts = self._parts() if self._part_groups and not native and not torch.compiler.is_compiling() else None
         if not self._extend and d is not None and parts is None:  # all decode, in order
             return self._native(q, layer_id, how) if native else _decode_attention(q, pool, layer_id, d, how)
         out = torch.empty_like(q)
@@ -125,6 +129,13 @@ class TorchAttentionBackend(AttentionBackend):
             qs = q[row.start : row.start + row.length]
             out[row.start : row.start + row.length] = _extend_attention(qs, pool, layer_id, row, how)
         return out
+
+    def _parts(self) -> list[_DecodeRows]:
+        if self._decode_parts is None:
+            batch = self._batch
+            self._decode_parts = [_build_decode_rows(batch, p, self.kv_pool.page_size, batch.input_ids.device)
+                                  for p in self._part_groups]
+        return self._decode_parts
 
     def _native(self, q, layer_id: int, how: _How) -> torch.Tensor:
         pool, d = self.kv_pool, self._decode

@@ -81,18 +81,21 @@ def test_decode_rows_cut_by_length_attend_as_one_padded_batch(extend_lens, nativ
     pool, batch, (q, k, v), dense = _setup(prefix_lens, extend_lens, seed=1)
     backend = TorchAttentionBackend(pool)
     backend.init_forward_metadata(batch)
-    parts = backend._decode_parts
+    assert backend._decode_parts is None  # built when a layer's attention asks, not before
+    parts = backend._parts()
     assert 2 <= len(parts) <= torch_backend.DECODE_PARTS  # the lengths differ widely: cut
     assert sorted(torch.cat([d.token_rows for d in parts]).tolist()) == \
         sorted(backend._decode.token_rows.tolist())  # every decode row in one part
     assert max(d.padded_len for d in parts[:-1]) < backend._decode.padded_len
+    backend.init_forward_metadata(batch)
     out = backend.forward(q, k, v, 0, batch, 0.3)
     torch.testing.assert_close(out, _dense(q, dense, prefix_lens, extend_lens, 0.3), atol=1e-5, rtol=1e-5)
     assert bool(calls) == native
+    assert (backend._decode_parts is None) == native  # the C kernel takes every row: no parts built
 
     monkeypatch.setattr(torch_backend, "DECODE_PARTS_FROM", 10**9)  # one padded batch
     backend.init_forward_metadata(batch)
-    assert not backend._decode_parts
+    assert not backend._parts()
     torch.testing.assert_close(backend.forward(q, k, v, 0, batch, 0.3), out, atol=1e-5, rtol=1e-5)
 
 
@@ -101,4 +104,4 @@ def test_similar_lengths_stay_one_batch():
     pool, batch, _, _ = _setup(prefix_lens, [1] * 10)
     backend = TorchAttentionBackend(pool)
     backend.init_forward_metadata(batch)
-    assert backend._decode_parts == []
+    assert backend._parts() == []
