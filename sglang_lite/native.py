@@ -1,4 +1,5 @@
-"""C extensions of the serving path (the int4 kernel, decode attention), built on first use.
+"""C extensions of the serving path (the int4 kernel, decode attention, the decoder's norm /
+RoPE / SiLU ops), built on first use.
 
 Each C file is compiled with ``-O3 -march=native -fopenmp`` (and ``native_common.h``, the
 helpers they share, on the include path) into the cache folder by

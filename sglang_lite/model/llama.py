@@ -168,6 +168,8 @@ class LlamaForCausalLM(nn.Module):
         self.tie_weights()
         # Tensor parallelism (parallel/shard.py): vocabulary-parallel embedding and LM head.
         self.tp: ModelShard | None = None
+        # The C decode step (native_step.py): None until a CPU step asks, False where it cannot run.
+        self._native_plan: NativeDecodeStep | bool | None = None
 
     def _layer_rope(self, layer_id: int) -> tuple[RotaryEmbedding, int]:
         if self.local_rope is not None and self.config.window(layer_id) is not None:
@@ -221,9 +223,9 @@ class LlamaForCausalLM(nn.Module):
         it, and again when a weight it read was replaced."""
         if torch.compiler.is_compiling() or x.device.type != "cpu" or x.shape[0] > NativeDecodeStep.MAX_ROWS:
             return None  # (a compiled step traces the modules)
-        plan = self.__dict__.get("_native_plan")
+        plan = self._native_plan
         if plan is None or (plan is not False and not plan.current()):
-            plan = self.__dict__["_native_plan"] = NativeDecodeStep.build(self) or False
+            plan = self._native_plan = NativeDecodeStep.build(self) or False
         return plan if plan is not False and plan.takes(x, batch, backend) else None
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -83,7 +83,8 @@ class NativeDecodeStep:
         if (dtype not in _DTYPES or model.tp is not None or model.local_rope is not None or cfg.qk_norm
                 or cfg.sandwich_norms or cfg.hidden_act == "gelu_pytorch_tanh" or cfg.attn_logit_softcap is not None
                 or cfg.num_heads % cfg.num_kv_heads or cfg.num_heads // cfg.num_kv_heads > 16 or cfg.head_dim > 256
-                or model.rope.fused is not None or (model.rope.rotary_dim or cfg.head_dim) > min(cfg.head_dim, 512)):
+                or model.rope.fused is not None or model.rope.rotary_dim % 2
+                or model.rope.rotary_dim > min(cfg.head_dim, 512)):
             return None
         layers = []
         for layer in model.layers:
@@ -106,7 +107,8 @@ class NativeDecodeStep:
 
     def takes(self, x: torch.Tensor, batch, backend) -> bool:
         """Whether this step can run here: all decode rows (the torch backend's), no more than
-        the modules would send to the int4 kernel, in the plan's dtype, a plain pool in it, eagerly, the C kernels built."""
+        the modules would send to the int4 kernel, in the plan's dtype, a plain pool in it,
+        eagerly, the C kernels built."""
         from sglang_lite.attention.torch_backend import TorchAttentionBackend
 
         if not (isinstance(backend, TorchAttentionBackend) and backend._decode is not None and not backend._extend

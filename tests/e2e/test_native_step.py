@@ -56,7 +56,7 @@ class _Runs(list):
 
 
 def _generate(eng: Engine, plan: bool, prompts=PROMPTS, params=GREEDY) -> list[dict]:
-    eng.model.__dict__["_native_plan"] = None if plan else False  # None: built on the next step
+    eng.model._native_plan = None if plan else False  # None: built on the next step
     eng.flush_cache()  # no prompt served from the other run's cache
     return eng.generate(prompts, params, return_logprob=True, top_logprobs_num=2)
 
@@ -76,7 +76,7 @@ def test_the_c_decode_step_gives_the_modules_logprobs_bitwise(gguf_engine, plan_
 
 def test_more_rows_than_the_modules_send_to_the_kernel_run_the_modules(gguf_engine, plan_runs):
     _generate(gguf_engine, True, PROMPTS[:1], {"max_new_tokens": 2, "temperature": 0})
-    most = gguf_engine.model.__dict__["_native_plan"].max_rows  # the dense copy's threshold, else the kernel's
+    most = gguf_engine.model._native_plan.max_rows  # the dense copy's threshold, else the kernel's
     assert most == (8 if isinstance(gguf_engine.model.layers[0].mlp.down_proj.weight_q, ByRowsWeight)
                     else NativeDecodeStep.MAX_ROWS)
     plan_runs.clear()
@@ -89,7 +89,7 @@ def test_more_rows_than_the_modules_send_to_the_kernel_run_the_modules(gguf_engi
 def test_the_plan_is_built_again_when_a_weight_is_replaced(gguf_engine, plan_runs):
     _generate(gguf_engine, True, PROMPTS[:1])
     model = gguf_engine.model
-    plan = model.__dict__["_native_plan"]
+    plan = model._native_plan
     assert isinstance(plan, NativeDecodeStep) and plan.current()
     down = model.layers[3].mlp.down_proj
     kept = down.weight_q
@@ -97,9 +97,9 @@ def test_the_plan_is_built_again_when_a_weight_is_replaced(gguf_engine, plan_run
         down.weight_q = dataclasses.replace(kept)  # the same values in a new object
         assert not plan.current()
         _generate(gguf_engine, False, PROMPTS[:1])  # (modules) then a step rebuilds it:
-        model.__dict__["_native_plan"] = plan
+        model._native_plan = plan
         gguf_engine.generate(PROMPTS[0], {"max_new_tokens": 3, "temperature": 0})
-        rebuilt = model.__dict__["_native_plan"]
+        rebuilt = model._native_plan
         assert rebuilt is not plan and rebuilt.current()
         packed = kept.packed if isinstance(kept, ByRowsWeight) else kept
         down.weight_q = dataclasses.replace(packed, int8_activations=False)  # torch's kernel: no plan
@@ -128,7 +128,7 @@ def test_an_8_bit_kv_pool_runs_the_modules(model_dir, plan_runs):
     try:
         out = eng.generate(PROMPTS[0], {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True})
         assert len(out["output_ids"]) == 6
-        assert isinstance(eng.model.__dict__.get("_native_plan"), NativeDecodeStep)  # built, never taken
+        assert isinstance(eng.model._native_plan, NativeDecodeStep)  # built, never taken
         assert plan_runs == []
     finally:
         eng.shutdown()
