@@ -40,8 +40,8 @@ def test_rmsnorm_matches_the_reference(rows, width, dtype):
     ref_out, ref_h = rmsnorm_ref(x, w, 1e-5, residual)
     assert torch.equal(h, ref_h)  # the residual sum, rounded once as torch rounds it
     # The sum of squares adds in another order and 1 / sqrt is not torch's rsqrt: a few fp32
-    # ulps, which rounding to bf16 mostly absorbs.
-    most = 8 if dtype == torch.float32 else 1
+    # ulps, which rounding to bf16 mostly absorbs (two roundings: a tie may flip each once).
+    most = 8 if dtype == torch.float32 else 2
     assert _ulps_apart(out, ref_out) <= most
     out, h = native_ops.rmsnorm(x, w, 1e-5)
     assert h is x and _ulps_apart(out, rmsnorm_ref(x, w, 1e-5)[0]) <= most
