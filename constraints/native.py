@@ -37,12 +37,18 @@ RETURNS, IN_COUNTED, CLOSES_COUNTED, BOUNDED = 1, 2, 4, 8
 
 def module():
     """The built extension, or None where it cannot be built (callers walk in Python)."""
-    if _loaded:
-        return _loaded[0]
+    return load_once(_loaded, _load)
+
+
+def load_once(loaded: list, load):
+    """``loaded[0]``, filled by ``load()`` the first time (one thread builds; others wait).
+    The serving path's C extensions load through it too (sglang_lite/native.py)."""
+    if loaded:
+        return loaded[0]
     with _lock:
-        if not _loaded:
-            _loaded.append(_load())
-        return _loaded[0]
+        if not loaded:
+            loaded.append(load())
+        return loaded[0]
 
 
 def _load():

@@ -16,24 +16,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
 from pathlib import Path
+
+from constraints.native import BuildUnavailable, build_extension, load_once
+
+__all__ = ["build_native", "load_once"]
 
 log = logging.getLogger(__name__)
 
 _HEADER = Path(__file__).with_name("native_common.h")
 _CFLAGS = ("-O3", "-march=native", "-fopenmp", f"-I{_HEADER.parent}")
-_lock = threading.Lock()
-
-
-def load_once(loaded: list, load):
-    """``loaded[0]``, filled by ``load()`` the first time (one thread builds; others wait)."""
-    if loaded:
-        return loaded[0]
-    with _lock:
-        if not loaded:
-            loaded.append(load())
-        return loaded[0]
 
 
 def build_native(source: Path, name: str, what: str, otherwise: str, cflags: tuple[str, ...] = ()):
@@ -43,8 +35,6 @@ def build_native(source: Path, name: str, what: str, otherwise: str, cflags: tup
     if os.environ.get("SGLANG_LITE_NATIVE", "1") == "0":
         log.info("%s off (SGLANG_LITE_NATIVE=0); %s", what, otherwise)
         return None
-    from constraints.native import BuildUnavailable, build_extension
-
     try:
         return build_extension(source, name, _CFLAGS + cflags, tag=_cpu_tag() + _HEADER.read_bytes())
     except BuildUnavailable as e:

@@ -67,8 +67,8 @@ def rope_(q: torch.Tensor, k: torch.Tensor, cos_cache: torch.Tensor, sin_cache: 
     ``rotate_ref``) at ``positions`` [T]; False, untouched, where the layout is not the plain
     one (heads contiguous in each row, q and k in one dtype, int64 positions, fp32 tables)."""
     t, d = q.shape[0], q.shape[2]
-    if (q.dtype not in _DTYPES or k.dtype != q.dtype or q.stride(2) != 1 or k.stride(2) != 1 or q.stride(1) != d or k.stride(1) != d
-            or k.shape[0] != t or k.shape[2] != d or rotary_dim % 2 or rotary_dim > min(d, 512)
+    if (q.dtype not in _DTYPES or k.dtype != q.dtype or q.stride(2) != 1 or k.stride(2) != 1
+            or q.stride(1) != d or k.stride(1) != d or k.shape[0] != t or k.shape[2] != d or rotary_dim % 2 or rotary_dim > min(d, 512)
             or positions.dtype != torch.int64 or not positions.is_contiguous() or positions.numel() != t
             or cos_cache.dtype != torch.float32 or not cos_cache.is_contiguous() or not sin_cache.is_contiguous()
             or cos_cache.shape[-1] != rotary_dim // 2):
@@ -77,5 +77,10 @@ def rope_(q: torch.Tensor, k: torch.Tensor, cos_cache: torch.Tensor, sin_cache: 
                         q.stride(0), k.stride(0), cos_cache.shape[0], t, q.shape[1], k.shape[1], d, rotary_dim,
                         _DTYPES[q.dtype])
     if bad >= 0:
-        raise IndexError(f"RoPE: position {int(positions[bad])} is outside the tables ({cos_cache.shape[0]} rows)")
+        raise outside_tables(positions, bad, cos_cache)
     return True
+
+
+def outside_tables(positions: torch.Tensor, bad: int, cos_cache: torch.Tensor) -> IndexError:
+    """The error for row ``bad``, whose position the C RoPE found outside its tables."""
+    return IndexError(f"RoPE: position {int(positions[bad])} is outside the tables ({cos_cache.shape[0]} rows)")

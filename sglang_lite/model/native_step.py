@@ -155,7 +155,7 @@ class NativeDecodeStep:
             bad = ops.rope(p_qkv, p_k, cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), qkv_width, qkv_width,
                            cos.shape[0], b, self.hq, self.hkv, self.d, rot, code)
             if bad >= 0:
-                raise IndexError(f"RoPE: position {int(positions[bad])} is outside the tables ({cos.shape[0]} rows)")
+                raise native_ops.outside_tables(positions, bad, cos)
             k_buf, v_buf = pool.k_buffers[i], pool.v_buffers[i]
             if ops.store_kv(p_k, p_v, qkv_width, slots.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), num_slots,
                             b, kv_size, size) >= 0:
