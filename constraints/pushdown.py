@@ -558,16 +558,53 @@ class PushdownAutomaton(TokenAutomaton):
     def _token_row(self, state: State) -> np.ndarray:
         if len(state) == 1:
             return self._config_row(next(iter(state)))[0]
-        rows, counted = [], {}
+        rows, counted, fresh = [], {}, []
+        leaf_of = self._leaf_of_g
         for c in state:
             if self._in_counted_of[c[1]]:  # grouped by position and count (_counted_row)
                 counted.setdefault((c[1], c[0][-1]), []).append(c[0])
+            elif leaf_of[c[1]] < 0 and self._known_row(c) is None:
+                fresh.append(c)
             else:
                 rows.append(self._config_row(c)[0])
+        if len(fresh) > 1:
+            joint = self._joint_row(fresh)
+            if joint is not None:
+                rows.append(joint)
+                fresh = []
+        rows.extend(self._config_row(c)[0] for c in fresh)
         for (g, _), stacks in counted.items():
             rows.append(self._config_row((stacks[0], g))[0] if len(stacks) == 1
                         else self._counted_row(g, stacks, self._leaf_of_g[g])[0])
         return rows[0] if len(rows) == 1 else np.bitwise_or.reduce(rows)
+
+    def _known_row(self, config: Config) -> np.ndarray | None:
+        """A structural configuration's cached row (_config_row's cache), else None."""
+        stack = config[0]
+        for suffix, row in self._config_rows.get(config[1], ()):
+            if len(stack) >= len(suffix) and stack[len(stack) - len(suffix):] == suffix:
+                return row
+        return None
+
+    def _joint_row(self, configs: list[Config]) -> np.ndarray | None:
+        """The tokens several structural configurations of one state allow, as one trie walk
+        in C of all their bytes together (each configuration's calls into leaves taken from
+        the leaves' rows, as _structural_row does) instead of a walk per configuration: a
+        state of many parses (an ``anyOf`` of objects told apart late) visits the vocabulary
+        once. Exact: a set of configurations steps as the union of its members. The rows of
+        the members are not cached one by one (the state's row is); None where the C walk
+        is not available or gives up, and the members are walked one by one."""
+        walker = self._native_walker()
+        if walker is None:
+            return None
+        leaf_of, walked, leaves = self._leaf_of_g, set(), set()
+        for c in configs:
+            for member in (self._config_closure(c) if self._branches[c[1]] else (c,)):
+                (leaves if leaf_of[member[1]] >= 0 else walked).add(member)
+        found = walker.trie(list(walked), False)
+        if found is None:
+            return None
+        return np.bitwise_or.reduce([found[0], *(self._config_row(c)[0] for c in leaves)])
 
     def _config_row(self, config: Config) -> tuple[np.ndarray, int]:
         """Packed row of the tokens allowed from one configuration, and the stack depth its

@@ -161,12 +161,51 @@ def test_a_row_too_small_for_the_vocabulary_is_refused_not_overrun(tokenizer_inf
     assert walker.end_states(configs) == walker.token_ends(configs)[0]
 
 
-def _walk_both_with(pda, info, schema) -> int:
+# An object told apart by which of its properties are required (JSONSchemaBench o21112's
+# shape): every branch parses every key, so each state holds one configuration per branch.
+_BRANCHES = {"type": "object", "additionalProperties": False,
+             "properties": {"x": {"type": "boolean"}, "name": {"type": "string", "maxLength": 5},
+                            "tags": {"type": "array", "items": {"enum": ["a", "b"]}}, "n": {"type": "integer"}},
+             "anyOf": [{"required": ["x"]}, {"required": ["name"]}, {"required": ["tags"]}, {"required": ["n"]}]}
+
+
+@needs_c
+def test_a_state_of_several_parses_walks_the_vocabulary_once(tokenizer_info, monkeypatch):
+    """A state with several structural configurations is walked as one trie walk of them
+    all (_joint_row) with the leaves they call from the leaves' rows; its masks are those of
+    the Python walks configuration by configuration, along random walks that pass through
+    keys, strings, arrays and numbers."""
+    pda = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(_BRANCHES).automaton
+    joint, tries = [], []
+    real_joint, real_trie = type(pda)._joint_row, native.PdaWalker.trie
+
+    def counted_joint(self, configs):
+        out = real_joint(self, configs)
+        joint.append(out is not None)
+        return out
+
+    def counted_trie(self, configs, close_first):
+        tries.append(len(configs))
+        return real_trie(self, configs, close_first)
+
+    monkeypatch.setattr(type(pda), "_joint_row", counted_joint)
+    monkeypatch.setattr(native.PdaWalker, "trie", counted_trie)
+    for prefix in (b'{"', b'{"x":true,"', b'{"x":true,"name":"ab","'):
+        state = pda.advance(pda.initial, prefix)
+        assert len(state) >= 4, prefix  # a parse per branch
+        joint.clear(), tries.clear()
+        pda.mask_words(state)
+        assert joint == [True] and len(tries) == 1 and tries[0] >= 4, (prefix, joint, tries)
+    assert sum(_walk_both_with(pda, tokenizer_info, _BRANCHES, seed=seed) for seed in range(4)) > 40
+    assert joint.count(True) > 20
+
+
+def _walk_both_with(pda, info, schema, seed: int = 0) -> int:
     reference = GrammarCompiler(info, cache_size=0).compile_json_schema(schema)
     reference.automaton._walker = None
     a, b = pda, reference.automaton
     state_a, state_b = a.initial, b.initial
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     for step in range(40):
         wa, wb = a.mask_words(state_a), b.mask_words(state_b)
         assert np.array_equal(wa, wb), step
