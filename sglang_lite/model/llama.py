@@ -221,7 +221,7 @@ class LlamaForCausalLM(nn.Module):
     def _native_step(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> NativeDecodeStep | None:
         """The C decode plan when it takes this step; built on the first CPU step that could use
         it, and again when a weight it read was replaced."""
-        if torch.compiler.is_compiling() or x.device.type != "cpu" or x.shape[0] > NativeDecodeStep.MAX_ROWS:
+        if torch.compiler.is_compiling() or x.device.type != "cpu":
             return None  # (a compiled step traces the modules)
         plan = self._native_plan
         if plan is None or (plan is not False and not plan.current()):

@@ -24,13 +24,15 @@ _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 
 
 class _Linear:
-    """One int4 linear's kernel arguments, and the module's weight they were read from."""
+    """One int4 linear's kernel arguments, its dense copy's transpose (None without one), and
+    the module's weight they were read from."""
 
-    __slots__ = ("module", "weight", "args", "out_features", "in_features", "max_rows")
+    __slots__ = ("module", "weight", "args", "out_features", "in_features", "max_rows", "dense_t")
 
-    def __init__(self, module, int4, max_rows: int):
+    def __init__(self, module, int4, max_rows: int, dense: torch.Tensor | None):
         self.module, self.weight = module, module.weight_q  # kept: the pointers below stay valid
         self.max_rows = max_rows  # the most rows the module sends to the int4 weight
+        self.dense_t = None if dense is None else dense.t()  # what F.linear multiplies above them
         self.out_features, self.in_features = int4.out_features, int4.in_features
         self.args = (int4.packed.data_ptr(), int4.packed.shape[0], int4.scale_zero.data_ptr(),
                      _DTYPES[int4.scale_zero.dtype], int4.group)
@@ -48,12 +50,12 @@ def _int4_of(linear):
     if not isinstance(linear, QuantLinear) or linear.bias is not None:
         return None
     w = linear.weight_q
-    rows = MAX_ROWS
-    if isinstance(w, ByRowsWeight):  # the packed weight up to its row limit
-        w, rows = w.packed, min(rows, w.max_rows)
+    rows, dense = MAX_ROWS, None
+    if isinstance(w, ByRowsWeight):  # the packed weight up to its row limit, the dense copy above
+        w, rows, dense = w.packed, min(rows, w.max_rows), w.dense
     if not isinstance(w, Int4Weight) or not w.int8_activations or w.scale_zero.dtype not in _DTYPES:
         return None
-    return _Linear(linear, w, rows)
+    return _Linear(linear, w, rows, dense)
 
 
 class NativeDecodeStep:
@@ -71,6 +73,10 @@ class NativeDecodeStep:
         self.layers = layers  # (input norm, qkv, o, post norm, gate_up, down, eps, sm_scale) per layer
         self.linears = [layer[j] for layer in layers for j in (1, 2, 4, 5)]
         self.max_rows = min(lin.max_rows for lin in self.linears)  # the rows the modules would multiply in int4
+        # Above them the modules multiply each dense copy (F.linear): the plan does too, where
+        # every linear has one and all send the same rows to int4 (else those steps run the modules).
+        self.dense = (all(lin.dense_t is not None and lin.max_rows == self.max_rows for lin in self.linears)
+                      and all(lin.dense_t.dtype == dtype for lin in self.linears))
 
     @classmethod
     def build(cls, model) -> NativeDecodeStep | None:
@@ -112,7 +118,8 @@ class NativeDecodeStep:
         from sglang_lite.attention.torch_backend import TorchAttentionBackend
 
         if not (isinstance(backend, TorchAttentionBackend) and backend._decode is not None and not backend._extend
-                and 1 <= x.shape[0] <= self.max_rows and x.dtype == self.dtype and x.device.type == "cpu"
+                and 1 <= x.shape[0] and (x.shape[0] <= self.max_rows or self.dense)
+                and x.dtype == self.dtype and x.device.type == "cpu"
                 and not torch.compiler.is_compiling()):
             return False
         pool = backend.kv_pool
@@ -123,7 +130,7 @@ class NativeDecodeStep:
     def run(self, x: torch.Tensor, batch, backend) -> tuple[torch.Tensor, torch.Tensor]:
         """Every layer on ``x`` [B, hidden] (the embeddings): (last MLP output, residual), as the
         modules' loop returns them."""
-        ops, mm, attend = native_ops.module(), native_int4.module().int4_mm, native_decode.module().decode_attention
+        ops, int4_mm, attend = native_ops.module(), native_int4.module().int4_mm, native_decode.module().decode_attention
         b, code, size = x.shape[0], self.code, self.size
         hidden, q_size, kv_size = self.hidden, self.q_size, self.kv_size
         qkv_width = q_size + 2 * kv_size
@@ -145,13 +152,19 @@ class NativeDecodeStep:
         p_res, p_out, p_norm, p_qkv = residual.data_ptr(), out.data_ptr(), normed.data_ptr(), qkv.data_ptr()
         p_attn, p_gu, p_act = attn.data_ptr(), gate_up.data_ptr(), act.data_ptr()
         p_k, p_v = p_qkv + q_size * size, p_qkv + (q_size + kv_size) * size
+        if b <= self.max_rows:
+            def mm(src, lin, dst):
+                int4_mm(src.data_ptr(), code, b, lin.in_features, *lin.args, dst.data_ptr(), lin.out_features, code)
+        else:  # the dense copies, as the modules' F.linear multiplies them (into the step's buffers)
+            def mm(src, lin, dst):
+                torch.mm(src, lin.dense_t, out=dst)
         num_slots = pool.k_buffers[0].shape[0]
         for i, (w_in, qkv_w, o_w, w_post, gu_w, down_w, eps, scale) in enumerate(self.layers):
             if i == 0:  # the first layer normalizes the embeddings; they are the residual
                 ops.rmsnorm(p_res, 0, w_in.data_ptr(), p_norm, 0, hidden, 0, b, hidden, eps, code)
             else:  # residual += the last MLP output, then normalized
                 ops.rmsnorm(p_out, p_res, w_in.data_ptr(), p_norm, p_res, hidden, hidden, b, hidden, eps, code)
-            mm(p_norm, code, b, hidden, *qkv_w.args, p_qkv, qkv_w.out_features, code)
+            mm(normed, qkv_w, qkv)
             bad = ops.rope(p_qkv, p_k, cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), qkv_width, qkv_width,
                            cos.shape[0], b, self.hq, self.hkv, self.d, rot, code)
             if bad >= 0:
@@ -162,9 +175,9 @@ class NativeDecodeStep:
                 raise IndexError(f"KV store: a slot outside the pool ({num_slots} slots)")
             attend(p_qkv, k_buf.data_ptr(), v_buf.data_ptr(), pages.data_ptr(), lens.data_ptr(), p_attn, b, self.hq,
                    self.hkv, self.d, pages.shape[1], pool.page_size, scale, code, qkv_width)
-            mm(p_attn, code, b, q_size, *o_w.args, p_out, o_w.out_features, code)
+            mm(attn, o_w, out)
             ops.rmsnorm(p_out, p_res, w_post.data_ptr(), p_norm, p_res, hidden, hidden, b, hidden, eps, code)
-            mm(p_norm, code, b, hidden, *gu_w.args, p_gu, gu_w.out_features, code)
+            mm(normed, gu_w, gate_up)
             ops.silu_and_mul(p_gu, p_act, 2 * self.inter, b, self.inter, code)
-            mm(p_act, code, b, self.inter, *down_w.args, p_out, down_w.out_features, code)
+            mm(act, down_w, out)
         return out, residual

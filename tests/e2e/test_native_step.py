@@ -74,16 +74,28 @@ def test_the_c_decode_step_gives_the_modules_logprobs_bitwise(gguf_engine, plan_
         assert a["meta_info"]["output_top_logprobs"] == b["meta_info"]["output_top_logprobs"]
 
 
-def test_more_rows_than_the_modules_send_to_the_kernel_run_the_modules(gguf_engine, plan_runs):
+def test_rows_above_the_int4_kernel_take_the_dense_copies_or_the_modules(gguf_engine, plan_runs):
+    """Above the rows the modules send to the int4 kernel they multiply the dense copies
+    (F.linear): the plan does too, bitwise equal, where every linear has one (bf16 + dense);
+    without them (fp32, blocks alone) those steps run the modules."""
     _generate(gguf_engine, True, PROMPTS[:1], {"max_new_tokens": 2, "temperature": 0})
-    most = gguf_engine.model._native_plan.max_rows  # the dense copy's threshold, else the kernel's
-    assert most == (8 if isinstance(gguf_engine.model.layers[0].mlp.down_proj.weight_q, ByRowsWeight)
-                    else NativeDecodeStep.MAX_ROWS)
+    plan = gguf_engine.model._native_plan
+    dense = isinstance(gguf_engine.model.layers[0].mlp.down_proj.weight_q, ByRowsWeight)
+    assert plan.max_rows == (8 if dense else NativeDecodeStep.MAX_ROWS) and plan.dense == dense
+    prompts = [f"Item {i}: the color of the sky is" for i in range(plan.max_rows + 3)]
+    params = {"max_new_tokens": 5, "temperature": 0, "ignore_eos": True}
     plan_runs.clear()
-    prompts = [f"Item {i}: the color of the sky is" for i in range(most + 1)]
-    _generate(gguf_engine, True, prompts, {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True})
-    assert all(rows <= most for rows in plan_runs)
-    assert len(plan_runs) < 3  # most + 1 rows decode together: no step of them took the plan
+    with_plan = _generate(gguf_engine, True, prompts, params)
+    if not dense:
+        assert all(rows <= plan.max_rows for rows in plan_runs)
+        assert len(plan_runs) < 3  # most + 3 rows decode together: no step of them took the plan
+        return
+    assert max(plan_runs) == len(prompts)  # every row at once, past the int4 kernel's
+    modules = _generate(gguf_engine, False, prompts, params)
+    for a, b in zip(with_plan, modules):
+        assert a["output_ids"] == b["output_ids"]
+        assert a["meta_info"]["output_token_logprobs"] == b["meta_info"]["output_token_logprobs"]
+        assert a["meta_info"]["output_top_logprobs"] == b["meta_info"]["output_top_logprobs"]
 
 
 def test_the_plan_is_built_again_when_a_weight_is_replaced(gguf_engine, plan_runs):
