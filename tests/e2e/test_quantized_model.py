@@ -29,6 +29,7 @@ import torch
 from sglang_lite import Engine, config
 from sglang_lite.config import (
     DEFAULT_DENSE_ABOVE_C_KERNEL,
+    DEFAULT_DENSE_ABOVE_C_KERNEL_FP32,
     DEFAULT_DENSE_WEIGHTS_ABOVE,
     EngineConfig,
 )
@@ -155,10 +156,12 @@ def test_quantization_option_is_validated():
 def test_auto_packs_fp32_weights_where_the_c_kernel_builds(monkeypatch):
     """A CPU without native bf16 (auto dtype: fp32) packs the GGUF blocks when the C int4
     kernel builds (packs_in_fp32; the test session pins it off), with the dense copy above the
-    C kernel's 16 rows; a dtype asked for as float32, int8_activations off, or deterministic keep dense."""
+    C kernel's 32 rows (the fp32 GEMM is slower than the kernel up to there; bf16's from 16);
+    a dtype asked for as float32, int8_activations off, or deterministic keep dense."""
     monkeypatch.setattr("sglang_lite.config.packs_in_fp32", lambda: True)
     cpu = EngineConfig.create(device="cpu")
-    assert (cpu.dtype, cpu.quantization, cpu.dense_weights_above) == ("float32", "gguf", DEFAULT_DENSE_ABOVE_C_KERNEL)
+    assert (cpu.dtype, cpu.quantization, cpu.dense_weights_above) == ("float32", "gguf", DEFAULT_DENSE_ABOVE_C_KERNEL_FP32)
+    assert DEFAULT_DENSE_ABOVE_C_KERNEL_FP32 == native_int4.MAX_ROWS > DEFAULT_DENSE_ABOVE_C_KERNEL
     for dense in ({"dtype": "float32"}, {"int8_activations": False}, {"deterministic": True}):
         assert EngineConfig.create(device="cpu", **dense).quantization == "none", dense
     monkeypatch.setattr("sglang_lite.config.packs_in_fp32", lambda: False)  # no compiler: torch's kernel is slow in fp32
