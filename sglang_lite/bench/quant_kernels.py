@@ -43,7 +43,7 @@ def _candidates(w: torch.Tensor) -> dict[str, Callable[[torch.Tensor], torch.Ten
 
     return {
         "bf16": lambda x: F.linear(x, wb),
-        "int4_kernel": lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x, int4.packed, GROUP, int4.scale_zero),
+        "int4_kernel": lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x, int4.for_torch(), GROUP, int4.scale_zero),
         "int4_dequant": lambda x: F.linear(x, int4._dequantize_padded(x.dtype)),
         "int8_kernel": lambda x: torch._weight_int8pack_mm(x, int8.q, scale8),
         "int8_dequant": lambda x: F.linear(x, int8.q.to(x.dtype)) * scale8,

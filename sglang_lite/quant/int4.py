@@ -7,12 +7,16 @@ which computes with ``(q - 8) * s + z``, so ``s = d`` and ``z = m + 8 d``.
 
 That layout is blocked: rows go in blocks of 64, and byte ``(b, k, j)`` of ``packed.view(N/64,
 K, 32)`` holds row ``64 b + j`` in its low nibble and row ``64 b + 32 + j`` in its high one.
-``dequantize`` and ``rows`` read it back with plain torch ops.
+``dequantize`` and ``rows`` read it back with plain torch ops, and our C kernel reads it too.
+It is torch's layout where torch runs its AVX512 code; on a CPU without AVX512 torch packs
+and reads blocks of 32 rows, so there its kernel gets a copy in its own layout
+(``torch_packs_like_us``, ``Int4Weight.for_torch``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -29,9 +33,11 @@ class Int4Weight:
     scale_zero: torch.Tensor  # [K / group, N_pad, 2]: (s, z), in the compute dtype
     group: int
     out_features: int  # N, before padding
-    # Up to native_int4.MAX_ROWS rows on a CPU: the C kernel, activations quantized to int8
-    # per group (where it builds); else torch's kernel, activations as they are.
+    # On a CPU, any number of rows: the C kernel, activations quantized to int8 per group
+    # (where it builds); else torch's kernel, activations as they are.
     int8_activations: bool = False
+    # torch's kernel's copy of ``packed`` where its layout is not ours (for_torch), made once
+    _torch_packed: list = field(default_factory=list, init=False, repr=False)
 
     # Rows up to which torch's kernel beats dequantize + GEMM (bench.quant_kernels: it grows
     # linearly with the rows; dequantizing costs a fixed ~1 ms per 1.8 M weights here).
@@ -76,11 +82,22 @@ class Int4Weight:
         if self.int8_activations and native_int4.supports(x, self.scale_zero):
             return native_int4.mm(x, self.packed, self.scale_zero, self.group, self.out_features)
         if x.shape[0] <= self.KERNEL_MAX_ROWS and x.device.type == "cpu":
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, self.group,
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.for_torch(), self.group,
                                                            self.scale_zero)
         else:
             y = F.linear(x, self._dequantize_padded(x.dtype))
         return y[:, : self.out_features]
+
+    def for_torch(self) -> torch.Tensor:
+        """``packed`` in the layout torch's CPU kernel reads on this CPU: itself where that is
+        ours, else a copy in torch's own packing, made on the first call (only where torch's
+        kernel runs: int8 activations off, or no C kernel)."""
+        if torch_packs_like_us():
+            return self.packed
+        if not self._torch_packed:
+            codes = cpu_layout_codes(self.packed).to(torch.int32)  # [N_pad, K]
+            self._torch_packed.append(torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1))
+        return self._torch_packed[0]
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight [N, K] (the reference the kernels are tested against)."""
@@ -114,3 +131,13 @@ def pack_cpu_layout(q: torch.Tensor) -> torch.Tensor:
     rows = q.to(torch.uint8).view(n // _BLOCK, 2, _BLOCK // 2, k)  # [blocks, low/high, 32, K]
     packed = rows[:, 0] | (rows[:, 1] << 4)  # [blocks, 32, K]
     return packed.transpose(1, 2).contiguous().view(n, k // 2)
+
+
+@functools.cache
+def torch_packs_like_us() -> bool:
+    """Whether torch's CPU int4 kernel reads the layout ``pack_cpu_layout`` makes. Torch picks
+    its layout by the CPU it runs on: blocks of 64 rows with AVX512, of 32 without (an AVX2
+    EPYC, torch 2.13), where its kernel would multiply our bytes into wrong products. Probed
+    once against torch's own packing of a random code matrix."""
+    q = torch.randint(0, 16, (2 * _BLOCK, 32), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    return torch.equal(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1), pack_cpu_layout(q))

@@ -18,7 +18,7 @@ from sglang_lite.quant import native_int4
 from sglang_lite.quant.by_rows import ByRowsWeight
 from sglang_lite.quant.fp8 import Fp8Weight
 from sglang_lite.quant.gguf_blocks import _decode_blocks, concat_rows, decode
-from sglang_lite.quant.int4 import Int4Weight, pack_cpu_layout
+from sglang_lite.quant.int4 import Int4Weight, pack_cpu_layout, torch_packs_like_us
 from sglang_lite.quant.int8 import GroupInt8Weight, Int8Weight
 
 SHAPES = [(64, 32), (100, 96), (130, 64), (960, 576)]  # (out_features, in_features)
@@ -83,10 +83,16 @@ def test_int4_matches_dequantized_reference(shape, dtype, int8_activations):
 
 @pytest.mark.parametrize("shape", [(64, 32), (128, 96), (192, 576)])
 def test_our_int4_packing_gives_torchs_layout(shape):
-    """The bytes torch's int4 kernel reads, made with byte ops: equal to torch's own packing."""
+    """The bytes torch's int4 kernel reads on this CPU: ours, made with byte ops, where torch's
+    layout is ours (blocks of 64 rows: AVX512), else the copy ``for_torch`` makes (blocks of 32
+    on an AVX2-only CPU); either way torch's own packing."""
     q = torch.randint(0, 16, shape, generator=torch.Generator().manual_seed(shape[1]), dtype=torch.int32)
     theirs = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
-    assert torch.equal(pack_cpu_layout(q.to(torch.uint8)), theirs)
+    ours = pack_cpu_layout(q.to(torch.uint8))
+    assert torch.equal(ours, theirs) == torch_packs_like_us()
+    ones = torch.ones(shape[0], 1)
+    weight = Int4Weight.from_codes(q, ones, 0 * ones, torch.float32)
+    assert torch.equal(weight.packed, ours) and torch.equal(weight.for_torch(), theirs)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
