@@ -28,7 +28,6 @@ import time
 import torch
 
 from sglang_lite.attention.base import AttentionBackend, ForwardBatch, ForwardMode
-from sglang_lite.quant import native_int4
 from sglang_lite.quant.int4 import Int4Weight
 from sglang_lite.quant.int8 import Int8Weight
 
@@ -96,8 +95,7 @@ def warm_up(scheduler, intake, cfg) -> None:
     if not cfg.enable_torch_compile:
         return
     start = time.perf_counter()
-    thresholds = [cfg.dense_weights_above or 0, Int4Weight.KERNEL_MAX_ROWS, Int8Weight.KERNEL_MAX_ROWS,
-                  native_int4.MAX_ROWS if cfg.int8_activations else 0]
+    thresholds = [cfg.dense_weights_above or 0, Int4Weight.KERNEL_MAX_ROWS, Int8Weight.KERNEL_MAX_ROWS]
     for bs in warm_up_batch_sizes(cfg.torch_compile_max_bs, thresholds):
         ids = [[1 + (7 * i + j) % 97 for j in range(40)] for i in range(bs)]  # distinct prompts
         reqs, _ = intake.make_reqs(None, ids, {"max_new_tokens": 4, "ignore_eos": True}, False, 0,

@@ -25,10 +25,11 @@ DEFAULT_DENSE_WEIGHTS_ABOVE = 8
 # decoder's 120 linears of the embedded model, bf16, 2 threads, C kernel against the dense copy:
 # 8 rows 9.4 / 18.4 ms, 16 rows 16.1 / 20.9, 24 rows 21.5 / 20.4, 32 rows 26.9 / 22.1
 DEFAULT_DENSE_ABOVE_C_KERNEL = 16
-# ... and in fp32 (the dtype of a CPU without native bf16), where the dense GEMM runs at half
-# bf16's rate, up to the C kernel's most rows: an AVX2-only EPYC, the same 120 linears, fp32,
-# 2 threads: 16 rows 25.2 / 72.5 ms, 24 rows 49.1 / 83.9, 32 rows 41.8 / 95.2
-DEFAULT_DENSE_ABOVE_C_KERNEL_FP32 = 32
+# ... and in fp32 (the dtype of a CPU without native bf16) no dense copy at all: the fp32 GEMM
+# runs at half bf16's rate, and the C kernel takes any number of rows, faster at every size
+# measured: an AVX2-only EPYC, the same 120 linears, fp32, 2 threads: 16 rows 25.2 / 72.5 ms,
+# 32 rows 41.8 / 95.2, 64 rows 152 / 276, 256 rows 604 / 915 (prefill)
+DEFAULT_DENSE_ABOVE_C_KERNEL_FP32 = 0
 # torch's weight-only int4 / int8 CPU kernels are fast in bf16 / fp16 only. One 1536x576 layer,
 # one thread, on an AMX/AVX512-BF16 Xeon: int4 89 / 244 us at 1 / 8 rows in bf16, 2,152 /
 # 16,955 us in fp32, where the dense fp32 GEMM takes 278 / 571 us (int8 alike: 84 / 274 bf16,

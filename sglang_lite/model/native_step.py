@@ -13,13 +13,14 @@ logits. Anything else, and every step with a prefill row, runs the modules as be
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from sglang_lite.attention import native_decode
 from sglang_lite.model import native_ops
 from sglang_lite.quant import native_int4
 
-MAX_ROWS = native_int4.MAX_ROWS
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 
 
@@ -29,7 +30,7 @@ class _Linear:
 
     __slots__ = ("module", "weight", "args", "out_features", "in_features", "max_rows", "dense_t")
 
-    def __init__(self, module, int4, max_rows: int, dense: torch.Tensor | None):
+    def __init__(self, module, int4, max_rows: float, dense: torch.Tensor | None):
         self.module, self.weight = module, module.weight_q  # kept: the pointers below stay valid
         self.max_rows = max_rows  # the most rows the module sends to the int4 weight
         self.dense_t = None if dense is None else dense.t()  # what F.linear multiplies above them
@@ -42,7 +43,7 @@ class _Linear:
 
 
 def _int4_of(linear):
-    """The packed int4 weight ``linear`` runs at up to MAX_ROWS rows with int8 activations, or None."""
+    """The packed int4 weight ``linear`` runs with int8 activations (up to its dense copy's rows), or None."""
     from sglang_lite.quant.by_rows import ByRowsWeight
     from sglang_lite.quant.int4 import Int4Weight
     from sglang_lite.quant.modules import QuantLinear
@@ -50,9 +51,9 @@ def _int4_of(linear):
     if not isinstance(linear, QuantLinear) or linear.bias is not None:
         return None
     w = linear.weight_q
-    rows, dense = MAX_ROWS, None
+    rows, dense = math.inf, None
     if isinstance(w, ByRowsWeight):  # the packed weight up to its row limit, the dense copy above
-        w, rows, dense = w.packed, min(rows, w.max_rows), w.dense
+        w, rows, dense = w.packed, w.max_rows, w.dense
     if not isinstance(w, Int4Weight) or not w.int8_activations or w.scale_zero.dtype not in _DTYPES:
         return None
     return _Linear(linear, w, rows, dense)
@@ -60,8 +61,6 @@ def _int4_of(linear):
 
 class NativeDecodeStep:
     """The per-layer arguments of the C decode path, built once from a model (``build``)."""
-
-    MAX_ROWS = MAX_ROWS
 
     def __init__(self, model, layers: list[tuple], dtype: torch.dtype):
         cfg = model.config

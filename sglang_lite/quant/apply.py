@@ -123,7 +123,7 @@ def use_cpu_kernels(model: nn.Module, quantization: str, dtype: torch.dtype, int
 
 def use_int8_activations(model: nn.Module) -> nn.Module:
     """Let every packed int4 weight of a CPU model (Q8_0's int4 halves too) multiply its
-    steps of up to ``native_int4.MAX_ROWS`` rows through the C kernel, the activations
+    steps (up to a dense copy's rows, where it has one) through the C kernel, the activations
     quantized to int8 per group; builds the kernel now, not on the first step (nor while
     torch.compile traces, which never builds it). A shared weight stays shared."""
     if native_int4.module() is None:

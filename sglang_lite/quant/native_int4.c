@@ -31,12 +31,13 @@
 
 #define BLOCK 64
 #define TILE 8      /* rows whose accumulators stay in registers over one weight group */
-#define MAX_ROWS 32 /* rows a call takes: tiles of TILE over each group while it is in L1 */
+#define MAX_ROWS 32 /* rows a block pass takes: tiles of TILE over each group while it is in L1 */
 
 /* Codes and scales of the activations: xq [M, K], dx and xsum (dx * sum xq) [M, G]. */
 static void quantize_rows(const void *x, int x_dtype, int m_rows, int k, int group, int8_t *xq,
                           float *dx, float *xsum) {
     int groups = k / group;
+#pragma omp parallel for schedule(static) if (m_rows > MAX_ROWS) /* a prefill's rows */
     for (int m = 0; m < m_rows; m++) {
         for (int g = 0; g < groups; g++) {
             Py_ssize_t base = (Py_ssize_t)m * k + (Py_ssize_t)g * group;
@@ -201,7 +202,7 @@ static PyObject *int4_mm(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "niiinnniinni", &x_ptr, &x_dtype, &m_rows, &k, &packed_ptr, &n_pad, &sz_ptr,
                           &sz_dtype, &group, &y_ptr, &n_out, &y_dtype))
         return NULL;
-    if (m_rows < 1 || m_rows > MAX_ROWS || group < 4 || group % 4 || k % group || n_pad % BLOCK ||
+    if (m_rows < 1 || group < 4 || group % 4 || k % group || n_pad % BLOCK ||
         n_out > n_pad || n_out < 0) {
         PyErr_Format(PyExc_ValueError, "int4_mm: unsupported shape (rows %d, K %d, group %d, N %zd of %zd)",
                      m_rows, k, group, n_out, n_pad);
@@ -219,10 +220,15 @@ static PyObject *int4_mm(PyObject *self, PyObject *args) {
     int blocks = (int)((n_out + BLOCK - 1) / BLOCK);
     Py_BEGIN_ALLOW_THREADS
     quantize_rows((const void *)x_ptr, x_dtype, m_rows, k, group, xq, dx, xsum);
+    size_t y_size = y_dtype == BF16 ? 2 : 4;
 #pragma omp parallel for schedule(static)
-    for (int b = 0; b < blocks; b++)
-        block_rows((const uint8_t *)packed_ptr, (const void *)sz_ptr, sz_dtype, n_pad, k, group, b, xq, dx, xsum,
-                   m_rows, (void *)y_ptr, y_dtype, n_out);
+    for (int b = 0; b < blocks; b++) /* MAX_ROWS rows at a time over a block kept in L2: each
+                                      * row's sums are the same whatever rows share its call */
+        for (int m0 = 0; m0 < m_rows; m0 += MAX_ROWS)
+            block_rows((const uint8_t *)packed_ptr, (const void *)sz_ptr, sz_dtype, n_pad, k, group, b,
+                       xq + (size_t)m0 * k, dx + (size_t)m0 * groups, xsum + (size_t)m0 * groups,
+                       m_rows - m0 < MAX_ROWS ? m_rows - m0 : MAX_ROWS,
+                       (char *)y_ptr + (size_t)m0 * n_out * y_size, y_dtype, n_out);
     Py_END_ALLOW_THREADS
     free(xq);
     free(dx);

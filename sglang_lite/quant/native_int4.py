@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("native_int4.c")
 _NAME = "_native_int4"
-MAX_ROWS = 32  # the C kernel's limit (MAX_ROWS there)
+MAX_ROWS = 32  # rows the C kernel takes in one pass over a weight block (MAX_ROWS there); more
+# rows take more passes, each row's result the same whatever rows share its call
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 _loaded: list = []
 
@@ -43,9 +44,9 @@ def _load():
 
 
 def supports(x: torch.Tensor, scale_zero: torch.Tensor) -> bool:
-    """Whether ``mm`` takes ``x``: on the CPU, 1..MAX_ROWS rows, fp32 / bf16, and the module
+    """Whether ``mm`` takes ``x``: on the CPU, one row or more, fp32 / bf16, and the module
     built (under torch.compile, only if it was built before: tracing never builds it)."""
-    if not (x.device.type == "cpu" and x.dim() == 2 and 1 <= x.shape[0] <= MAX_ROWS
+    if not (x.device.type == "cpu" and x.dim() == 2 and 1 <= x.shape[0]
             and x.dtype in _DTYPES and scale_zero.dtype in _DTYPES):
         return False
     if torch.compiler.is_compiling():

@@ -6,6 +6,7 @@ the plan taken only where it applies, and built again when a weight it read is r
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -74,23 +75,19 @@ def test_the_c_decode_step_gives_the_modules_logprobs_bitwise(gguf_engine, plan_
         assert a["meta_info"]["output_top_logprobs"] == b["meta_info"]["output_top_logprobs"]
 
 
-def test_rows_above_the_int4_kernel_take_the_dense_copies_or_the_modules(gguf_engine, plan_runs):
-    """Above the rows the modules send to the int4 kernel they multiply the dense copies
-    (F.linear): the plan does too, bitwise equal, where every linear has one (bf16 + dense);
-    without them (fp32, blocks alone) those steps run the modules."""
+def test_many_rows_take_the_plan_with_the_dense_copies_or_the_int4_kernel(gguf_engine, plan_runs):
+    """Above a dense copy's threshold the modules multiply the copies (F.linear): the plan does
+    too (bf16 + dense); without copies (fp32, blocks alone) the int4 kernel takes every row,
+    past one pass of its own (32 rows). Bitwise equal to the modules either way."""
     _generate(gguf_engine, True, PROMPTS[:1], {"max_new_tokens": 2, "temperature": 0})
     plan = gguf_engine.model._native_plan
     dense = isinstance(gguf_engine.model.layers[0].mlp.down_proj.weight_q, ByRowsWeight)
-    assert plan.max_rows == (8 if dense else NativeDecodeStep.MAX_ROWS) and plan.dense == dense
-    prompts = [f"Item {i}: the color of the sky is" for i in range(plan.max_rows + 3)]
+    assert plan.max_rows == (8 if dense else math.inf) and plan.dense == dense
+    prompts = [f"Item {i}: the color of the sky is" for i in range(35)]
     params = {"max_new_tokens": 5, "temperature": 0, "ignore_eos": True}
     plan_runs.clear()
     with_plan = _generate(gguf_engine, True, prompts, params)
-    if not dense:
-        assert all(rows <= plan.max_rows for rows in plan_runs)
-        assert len(plan_runs) < 3  # most + 3 rows decode together: no step of them took the plan
-        return
-    assert max(plan_runs) == len(prompts)  # every row at once, past the int4 kernel's
+    assert max(plan_runs) == len(prompts)  # every row at once, past the dense copy's threshold
     modules = _generate(gguf_engine, False, prompts, params)
     for a, b in zip(with_plan, modules):
         assert a["output_ids"] == b["output_ids"]

@@ -12,9 +12,8 @@ next-token argmax agrees with the reference's along it.
 
 Measured here (perplexity of PARAGRAPH, argmax agreement over its 171 positions): none 31.93;
 gguf 31.93, 100%; int8 31.72, 97.7%; int4 31.71, 97.1%; fp8 33.06, 91.8%. With
-``int8_activations`` (the C kernel for steps of up to 8 rows, its activations quantized to int8
-per group, as llama.cpp does; scored in prefill chunks of 8 rows): gguf 32.00, 97.1%; int4 32.01,
-97.1%. The decoder's weights
+``int8_activations`` (the C kernel for every row, the prefill's too, its activations quantized
+to int8 per group, as llama.cpp does; no dense copy): gguf 31.86, 96.5%; int4 31.96, 97.1%. The decoder's weights
 are already Q4_1 (int4 on the same groups), so int4 loses little there; an int4 LM head (the
 file's is Q8_0) gave 34.73 and 81.9%, which is why int4 keeps the head in int8.
 """
@@ -68,12 +67,11 @@ def engines(engine):
         if quantization not in made:
             name, _, activations = quantization.partition(":")
             q, _, dense = name.partition("+")
-            # ":int8": rows of up to 8 through the C kernel, and prefill in chunks of 8 rows, so
-            # the paragraph's every position is scored through it; else torch's kernel
+            # ":int8": every row through the C kernel (no dense copy), the prefill too, so the
+            # paragraph's every position is scored through it; else torch's kernel
             made[quantization] = Engine(quantization=q, kv_cache_memory="64MiB",
                                         dense_weights_above=DEFAULT_DENSE_WEIGHTS_ABOVE if dense else 0,
-                                        int8_activations=activations == "int8",
-                                        **({"chunked_prefill_size": 8} if activations else {}))
+                                        int8_activations=activations == "int8")
         return made[quantization]
 
     yield get
@@ -155,13 +153,13 @@ def test_quantization_option_is_validated():
 
 def test_auto_packs_fp32_weights_where_the_c_kernel_builds(monkeypatch):
     """A CPU without native bf16 (auto dtype: fp32) packs the GGUF blocks when the C int4
-    kernel builds (packs_in_fp32; the test session pins it off), with the dense copy above the
-    C kernel's 32 rows (the fp32 GEMM is slower than the kernel up to there; bf16's from 16);
+    kernel builds (packs_in_fp32; the test session pins it off), with no dense copy (the fp32
+    GEMM is slower than the kernel at every row count; bf16's from 16 rows on);
     a dtype asked for as float32, int8_activations off, or deterministic keep dense."""
     monkeypatch.setattr("sglang_lite.config.packs_in_fp32", lambda: True)
     cpu = EngineConfig.create(device="cpu")
     assert (cpu.dtype, cpu.quantization, cpu.dense_weights_above) == ("float32", "gguf", DEFAULT_DENSE_ABOVE_C_KERNEL_FP32)
-    assert DEFAULT_DENSE_ABOVE_C_KERNEL_FP32 == native_int4.MAX_ROWS > DEFAULT_DENSE_ABOVE_C_KERNEL
+    assert DEFAULT_DENSE_ABOVE_C_KERNEL_FP32 == 0 < DEFAULT_DENSE_ABOVE_C_KERNEL
     for dense in ({"dtype": "float32"}, {"int8_activations": False}, {"deterministic": True}):
         assert EngineConfig.create(device="cpu", **dense).quantization == "none", dense
     monkeypatch.setattr("sglang_lite.config.packs_in_fp32", lambda: False)  # no compiler: torch's kernel is slow in fp32

@@ -1,6 +1,6 @@
 """The C int4 kernel (sglang_lite/quant/native_int4.c) against a float64 reference: the
 dequantized weight times the activations it multiplies (each group quantized to int8), over
-row counts 1..MAX_ROWS, group sizes, out_features that end inside a 64-row block, both
+row counts 1..MAX_ROWS and past them, group sizes, out_features that end inside a 64-row block, both
 dtypes; its AVX2 and plain-C paths built on purpose; and its threads those of torch's runtime."""
 
 from __future__ import annotations
@@ -55,11 +55,18 @@ def test_activations_are_quantized_per_group_to_127_levels():
     assert got[0, 1] == -1.0 and got[0, 4] == 2.0  # each group's largest is exact
 
 
-def test_more_rows_than_the_kernel_takes_go_to_torchs_kernel():
-    packed, x, _ = _case(64, 64, native_int4.MAX_ROWS + 1, 32, torch.float32)
-    assert not native_int4.supports(x, packed.scale_zero)
-    ref = x.double() @ packed.dequantize(torch.float64).t()  # activations as they are
-    assert (packed.mm(x).double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_more_rows_than_a_pass_takes_give_each_row_its_own_result(dtype):
+    """Past MAX_ROWS rows (a prefill) the kernel makes more passes over each weight block: the
+    reference holds, and every row's result is bitwise the one it gets alone or in any pass."""
+    for m in (native_int4.MAX_ROWS + 1, 64, 97):
+        packed, x, ref = _case(130, 256, m, 64, dtype)
+        assert native_int4.supports(x, packed.scale_zero)
+        y = packed.mm(x)
+        _check(y, ref, dtype)
+        for i in (0, native_int4.MAX_ROWS - 1, native_int4.MAX_ROWS, m - 1):
+            assert torch.equal(y[i], packed.mm(x[i:i + 1])[0]), (m, i)
+        assert torch.equal(y[native_int4.MAX_ROWS:], packed.mm(x[native_int4.MAX_ROWS:]))
 
 
 def test_threads_are_torchs_own():
