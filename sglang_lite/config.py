@@ -95,8 +95,9 @@ class EngineConfig:
     # quantization is auto and packs, else 0.
     dense_weights_above: int | None = None
     # On a CPU, a packed int4 weight (int4, gguf's Q4 blocks and the int4 halves of its Q8_0)
-    # multiplies steps of up to 8 rows through our C kernel with each row's activations
-    # quantized to int8 per weight group, as llama.cpp multiplies Q4 by Q8 (quant/native_int4.py).
+    # multiplies its steps (those up to a dense copy's rows, where it has one) through our C
+    # kernel with each row's activations quantized to int8 per weight group, as llama.cpp
+    # multiplies Q4 by Q8 (quant/native_int4.py).
     # False: torch's kernel, the activations as they are (the dequantized model's logits).
     int8_activations: bool = True
     page_size: int = 16

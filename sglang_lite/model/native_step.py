@@ -8,7 +8,9 @@ RMSNorm, SiLU MLP, no biases, qk-norms, windows or soft-caps, a plain KV pool in
 dtype), ``NativeDecodeStep`` runs a layer as ten direct calls into the C kernels the eager
 path uses one by one (``native_ops``, ``quant/native_int4``, ``attention/native_decode``),
 on buffers allocated once per step: the same functions on the same values, so the same
-logits. Anything else, and every step with a prefill row, runs the modules as before.
+logits. Past a dense copy's threshold (``dense_weights_above``) the matmuls are the copies'
+``torch.mm``, as the modules' ``F.linear``. Anything else, and every step with a prefill row,
+runs the modules as before.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Int4 weights times a few rows in C (``native_int4.c``), built on first use.
+"""Int4 weights times rows of activations in C (``native_int4.c``), built on first use.
 
 Torch's ``_weight_int4pack_mm_for_cpu`` reads the same packed bytes with bf16 / fp32
 activations; this kernel quantizes each activation row to int8 per weight group (llama.cpp's
