@@ -26,9 +26,10 @@ DEFAULT_DENSE_WEIGHTS_ABOVE = 8
 # 8 rows 9.4 / 18.4 ms, 16 rows 16.1 / 20.9, 24 rows 21.5 / 20.4, 32 rows 26.9 / 22.1
 DEFAULT_DENSE_ABOVE_C_KERNEL = 16
 # ... and in fp32 (the dtype of a CPU without native bf16) no dense copy at all: the fp32 GEMM
-# runs at half bf16's rate, and the C kernel takes any number of rows, faster at every size
-# measured: an AVX2-only EPYC, the same 120 linears, fp32, 2 threads: 16 rows 25.2 / 72.5 ms,
-# 32 rows 41.8 / 95.2, 64 rows 152 / 276, 256 rows 604 / 915 (prefill)
+# runs at half bf16's rate, and the C kernel, which takes any number of rows, is faster up to
+# about 128 rows and even past them (prefill), without the copy's memory: an AVX2-only EPYC,
+# the same 120 linears, fp32, 2 threads, one quiet run: 1 row 15.8 / 29.3 ms, 8 rows 32.0 / 68.9,
+# 32 rows 77.7 / 107.9, 64 rows 138 / 158, 128 rows 267 / 280, 256 rows 500 / 484
 DEFAULT_DENSE_ABOVE_C_KERNEL_FP32 = 0
 # torch's weight-only int4 / int8 CPU kernels are fast in bf16 / fp16 only. One 1536x576 layer,
 # one thread, on an AMX/AVX512-BF16 Xeon: int4 89 / 244 us at 1 / 8 rows in bf16, 2,152 /
