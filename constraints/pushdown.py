@@ -563,7 +563,7 @@ class PushdownAutomaton(TokenAutomaton):
         for c in state:
             if self._in_counted_of[c[1]]:  # grouped by position and count (_counted_row)
                 counted.setdefault((c[1], c[0][-1]), []).append(c[0])
-            elif leaf_of[c[1]] < 0 and self._known_row(c) is None:
+            elif leaf_of[c[1]] < 0 and self._cached_row(c[1], c[0]) is None:
                 fresh.append(c)
             else:
                 rows.append(self._config_row(c)[0])
@@ -578,12 +578,12 @@ class PushdownAutomaton(TokenAutomaton):
                         else self._counted_row(g, stacks, self._leaf_of_g[g])[0])
         return rows[0] if len(rows) == 1 else np.bitwise_or.reduce(rows)
 
-    def _known_row(self, config: Config) -> np.ndarray | None:
-        """A structural configuration's cached row (_config_row's cache), else None."""
-        stack = config[0]
-        for suffix, row in self._config_rows.get(config[1], ()):
-            if len(stack) >= len(suffix) and stack[len(stack) - len(suffix):] == suffix:
-                return row
+    def _cached_row(self, key, below: tuple[int, ...]) -> tuple[np.ndarray, int] | None:
+        """_config_row's cache: the row kept under ``key`` for a stack suffix ``below`` ends
+        with, and the depth that suffix starts at; None where none matches."""
+        for suffix, row in self._config_rows.get(key, ()):
+            if len(below) >= len(suffix) and below[len(below) - len(suffix):] == suffix:
+                return row, len(below) - len(suffix)
         return None
 
     def _joint_row(self, configs: list[Config]) -> np.ndarray | None:
@@ -616,16 +616,15 @@ class PushdownAutomaton(TokenAutomaton):
         elif key != g:  # a leaf position that walks as the one it is keyed by
             config = (stack, key)
             g = key
-        known = self._config_rows.setdefault(key, [])
-        for suffix, row in known:
-            if len(below) >= len(suffix) and below[len(below) - len(suffix):] == suffix:
-                return row, len(below) - len(suffix)
+        hit = self._cached_row(key, below)
+        if hit is not None:
+            return hit
         k = self._leaf_of_g[g]
         if k >= 0:
             row, lowest = self._leaf_config_row(config, k)
         else:
             row, lowest = self._structural_row(config)
-        known.append((below[min(lowest, len(below)):], row))
+        self._config_rows.setdefault(key, []).append((below[min(lowest, len(below)):], row))
         return row, min(lowest, len(below))
 
     def _structural_row(self, config: Config) -> tuple[np.ndarray, int]:

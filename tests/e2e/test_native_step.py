@@ -23,7 +23,7 @@ PROMPTS = ["The three primary colors are", "def fibonacci(n):", "Once upon a tim
 GREEDY = {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}
 
 
-# fp32 with the blocks alone; bf16 with a dense copy above 8 rows (the default here)
+# fp32 with the blocks alone; bf16 with a dense copy above 8 rows
 @pytest.fixture(scope="module", params=[("float32", 0), ("bfloat16", 8)], ids=["fp32", "bf16+dense"])
 def gguf_engine(request, model_dir):
     dtype, dense_above = request.param
