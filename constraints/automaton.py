@@ -26,6 +26,7 @@ class TokenAutomaton(ABC):
     """A byte-level language over a tokenizer's vocabulary."""
 
     unique_items = None  # a UniqueItems where the matcher checks duplicate array items
+    pruned = False  # whether steps ever dropped parses (pushdown's MAX_CONFIGS): bounds unknown
 
     def __init__(self, info: TokenizerInfo):
         self.info = info

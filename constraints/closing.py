@@ -136,6 +136,10 @@ class ClosingDistance:
         self._margin = MARGIN  # grows to twice the largest one-token rise seen (see Margin)
         self._exhausted = False  # a search met MAX_SEARCH_STATES: no more searches (bound inf)
         self._most_bytes: int | None | bool = False  # automaton.max_bytes_to_accept, once read
+        # _every_state_fits once found (inf before): a caller may skip budget_row whenever
+        # remaining - 1 >= far and the automaton is not pruned (what budget_row checks first),
+        # a number read per fill instead of a call, a state hash and two lookups.
+        self.far = math.inf
 
     @property
     def automaton(self) -> TokenAutomaton:
@@ -170,7 +174,7 @@ class ClosingDistance:
         none fits (the budget was already short), the tokens closest to terminating."""
         fits = self._fits.get(state)  # read without the lock: one dict lookup
         if fits is None:
-            if remaining - 1 >= self._every_state_fits() and not getattr(self.automaton, "pruned", False):
+            if remaining - 1 >= self._every_state_fits() and not self.automaton.pruned:
                 return None  # no state of the grammar is that far from its end: nothing to check
             fits = self._first_fits(state)
         if fits is not None and remaining - 1 >= fits[0] + (self._margin if fits[1] else 0):
@@ -243,7 +247,8 @@ class ClosingDistance:
         if most is False:
             most = self._most_bytes = (self.automaton.max_bytes_to_accept(self._single_bytes)
                                        if len(self._eos) else None)
-        return math.inf if most is None else most + 1 + self._margin
+        self.far = math.inf if most is None else most + 1 + self._margin
+        return self.far
 
     # -- bounds ---------------------------------------------------------------------------
     def _bound(self, sid: int) -> float:
@@ -595,6 +600,8 @@ class ClosingDistance:
         finite = levels.thresholds[levels.thresholds >= 0]
         if len(finite):
             self._margin = max(self._margin, 2 * int(finite[-1] + 1 - self._bound(sid)))
+            if self._most_bytes is not False:
+                self._every_state_fits()  # far rises with the margin
         return levels
 
 

@@ -87,9 +87,11 @@ class GrammarMatcher:
         state = self._state
         narrowed = None
         if max_tokens is not None:
-            if self._closing is None:
-                self._closing = closing_for(self._automaton)
-            narrowed = self._closing.budget_row(state, max_tokens)
+            closing = self._closing
+            if closing is None:
+                closing = self._closing = closing_for(self._automaton)
+            if max_tokens - 1 < closing.far or self._automaton.pruned:  # else far from any row
+                narrowed = closing.budget_row(state, max_tokens)
         if narrowed is None and self._unique is None:
             words = self._words_of(bitmask)
             if words is not None:  # the common case, without torch's per-call overhead

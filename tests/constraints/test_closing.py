@@ -14,7 +14,7 @@ import pytest
 
 from constraints import GrammarCompiler, TokenizerInfo, allocate_token_bitmask
 from constraints.bitmask import unpack_bitmask
-from constraints.closing import ClosingDistance, closing_for
+from constraints.closing import MARGIN, ClosingDistance, closing_for
 
 EOS = 0
 VOCAB = [b"", b"a", b"b", b"ab", b"abab", b"x", b"y", b"1", b"2", b"12", b"{", b"}", b'"', b'{"',
@@ -432,6 +432,34 @@ def test_admission_finds_the_far_from_budget_threshold_so_no_fill_does():
     matcher.fill_next_token_bitmask(bitmask, 0, max_tokens=499)
     assert calls == [1]  # read, not computed again
     assert closing_for(auto)._every_state_fits() == most(auto, auto.info.single_byte_tokens) + 1 + closing_for(auto)._margin
+
+
+def test_the_far_threshold_a_fill_reads_rises_with_the_margin():
+    """A budgeted fill skips budget_row while max_tokens - 1 >= closing.far, the threshold
+    budget_row checks first. Building a state's rows may raise the margin (here "y" commits
+    to 40 more tokens after "x", which could end with EOS): far rises with it, else fills
+    between the old and the new threshold would keep tokens budget_row would drop."""
+    compiler = GrammarCompiler(TokenizerInfo(list(VOCAB), (EOS,), frozenset({EOS})))  # its own
+    grammar = compiler.compile_regex("x|xy{40}")  # (the automaton is marked pruned below)
+    closing = closing_for(grammar.automaton)
+    info = grammar.automaton.info
+    matcher, bitmask = grammar.matcher(), allocate_token_bitmask(1, grammar.vocab_size)
+    matcher.fill_next_token_bitmask(bitmask, 0, max_tokens=300)
+    first = closing.far
+    assert first == closing._most_bytes + 1 + MARGIN
+    assert matcher.accept_token(info.ids_by_bytes[b"x"])
+    matcher.fill_next_token_bitmask(bitmask, 0, max_tokens=30)  # near: this state's rows are built
+    assert not unpack_bitmask(bitmask[0], grammar.vocab_size)[info.ids_by_bytes[b"y"]]
+    assert closing._margin > MARGIN
+    assert closing.far == first - MARGIN + closing._margin
+    # Once steps dropped parses (pruned) the fewest bytes are unknown: no fill skips the check.
+    asked = []
+    closing.budget_row = lambda state, remaining: asked.append(remaining)
+    matcher.fill_next_token_bitmask(bitmask, 0, max_tokens=1000)
+    assert asked == []
+    grammar.automaton.pruned = True
+    matcher.fill_next_token_bitmask(bitmask, 0, max_tokens=1000)
+    assert asked == [1000]
 
 
 @pytest.mark.parametrize("schema", [NESTED, *PUSHDOWN, *LONGER_IS_FEWER, *EXACT])
