@@ -22,6 +22,9 @@ from .vocab import TokenizerInfo
 State = Hashable
 
 
+SPARSE_WORDS = 64  # fill_words keeps a row as its live words up to this many (512 bytes)
+
+
 class TokenAutomaton(ABC):
     """A byte-level language over a tokenizer's vocabulary."""
 
@@ -33,6 +36,7 @@ class TokenAutomaton(ABC):
         self._rows: dict[State, torch.Tensor] = {}
         self._words: dict[State, np.ndarray] = {}  # the same rows as numpy arrays
         self._continues: dict[State, bool] = {}
+        self._sparse: dict[State, bytes | np.ndarray] = {}  # fill_words' form of each row
 
     @property
     @abstractmethod
@@ -104,6 +108,23 @@ class TokenAutomaton(ABC):
         if words is None:
             words = self._words[state] = self.mask_row(state).numpy()
         return words
+
+    def fill_words(self, state: State, out: np.ndarray) -> None:
+        """mask_words(state) written into ``out`` (a row of a CPU int32 bitmask). A state met
+        before writes from its row's live words alone where it has at most SPARSE_WORDS
+        (kept as native.sparse_row's pairs): most rows are a few words of thousands, and a
+        fill that reads a whole cached row finds it cold, ~6 KB from memory, not cache."""
+        kept = self._sparse.get(state)
+        if kept is None:
+            words = self.mask_words(state)
+            mod = native.module()
+            pairs = None if mod is None else mod.sparse_row(words, SPARSE_WORDS)
+            self._sparse[state] = words if pairs is None else pairs
+            out[...] = words
+        elif type(kept) is bytes:
+            native.module().fill_sparse(out, kept)
+        else:
+            out[...] = kept
 
     @property
     def num_cached_masks(self) -> int:

@@ -1584,6 +1584,50 @@ static PyObject *py_fewest_bytes(PyObject *self, PyObject *const *args, Py_ssize
     return out;
 }
 
+/* ---- sparse rows (automaton.fill_words) ------------------------------------------------- */
+
+/* sparse_row(row, most) -> bytes of (int32 word index, int32 word) pairs, one per nonzero word
+ * of the packed row, or None where it has more than ``most`` (rows are mostly a few live words
+ * of thousands: a fill from the pairs reads a few bytes, not the whole row, cold). */
+static PyObject *py_sparse_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "sparse_row takes 2 arguments"); return NULL; }
+    Py_ssize_t most = PyLong_AsSsize_t(args[1]);
+    if (most < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "most < 0"); return NULL; }
+    Py_buffer row;
+    if (row_view(args[0], &row, 0, 0) < 0) return NULL;
+    const uint32_t *w = row.buf;
+    Py_ssize_t n = row.len / 4, live = 0;
+    for (Py_ssize_t i = 0; i < n; i++) live += w[i] != 0;
+    PyObject *out = live > most ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize(NULL, live * 8);
+    if (out && out != Py_None) {
+        int32_t *pairs = (int32_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (w[i]) { *pairs++ = (int32_t)i; *pairs++ = (int32_t)w[i]; }
+    }
+    PyBuffer_Release(&row);
+    return out;
+}
+
+/* fill_sparse(out, pairs): the packed row ``out`` zeroed, then sparse_row's pairs written */
+static PyObject *py_fill_sparse(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "fill_sparse takes 2 arguments"); return NULL; }
+    Py_buffer out, pairs;
+    if (row_view(args[0], &out, 0, 1) < 0) return NULL;
+    if (row_view(args[1], &pairs, 0, 0) < 0) { PyBuffer_Release(&out); return NULL; }
+    uint32_t *w = out.buf;
+    const int32_t *p = pairs.buf;
+    Py_ssize_t n = out.len / 4, k = pairs.len / 8, bad = 0;
+    memset(w, 0, (size_t)n * 4);
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (p[2 * j] < 0 || p[2 * j] >= n) { bad = 1; break; }
+        w[p[2 * j]] = (uint32_t)p[2 * j + 1];
+    }
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&pairs);
+    if (bad) { PyErr_SetString(PyExc_ValueError, "fill_sparse: a word index outside the row"); return NULL; }
+    Py_RETURN_NONE;
+}
+
 /* ---- subset construction --------------------------------------------------------------- */
 
 typedef struct { int32_t *data; int64_t len, cap; } Ints;
@@ -2324,6 +2368,8 @@ static PyMethodDef methods[] = {
     {"stack_rules", (PyCFunction)(void (*)(void))py_stack_rules, METH_FASTCALL, "pushdown._global_table"},
     {"product", (PyCFunction)(void (*)(void))py_product, METH_FASTCALL, "fsm.product"},
     {"fewest_bytes", (PyCFunction)(void (*)(void))py_fewest_bytes, METH_FASTCALL, "completion.rule_distances"},
+    {"sparse_row", (PyCFunction)(void (*)(void))py_sparse_row, METH_FASTCALL, "a row's live words"},
+    {"fill_sparse", (PyCFunction)(void (*)(void))py_fill_sparse, METH_FASTCALL, "a row from its live words"},
     {NULL, NULL, 0, NULL},
 };
 

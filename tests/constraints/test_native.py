@@ -131,6 +131,35 @@ def test_c_walks_give_the_python_masks_on_real_schemas(tokenizer_info):
 
 
 @needs_c
+def test_a_state_met_again_fills_from_its_live_words_as_from_its_row(tokenizer_info):
+    """fill_words keeps a row of few live words as native.sparse_row's pairs and writes a
+    state met again from them: into a row holding garbage, every fill (first and again)
+    equals mask_words, for states kept as pairs and states kept whole."""
+    automaton = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(SCHEMAS[0]).automaton
+    rng, state, kinds = np.random.default_rng(3), automaton.initial, set()
+    out = np.empty((tokenizer_info.vocab_size + 31) // 32, dtype=np.int32)
+    for _ in range(40):
+        for _ in range(2):
+            out.fill(-1)
+            automaton.fill_words(state, out)
+            assert np.array_equal(out, automaton.mask_words(state))
+        kinds.add(type(automaton._sparse[state]))
+        allowed = np.flatnonzero(unpack_bitmask(automaton.mask_words(state), tokenizer_info.vocab_size))
+        allowed = allowed[~np.isin(allowed, tokenizer_info.eos_token_ids)]
+        if not len(allowed):
+            break
+        state = automaton.advance(state, tokenizer_info.token_bytes[int(rng.choice(allowed))])
+    assert kinds == {bytes, np.ndarray}
+    mod, row = native.module(), np.zeros(8, dtype=np.int32)
+    row[[1, 6]] = [5, -7]
+    assert mod.sparse_row(row, 1) is None  # more live words than asked for
+    pairs = mod.sparse_row(row, 2)
+    assert np.frombuffer(pairs, dtype=np.int32).tolist() == [1, 5, 6, -7]
+    with pytest.raises(ValueError, match="outside the row"):
+        mod.fill_sparse(np.zeros(4, dtype=np.int32), pairs)
+
+
+@needs_c
 def test_a_walk_past_the_configuration_cap_falls_back_to_python(tokenizer_info):
     """With a cap of 0 configurations every C walk gives up (None); the automaton then walks
     in Python, and its masks are those of an automaton that never had the C walks."""
