@@ -172,8 +172,14 @@ class PdaWalker:
         shallowest stack depth met. ``close_first`` False: the configurations read their
         first byte as they are (their calls are the caller's to walk)."""
         row = np.zeros(self._words, dtype=np.int32)
+        lowest = self.trie_into(configs, close_first, row)
+        return None if lowest is None else (row, lowest)
+
+    def trie_into(self, configs, close_first: bool, row: np.ndarray) -> int | None:
+        """trie's walk with its tokens' bits set in ``row`` (zeroed by the caller): the
+        shallowest depth met, None where the walk gives up."""
         lowest = self._mod.walk_trie(self._pda, self._vocab, configs, close_first, row)
-        return None if lowest < 0 else (row, lowest)
+        return None if lowest < 0 else lowest
 
     def token_ends(self, configs) -> tuple[list, np.ndarray, np.ndarray] | None:
         """The states tokens end in (frozensets of (stack, position): what the automaton's

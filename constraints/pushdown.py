@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from . import native
-from .automaton import TokenAutomaton, group_bytes
+from .automaton import SPARSE_WORDS, TokenAutomaton, group_bytes
 from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
 from .completion import UNREACHABLE, GrammarDistances, rule_distances
@@ -96,9 +96,9 @@ class PushdownAutomaton(TokenAutomaton):
         self._byte_groups: dict[frozenset[int], list[list[int]]] = {}  # positions -> byte_classes
         self._depths: dict[State, int] = {}
         self._eos_row = info.eos_row
-        # g -> [(stack suffix the walk read, token ids)]: a deeper stack with the same suffix
+        # g -> [(stack suffix the walk read, packed row or its live words)]: a deeper stack with the same suffix
         # has the same tokens, so masks do not go cold with every level of nesting.
-        self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray]]] = {}
+        self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray | bytes]]] = {}
         self._offsets = offsets
         self._exits: dict[tuple[int, Config], tuple[np.ndarray, int]] = {}  # _counted_exits
         # Counted leaves (a string body with minLength/maxLength) keep their character count
@@ -540,6 +540,54 @@ class PushdownAutomaton(TokenAutomaton):
             self._words[state] = words
         return words
 
+    def fill_words(self, state: State, out: np.ndarray) -> None:
+        if len(state) == 1 and state not in self._sparse and self._fill_walked(state, out):
+            return
+        super().fill_words(state, out)
+
+    def _fill_walked(self, state: State, out: np.ndarray) -> bool:
+        """A new state of one configuration (no counted character) whose row is kept for its
+        stack already, or whose tokens are one trie walk (no call into a leaf to take rows
+        from): written straight into ``out`` (from the kept row, or walked there in C), and
+        kept only in fill_words' form (its live words, most often), the walked row also in
+        _config_rows, where mask_words finds it. The most common new states then make no
+        row of their own: fresh memory is what a first visit paid most for. False where the
+        state is not such or the C walk gave up (then fill_words writes all of ``out``)."""
+        config = next(iter(state))
+        stack, g = config
+        if self._in_counted_of[g]:
+            return False
+        mod = native.module()
+        hit = self._cached_row(self._row_key[g], stack)
+        if hit is not None:  # a configuration's row kept before (under a shorter stack)
+            kept = hit[0]
+            if type(kept) is bytes:
+                mod.fill_sparse(out, kept)
+            else:
+                out[...] = kept
+        else:
+            if self._leaf_of_g[g] >= 0:
+                return False
+            if self._branches[g] and any(self._leaf_of_g[c[1]] >= 0 for c in self._closure(state)):
+                return False
+            walker = self._native_walker()
+            if walker is None:
+                return False
+            out.fill(0)
+            lowest = walker.trie_into([config], True, out)
+            if lowest is None:
+                return False
+            lowest = min(lowest, len(stack))
+            pairs = mod.sparse_row(out, SPARSE_WORDS)
+            kept = out.copy() if pairs is None else pairs
+            self._config_rows.setdefault(g, []).append((stack[lowest:], kept))
+        if self.is_accepting(state) and self.info.eos_token_ids:
+            np.bitwise_or(out, self._eos_row, out=out)
+            pairs = mod.sparse_row(out, SPARSE_WORDS)
+            kept = out.copy() if pairs is None else pairs
+        self._sparse[state] = kept
+        return True
+
     def mask_row(self, state: State) -> torch.Tensor:
         row = self._rows.get(state)
         if row is None:
@@ -618,6 +666,8 @@ class PushdownAutomaton(TokenAutomaton):
             g = key
         hit = self._cached_row(key, below)
         if hit is not None:
+            if type(hit[0]) is bytes:  # kept as its live words (_fill_walked)
+                return _unpacked(hit[0], self.info.vocab_size), hit[1]
             return hit
         k = self._leaf_of_g[g]
         if k >= 0:
@@ -792,6 +842,13 @@ class PushdownAutomaton(TokenAutomaton):
                 cur = self._step(cur, int(nxt[0]))
             self._forced[state] = bytes(out)
         return self._forced[state]
+
+
+def _unpacked(pairs: bytes, vocab_size: int) -> np.ndarray:
+    """A packed row from native.sparse_row's pairs (a new array: rows are ORed into others)."""
+    row = np.empty((vocab_size + 31) // 32, dtype=np.int32)
+    native.module().fill_sparse(row, pairs)
+    return row
 
 
 def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
