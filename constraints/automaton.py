@@ -25,6 +25,17 @@ State = Hashable
 SPARSE_WORDS = 64  # fill_words keeps a row as its live words up to this many (512 bytes)
 
 
+def _native():
+    """native.module(), read once it is loaded (a fill asks for it every time)."""
+    global _MOD
+    if _MOD is False:
+        _MOD = native.module()
+    return _MOD
+
+
+_MOD = False
+
+
 class TokenAutomaton(ABC):
     """A byte-level language over a tokenizer's vocabulary."""
 
@@ -109,22 +120,25 @@ class TokenAutomaton(ABC):
             words = self._words[state] = self.mask_row(state).numpy()
         return words
 
-    def fill_words(self, state: State, out: np.ndarray) -> None:
-        """mask_words(state) written into ``out`` (a row of a CPU int32 bitmask). A state met
+    def fill_words(self, state: State, words: np.ndarray, row: int) -> None:
+        """mask_words(state) written into ``words[row]`` (a CPU int32 bitmask). A state met
         before writes from its row's live words alone where it has at most SPARSE_WORDS
         (kept as native.sparse_row's pairs): most rows are a few words of thousands, and a
         fill that reads a whole cached row finds it cold, ~6 KB from memory, not cache."""
         kept = self._sparse.get(state)
         if kept is None:
-            words = self.mask_words(state)
-            mod = native.module()
-            pairs = None if mod is None else mod.sparse_row(words, SPARSE_WORDS)
-            self._sparse[state] = words if pairs is None else pairs
-            out[...] = words
+            self._fill_new(state, words, row)
         elif type(kept) is bytes:
-            native.module().fill_sparse(out, kept)
+            _native().fill_sparse(words, row, kept)
         else:
-            out[...] = kept
+            words[row] = kept
+
+    def _fill_new(self, state: State, words: np.ndarray, row: int) -> None:
+        """fill_words of a state met for the first time; keeps the form it fills from later."""
+        mask = words[row] = self.mask_words(state)
+        mod = _native()
+        pairs = None if mod is None else mod.sparse_row(mask, SPARSE_WORDS)
+        self._sparse[state] = mask if pairs is None else pairs
 
     @property
     def num_cached_masks(self) -> int:

@@ -95,7 +95,7 @@ class GrammarMatcher:
         if narrowed is None and self._unique is None:
             words = self._words_of(bitmask)
             if words is not None:  # the common case, without torch's per-call overhead
-                self._automaton.fill_words(state, words[row])
+                self._automaton.fill_words(state, words, row)
                 return
         allowed = narrowed if narrowed is not None else self._automaton.mask_row(state)
         if self._unique is not None:

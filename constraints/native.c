@@ -1586,45 +1586,67 @@ static PyObject *py_fewest_bytes(PyObject *self, PyObject *const *args, Py_ssize
 
 /* ---- sparse rows (automaton.fill_words) ------------------------------------------------- */
 
+#define SPARSE_MOST 256
+
 /* sparse_row(row, most) -> bytes of (int32 word index, int32 word) pairs, one per nonzero word
  * of the packed row, or None where it has more than ``most`` (rows are mostly a few live words
  * of thousands: a fill from the pairs reads a few bytes, not the whole row, cold). */
 static PyObject *py_sparse_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "sparse_row takes 2 arguments"); return NULL; }
     Py_ssize_t most = PyLong_AsSsize_t(args[1]);
-    if (most < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "most < 0"); return NULL; }
+    if (most < 0 || most > SPARSE_MOST) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "sparse_row: most outside 0..256");
+        return NULL;
+    }
     Py_buffer row;
     if (row_view(args[0], &row, 0, 0) < 0) return NULL;
     const uint32_t *w = row.buf;
     Py_ssize_t n = row.len / 4, live = 0;
-    for (Py_ssize_t i = 0; i < n; i++) live += w[i] != 0;
-    PyObject *out = live > most ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize(NULL, live * 8);
-    if (out && out != Py_None) {
-        int32_t *pairs = (int32_t *)PyBytes_AS_STRING(out);
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (w[i]) { *pairs++ = (int32_t)i; *pairs++ = (int32_t)w[i]; }
+    int32_t pairs[2 * SPARSE_MOST];
+    /* one pass, two words at a time (most pairs of words are both zero), given up at the
+     * first live word past ``most``: a dense row costs a few of its words, not all */
+    for (Py_ssize_t i = 0; i < n; i += 2) {
+        uint64_t two = i + 1 < n ? (uint64_t)w[i] | (uint64_t)w[i + 1] << 32 : w[i];
+        if (!two) continue;
+        for (Py_ssize_t j = i; j < i + 2 && j < n; j++) {
+            if (!w[j]) continue;
+            if (live == most) { PyBuffer_Release(&row); Py_RETURN_NONE; }
+            pairs[2 * live] = (int32_t)j;
+            pairs[2 * live + 1] = (int32_t)w[j];
+            live++;
+        }
     }
     PyBuffer_Release(&row);
-    return out;
+    return PyBytes_FromStringAndSize((const char *)pairs, live * 8);
 }
 
-/* fill_sparse(out, pairs): the packed row ``out`` zeroed, then sparse_row's pairs written */
+/* fill_sparse(rows, row, pairs): row ``row`` of the packed rows ``rows`` ([n, W] int32, C
+ * order) zeroed, then sparse_row's pairs written into it */
 static PyObject *py_fill_sparse(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "fill_sparse takes 2 arguments"); return NULL; }
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "fill_sparse takes 3 arguments"); return NULL; }
+    Py_ssize_t r = PyLong_AsSsize_t(args[1]);
+    if (r == -1 && PyErr_Occurred()) return NULL;
     Py_buffer out, pairs;
-    if (row_view(args[0], &out, 0, 1) < 0) return NULL;
-    if (row_view(args[1], &pairs, 0, 0) < 0) { PyBuffer_Release(&out); return NULL; }
-    uint32_t *w = out.buf;
-    const int32_t *p = pairs.buf;
-    Py_ssize_t n = out.len / 4, k = pairs.len / 8, bad = 0;
-    memset(w, 0, (size_t)n * 4);
-    for (Py_ssize_t j = 0; j < k; j++) {
-        if (p[2 * j] < 0 || p[2 * j] >= n) { bad = 1; break; }
-        w[p[2 * j]] = (uint32_t)p[2 * j + 1];
+    if (PyObject_GetBuffer(args[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    if (row_view(args[2], &pairs, 0, 0) < 0) { PyBuffer_Release(&out); return NULL; }
+    Py_ssize_t rows = out.ndim == 2 ? out.shape[0] : 1, n = out.ndim == 2 ? out.shape[1] : out.len / 4;
+    Py_ssize_t k = pairs.len / 8, bad = out.itemsize != 4 || out.ndim > 2 || r < 0 || r >= rows;
+    if (!bad) {
+        uint32_t *w = (uint32_t *)out.buf + r * n;
+        const int32_t *p = pairs.buf;
+        memset(w, 0, (size_t)n * 4);
+        for (Py_ssize_t j = 0; j < k; j++) {
+            if (p[2 * j] < 0 || p[2 * j] >= n) { bad = 2; break; }
+            w[p[2 * j]] = (uint32_t)p[2 * j + 1];
+        }
     }
     PyBuffer_Release(&out);
     PyBuffer_Release(&pairs);
-    if (bad) { PyErr_SetString(PyExc_ValueError, "fill_sparse: a word index outside the row"); return NULL; }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, bad == 2 ? "fill_sparse: a word index outside the row"
+                                                   : "fill_sparse: no such row of 4-byte words");
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 

@@ -540,29 +540,29 @@ class PushdownAutomaton(TokenAutomaton):
             self._words[state] = words
         return words
 
-    def fill_words(self, state: State, out: np.ndarray) -> None:
-        if len(state) == 1 and state not in self._sparse and self._fill_walked(state, out):
-            return
-        super().fill_words(state, out)
+    def _fill_new(self, state: State, words: np.ndarray, row: int) -> None:
+        if len(state) > 1 or not self._fill_walked(state, words, row):
+            super()._fill_new(state, words, row)
 
-    def _fill_walked(self, state: State, out: np.ndarray) -> bool:
+    def _fill_walked(self, state: State, words: np.ndarray, r: int) -> bool:
         """A new state of one configuration (no counted character) whose row is kept for its
         stack already, or whose tokens are one trie walk (no call into a leaf to take rows
-        from): written straight into ``out`` (from the kept row, or walked there in C), and
-        kept only in fill_words' form (its live words, most often), the walked row also in
-        _config_rows, where mask_words finds it. The most common new states then make no
+        from): written straight into ``words[r]`` (from the kept row, or walked there in C),
+        and kept only in fill_words' form (its live words, most often), the walked row also
+        in _config_rows, where mask_words finds it. The most common new states then make no
         row of their own: fresh memory is what a first visit paid most for. False where the
-        state is not such or the C walk gave up (then fill_words writes all of ``out``)."""
+        state is not such or the C walk gave up (then fill_words writes all of the row)."""
         config = next(iter(state))
         stack, g = config
         if self._in_counted_of[g]:
             return False
         mod = native.module()
         hit = self._cached_row(self._row_key[g], stack)
+        out = words[r]
         if hit is not None:  # a configuration's row kept before (under a shorter stack)
             kept = hit[0]
             if type(kept) is bytes:
-                mod.fill_sparse(out, kept)
+                mod.fill_sparse(words, r, kept)
             else:
                 out[...] = kept
         else:
@@ -666,8 +666,11 @@ class PushdownAutomaton(TokenAutomaton):
             g = key
         hit = self._cached_row(key, below)
         if hit is not None:
-            if type(hit[0]) is bytes:  # kept as its live words (_fill_walked)
-                return _unpacked(hit[0], self.info.vocab_size), hit[1]
+            if type(hit[0]) is bytes:  # kept as its live words (_fill_walked): rows are
+                row = _unpacked(hit[0], self.info.vocab_size)  # ORed here, so kept whole now
+                entries = self._config_rows[key]
+                entries[next(i for i, e in enumerate(entries) if e[1] is hit[0])] = (below[hit[1]:], row)
+                return row, hit[1]
             return hit
         k = self._leaf_of_g[g]
         if k >= 0:
@@ -846,9 +849,9 @@ class PushdownAutomaton(TokenAutomaton):
 
 def _unpacked(pairs: bytes, vocab_size: int) -> np.ndarray:
     """A packed row from native.sparse_row's pairs (a new array: rows are ORed into others)."""
-    row = np.empty((vocab_size + 31) // 32, dtype=np.int32)
-    native.module().fill_sparse(row, pairs)
-    return row
+    row = np.empty((1, (vocab_size + 31) // 32), dtype=np.int32)
+    native.module().fill_sparse(row, 0, pairs)
+    return row[0]
 
 
 def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],

@@ -137,12 +137,12 @@ def test_a_state_met_again_fills_from_its_live_words_as_from_its_row(tokenizer_i
     equals mask_words, for states kept as pairs and states kept whole."""
     automaton = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(SCHEMAS[0]).automaton
     rng, state, kinds = np.random.default_rng(3), automaton.initial, set()
-    out = np.empty((tokenizer_info.vocab_size + 31) // 32, dtype=np.int32)
+    out = np.empty((2, (tokenizer_info.vocab_size + 31) // 32), dtype=np.int32)
     for _ in range(40):
         for _ in range(2):
             out.fill(-1)
-            automaton.fill_words(state, out)
-            assert np.array_equal(out, automaton.mask_words(state))
+            automaton.fill_words(state, out, 1)
+            assert np.array_equal(out[1], automaton.mask_words(state)) and (out[0] == -1).all()
         kinds.add(type(automaton._sparse[state]))
         allowed = np.flatnonzero(unpack_bitmask(automaton.mask_words(state), tokenizer_info.vocab_size))
         allowed = allowed[~np.isin(allowed, tokenizer_info.eos_token_ids)]
@@ -156,7 +156,9 @@ def test_a_state_met_again_fills_from_its_live_words_as_from_its_row(tokenizer_i
     pairs = mod.sparse_row(row, 2)
     assert np.frombuffer(pairs, dtype=np.int32).tolist() == [1, 5, 6, -7]
     with pytest.raises(ValueError, match="outside the row"):
-        mod.fill_sparse(np.zeros(4, dtype=np.int32), pairs)
+        mod.fill_sparse(np.zeros((2, 4), dtype=np.int32), 1, pairs)
+    with pytest.raises(ValueError, match="no such row"):
+        mod.fill_sparse(np.zeros((2, 8), dtype=np.int32), 2, pairs)  # no row 2
 
 
 @needs_c
