@@ -96,8 +96,10 @@ class PushdownAutomaton(TokenAutomaton):
         self._byte_groups: dict[frozenset[int], list[list[int]]] = {}  # positions -> byte_classes
         self._depths: dict[State, int] = {}
         self._eos_row = info.eos_row
-        # g -> [(stack suffix the walk read, packed row or its live words)]: a deeper stack with the same suffix
-        # has the same tokens, so masks do not go cold with every level of nesting.
+        # g -> [(stack suffix the walk read, packed row or its live words)]: a deeper stack
+        # with the same suffix has the same tokens, so masks do not go cold with every level
+        # of nesting. Live words (native.sparse_row) where _fill_walked kept the row, until
+        # a row ORs it in (_config_row keeps it whole then).
         self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray | bytes]]] = {}
         self._offsets = offsets
         self._exits: dict[tuple[int, Config], tuple[np.ndarray, int]] = {}  # _counted_exits
@@ -669,7 +671,9 @@ class PushdownAutomaton(TokenAutomaton):
             if type(hit[0]) is bytes:  # kept as its live words (_fill_walked): rows are
                 row = _unpacked(hit[0], self.info.vocab_size)  # ORed here, so kept whole now
                 entries = self._config_rows[key]
-                entries[next(i for i, e in enumerate(entries) if e[1] is hit[0])] = (below[hit[1]:], row)
+                at = next((i for i, e in enumerate(entries) if e[1] is hit[0]), None)
+                if at is not None:  # (None: another thread's fill kept it whole first)
+                    entries[at] = (below[hit[1]:], row)
                 return row, hit[1]
             return hit
         k = self._leaf_of_g[g]
