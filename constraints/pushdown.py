@@ -69,6 +69,7 @@ class PushdownAutomaton(TokenAutomaton):
         self._final = accept & (np.arange(len(accept)) < sizes[0])  # main accepts, stack empty
         self._returns = accept & ~self._final
         self._calls: list[tuple[tuple[int, int], ...]] = [()] * len(accept)
+        self._return_to: set[int] = set()  # positions calls return to
         calling = np.zeros(len(accept), dtype=bool)
         for d, off in zip(dfas, offsets.tolist()):
             if not _has_calls(d):
@@ -79,6 +80,7 @@ class PushdownAutomaton(TokenAutomaton):
                 calls.setdefault(q, []).append((int(offsets[1 + c]), off + ret, counted[1 + c] is not None))
             for q, c in calls.items():
                 self._calls[off + q] = tuple(c)
+                self._return_to.update(ret for _, ret, _ in c)
             calling[off + src] = True
         self._branch = self._returns | calling
         self._calling = np.nonzero(calling)[0].tolist()  # positions with calls
@@ -580,7 +582,8 @@ class PushdownAutomaton(TokenAutomaton):
             if lowest is None:
                 return False
             lowest = min(lowest, len(stack))
-            pairs = mod.sparse_row(out, SPARSE_WORDS)
+            # a position leaves return to: their rows OR this one in, so it is kept whole
+            pairs = None if g in self._return_to else mod.sparse_row(out, SPARSE_WORDS)
             kept = out.copy() if pairs is None else pairs
             self._config_rows.setdefault(g, []).append((stack[lowest:], kept))
         if self.is_accepting(state) and self.info.eos_token_ids:
