@@ -1588,6 +1588,26 @@ static PyObject *py_fewest_bytes(PyObject *self, PyObject *const *args, Py_ssize
 
 #define SPARSE_MOST 256
 
+/* The (word index, word) pairs of the nonzero words of a packed row of n words into
+ * ``pairs`` (room for 2 * most), their count; -1 where it has more than ``most``. One pass,
+ * two words at a time (most pairs of words are both zero), given up at the first live word
+ * past ``most``: a dense row costs a few of its words, not all. */
+static Py_ssize_t sparse_pairs(const uint32_t *w, Py_ssize_t n, Py_ssize_t most, int32_t *pairs) {
+    Py_ssize_t live = 0;
+    for (Py_ssize_t i = 0; i < n; i += 2) {
+        uint64_t two = i + 1 < n ? (uint64_t)w[i] | (uint64_t)w[i + 1] << 32 : w[i];
+        if (!two) continue;
+        for (Py_ssize_t j = i; j < i + 2 && j < n; j++) {
+            if (!w[j]) continue;
+            if (live == most) return -1;
+            pairs[2 * live] = (int32_t)j;
+            pairs[2 * live + 1] = (int32_t)w[j];
+            live++;
+        }
+    }
+    return live;
+}
+
 /* sparse_row(row, most) -> bytes of (int32 word index, int32 word) pairs, one per nonzero word
  * of the packed row, or None where it has more than ``most`` (rows are mostly a few live words
  * of thousands: a fill from the pairs reads a few bytes, not the whole row, cold). */
@@ -1600,23 +1620,10 @@ static PyObject *py_sparse_row(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     Py_buffer row;
     if (row_view(args[0], &row, 0, 0) < 0) return NULL;
-    const uint32_t *w = row.buf;
-    Py_ssize_t n = row.len / 4, live = 0;
     int32_t pairs[2 * SPARSE_MOST];
-    /* one pass, two words at a time (most pairs of words are both zero), given up at the
-     * first live word past ``most``: a dense row costs a few of its words, not all */
-    for (Py_ssize_t i = 0; i < n; i += 2) {
-        uint64_t two = i + 1 < n ? (uint64_t)w[i] | (uint64_t)w[i + 1] << 32 : w[i];
-        if (!two) continue;
-        for (Py_ssize_t j = i; j < i + 2 && j < n; j++) {
-            if (!w[j]) continue;
-            if (live == most) { PyBuffer_Release(&row); Py_RETURN_NONE; }
-            pairs[2 * live] = (int32_t)j;
-            pairs[2 * live + 1] = (int32_t)w[j];
-            live++;
-        }
-    }
+    Py_ssize_t live = sparse_pairs(row.buf, row.len / 4, most, pairs);
     PyBuffer_Release(&row);
+    if (live < 0) Py_RETURN_NONE;
     return PyBytes_FromStringAndSize((const char *)pairs, live * 8);
 }
 
@@ -1648,6 +1655,50 @@ static PyObject *py_fill_sparse(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     Py_RETURN_NONE;
+}
+
+/* walk_trie_kept(pda, vocab, configs, close_first, rows, r, most) -> -1 where the walk gives
+ * up, else (shallowest depth, pairs): row ``r`` of the packed rows ``rows`` ([n, W] int32, C
+ * order) zeroed and walk_trie's tokens set in it, and its sparse_row pairs (None past
+ * ``most`` live words): a first visit's fill and the form it is kept in, in one call. */
+static PyObject *py_walk_trie_kept(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "walk_trie_kept takes 7 arguments"); return NULL; }
+    Py_ssize_t r = PyNumber_AsSsize_t(args[5], PyExc_OverflowError);
+    Py_ssize_t most = r == -1 && PyErr_Occurred() ? -1 : PyNumber_AsSsize_t(args[6], PyExc_OverflowError);
+    if (PyErr_Occurred()) return NULL;
+    if (most < 0 || most > SPARSE_MOST) {
+        PyErr_SetString(PyExc_ValueError, "walk_trie_kept: most outside 0..256");
+        return NULL;
+    }
+    const Pda *p;
+    const Vocab *v;
+    Work *w;
+    int64_t n0;
+    int ready = begin_walk(args, &p, &v, &w, &n0);
+    if (ready <= 0) return ready < 0 ? NULL : PyLong_FromLong(-1);
+    int close_first = PyObject_IsTrue(args[3]);
+    if (close_first < 0) return NULL;
+    Py_buffer out;
+    if (PyObject_GetBuffer(args[4], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    Py_ssize_t rows = out.ndim == 2 ? out.shape[0] : 1, n = out.ndim == 2 ? out.shape[1] : out.len / 4;
+    if (out.itemsize != 4 || out.ndim > 2 || r < 0 || r >= rows || n < (v->id_end + 31) / 32) {
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError, "walk_trie_kept: no such row of 4-byte words, or too short");
+        return NULL;
+    }
+    uint32_t *row = (uint32_t *)out.buf + r * n;
+    int32_t pairs[2 * SPARSE_MOST];
+    int64_t lowest;
+    Py_ssize_t live = -1;
+    Py_BEGIN_ALLOW_THREADS
+    memset(row, 0, (size_t)n * 4);
+    lowest = walk_trie(w, p, v, n0, close_first, row, NULL);
+    if (lowest >= 0) live = sparse_pairs(row, n, most, pairs);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    if (lowest < 0) return PyLong_FromLong(-1);
+    if (live < 0) return Py_BuildValue("(LO)", (long long)lowest, Py_None);
+    return Py_BuildValue("(Ly#)", (long long)lowest, (const char *)pairs, live * 8);
 }
 
 /* ---- subset construction --------------------------------------------------------------- */
@@ -2391,6 +2442,7 @@ static PyMethodDef methods[] = {
     {"product", (PyCFunction)(void (*)(void))py_product, METH_FASTCALL, "fsm.product"},
     {"fewest_bytes", (PyCFunction)(void (*)(void))py_fewest_bytes, METH_FASTCALL, "completion.rule_distances"},
     {"sparse_row", (PyCFunction)(void (*)(void))py_sparse_row, METH_FASTCALL, "a row's live words"},
+    {"walk_trie_kept", (PyCFunction)(void (*)(void))py_walk_trie_kept, METH_FASTCALL, "trie walk into a row, and its live words"},
     {"fill_sparse", (PyCFunction)(void (*)(void))py_fill_sparse, METH_FASTCALL, "a row from its live words"},
     {NULL, NULL, 0, NULL},
 };

@@ -181,6 +181,13 @@ class PdaWalker:
         lowest = self._mod.walk_trie(self._pda, self._vocab, configs, close_first, row)
         return None if lowest < 0 else lowest
 
+    def trie_kept(self, configs, rows: np.ndarray, r: int, most: int):
+        """trie_into ``rows[r]`` (zeroed here) in one call with that row's live words: (the
+        shallowest depth, native.sparse_row's pairs or None past ``most`` live words), or
+        None where the walk gives up (the row is then not all written)."""
+        found = self._mod.walk_trie_kept(self._pda, self._vocab, configs, True, rows, r, most)
+        return None if isinstance(found, int) else found
+
     def token_ends(self, configs) -> tuple[list, np.ndarray, np.ndarray] | None:
         """The states tokens end in (frozensets of (stack, position): what the automaton's
         own steps reach), every token's id in lexicographic order, and the index of the

@@ -562,31 +562,29 @@ class PushdownAutomaton(TokenAutomaton):
             return False
         mod = native.module()
         hit = self._cached_row(self._row_key[g], stack)
-        out = words[r]
         if hit is not None:  # a configuration's row kept before (under a shorter stack)
             kept = hit[0]
             if type(kept) is bytes:
                 mod.fill_sparse(words, r, kept)
             else:
-                out[...] = kept
+                words[r] = kept
         else:
             if self._leaf_of_g[g] >= 0:
                 return False
             if self._branches[g] and any(self._leaf_of_g[c[1]] >= 0 for c in self._closure(state)):
                 return False
             walker = self._native_walker()
-            if walker is None:
-                return False
-            out.fill(0)
-            lowest = walker.trie_into([config], True, out)
-            if lowest is None:
-                return False
-            lowest = min(lowest, len(stack))
             # a position leaves return to: their rows OR this one in, so it is kept whole
-            pairs = None if g in self._return_to else mod.sparse_row(out, SPARSE_WORDS)
-            kept = out.copy() if pairs is None else pairs
-            self._config_rows.setdefault(g, []).append((stack[lowest:], kept))
+            found = None if walker is None else walker.trie_kept(
+                [config], words, r, 0 if g in self._return_to else SPARSE_WORDS)
+            if found is None:
+                return False
+            lowest, kept = found
+            if kept is None or g in self._return_to:
+                kept = words[r].copy()
+            self._config_rows.setdefault(g, []).append((stack[min(lowest, len(stack)):], kept))
         if self.is_accepting(state) and self.info.eos_token_ids:
+            out = words[r]
             np.bitwise_or(out, self._eos_row, out=out)
             pairs = mod.sparse_row(out, SPARSE_WORDS)
             kept = out.copy() if pairs is None else pairs
