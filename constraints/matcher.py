@@ -84,7 +84,8 @@ class GrammarMatcher:
         if self._terminated:
             bitmask[row].zero_()
             return
-        state = self._state
+        history = self._history
+        state = history[-1][0] if history else self._automaton.initial
         narrowed = None
         if max_tokens is not None:
             closing = self._closing
@@ -93,7 +94,7 @@ class GrammarMatcher:
             if max_tokens - 1 < closing.far or self._automaton.pruned:  # else far from any row
                 narrowed = closing.budget_row(state, max_tokens)
         if narrowed is None and self._unique is None:
-            words = self._words_of(bitmask)
+            words = self._words if bitmask is self._bitmask else self._words_of(bitmask)
             if words is not None:  # the common case, without torch's per-call overhead
                 self._automaton.fill_words(state, words, row)
                 return

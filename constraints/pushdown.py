@@ -560,12 +560,12 @@ class PushdownAutomaton(TokenAutomaton):
         stack, g = config
         if self._in_counted_of[g]:
             return False
-        mod = native.module()
-        hit = self._cached_row(self._row_key[g], stack)
+        key = self._row_key[g]
+        hit = self._cached_row(key, stack) if key in self._config_rows else None
         if hit is not None:  # a configuration's row kept before (under a shorter stack)
             kept = hit[0]
             if type(kept) is bytes:
-                mod.fill_sparse(words, r, kept)
+                native.module().fill_sparse(words, r, kept)
             else:
                 words[r] = kept
         else:
@@ -573,20 +573,22 @@ class PushdownAutomaton(TokenAutomaton):
                 return False
             if self._branches[g] and any(self._leaf_of_g[c[1]] >= 0 for c in self._closure(state)):
                 return False
-            walker = self._native_walker()
+            walker = self._walker if self._walker is not False else self._native_walker()
             # a position leaves return to: their rows OR this one in, so it is kept whole
-            found = None if walker is None else walker.trie_kept(
-                [config], words, r, 0 if g in self._return_to else SPARSE_WORDS)
+            whole = g in self._return_to
+            found = None if walker is None else walker.trie_kept([config], words, r, 0 if whole else SPARSE_WORDS)
             if found is None:
                 return False
             lowest, kept = found
-            if kept is None or g in self._return_to:
+            if kept is None or whole:
                 kept = words[r].copy()
             self._config_rows.setdefault(g, []).append((stack[min(lowest, len(stack)):], kept))
-        if self.is_accepting(state) and self.info.eos_token_ids:
+        # one configuration: accepting where its position is final (with no call or return
+        # there, the state is its own closure)
+        if (self.is_accepting(state) if self._branches[g] else self._final_of[g]) and self.info.eos_token_ids:
             out = words[r]
             np.bitwise_or(out, self._eos_row, out=out)
-            pairs = mod.sparse_row(out, SPARSE_WORDS)
+            pairs = native.module().sparse_row(out, SPARSE_WORDS)
             kept = out.copy() if pairs is None else pairs
         self._sparse[state] = kept
         return True
