@@ -9,6 +9,7 @@ cache folder (``$SGLANG_LITE_CACHE``, else ``$XDG_CACHE_HOME/sglang-lite``, else
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -166,6 +167,12 @@ class PdaWalker:
             np.ascontiguousarray(count_cap, dtype=np.int32),
             np.ascontiguousarray(inc).view(np.uint8), max_configs)
         self._vocab = _vocab(mod, lex)
+        # trie_kept(configs, close_first, rows, r, most): trie_into ``rows[r]`` (zeroed here)
+        # in one call with that row's live words: (the shallowest depth, native.sparse_row's
+        # pairs or None past ``most`` live words), or -1 where the walk gives up (the row is
+        # then not all written). Bound to the C function itself: a first visit's fill calls
+        # it, and a Python method around it cost as much as a small walk's tail.
+        self.trie_kept = functools.partial(mod.walk_trie_kept, self._pda, self._vocab)
 
     def trie(self, configs, close_first: bool) -> tuple[np.ndarray, int] | None:
         """The packed row of the tokens the configurations allow, walked as a trie, and the
@@ -180,13 +187,6 @@ class PdaWalker:
         shallowest depth met, None where the walk gives up."""
         lowest = self._mod.walk_trie(self._pda, self._vocab, configs, close_first, row)
         return None if lowest < 0 else lowest
-
-    def trie_kept(self, configs, rows: np.ndarray, r: int, most: int):
-        """trie_into ``rows[r]`` (zeroed here) in one call with that row's live words: (the
-        shallowest depth, native.sparse_row's pairs or None past ``most`` live words), or
-        None where the walk gives up (the row is then not all written)."""
-        found = self._mod.walk_trie_kept(self._pda, self._vocab, configs, True, rows, r, most)
-        return None if isinstance(found, int) else found
 
     def token_ends(self, configs) -> tuple[list, np.ndarray, np.ndarray] | None:
         """The states tokens end in (frozensets of (stack, position): what the automaton's

@@ -576,8 +576,8 @@ class PushdownAutomaton(TokenAutomaton):
             walker = self._walker if self._walker is not False else self._native_walker()
             # a position leaves return to: their rows OR this one in, so it is kept whole
             whole = g in self._return_to
-            found = None if walker is None else walker.trie_kept([config], words, r, 0 if whole else SPARSE_WORDS)
-            if found is None:
+            found = -1 if walker is None else walker.trie_kept([config], True, words, r, 0 if whole else SPARSE_WORDS)
+            if found == -1:
                 return False
             lowest, kept = found
             if kept is None or whole:

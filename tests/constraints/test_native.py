@@ -204,18 +204,18 @@ def test_a_walk_kept_writes_its_row_and_its_live_words_in_one_call(tokenizer_inf
         for config in pda._closure(pda.advance(pda.initial, prefix)):
             want = walker.trie([config], True)
             out = np.full((3, walker._words), -1, dtype=np.int32)
-            got = walker.trie_kept([config], out, 1, 64)
+            got = walker.trie_kept([config], True, out, 1, 64)
             assert got[0] == want[1] and np.array_equal(out[1], want[0]), (prefix, config)
             assert got[1] == mod.sparse_row(want[0], 64) and (out[[0, 2]] == -1).all()
             kinds.add(got[1] is None)
             live = np.count_nonzero(want[0])
             if 0 < live <= 256:  # one live word more than asked for
-                assert walker.trie_kept([config], out, 0, live - 1)[1] is None
+                assert walker.trie_kept([config], True, out, 0, live - 1)[1] is None
     assert kinds == {True, False}  # rows of few live words and dense rows both met
     with pytest.raises(ValueError, match="no such row"):
-        walker.trie_kept([((), 0)], np.zeros((2, walker._words), dtype=np.int32), 2, 64)
+        walker.trie_kept([((), 0)], True, np.zeros((2, walker._words), dtype=np.int32), 2, 64)
     with pytest.raises(ValueError, match="too short"):
-        walker.trie_kept([((), 0)], np.zeros((2, walker._words - 1), dtype=np.int32), 0, 64)
+        walker.trie_kept([((), 0)], True, np.zeros((2, walker._words - 1), dtype=np.int32), 0, 64)
 
 
 # An object told apart by which of its properties are required (JSONSchemaBench o21112's
