@@ -47,7 +47,7 @@ class TokenAutomaton(ABC):
         self._rows: dict[State, torch.Tensor] = {}
         self._words: dict[State, np.ndarray] = {}  # the same rows as numpy arrays
         self._continues: dict[State, bool] = {}
-        self._sparse: dict[State, bytes | np.ndarray] = {}  # fill_words' form of each row
+        self._sparse: dict[State, bytes | tuple | np.ndarray] = {}  # fill_words' form of each row
 
     @property
     @abstractmethod
@@ -130,6 +130,8 @@ class TokenAutomaton(ABC):
             self._fill_new(state, words, row)
         elif type(kept) is bytes:
             _native().fill_sparse(words, row, kept)
+        elif type(kept) is tuple:  # a shared row and live words of its own (pushdown._fill_leaf)
+            _native().fill_sparse(words, row, kept[1], kept[0])
         else:
             words[row] = kept
 

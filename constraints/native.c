@@ -1627,31 +1627,40 @@ static PyObject *py_sparse_row(PyObject *self, PyObject *const *args, Py_ssize_t
     return PyBytes_FromStringAndSize((const char *)pairs, live * 8);
 }
 
-/* fill_sparse(rows, row, pairs): row ``row`` of the packed rows ``rows`` ([n, W] int32, C
- * order) zeroed, then sparse_row's pairs written into it */
+/* fill_sparse(rows, row, pairs[, base]): row ``row`` of the packed rows ``rows`` ([n, W] int32,
+ * C order) zeroed, or a copy of the packed row ``base``, then sparse_row's pairs ORed into it
+ * (a row kept as a shared dense row plus a few live words of its own) */
 static PyObject *py_fill_sparse(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "fill_sparse takes 3 arguments"); return NULL; }
+    if (nargs != 3 && nargs != 4) { PyErr_SetString(PyExc_TypeError, "fill_sparse takes 3 or 4 arguments"); return NULL; }
     Py_ssize_t r = PyLong_AsSsize_t(args[1]);
     if (r == -1 && PyErr_Occurred()) return NULL;
-    Py_buffer out, pairs;
+    Py_buffer out, pairs, base = {0};
     if (PyObject_GetBuffer(args[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
     if (row_view(args[2], &pairs, 0, 0) < 0) { PyBuffer_Release(&out); return NULL; }
+    int based = nargs == 4 && args[3] != Py_None;
+    if (based && row_view(args[3], &base, 0, 0) < 0) {
+        PyBuffer_Release(&out); PyBuffer_Release(&pairs); return NULL;
+    }
     Py_ssize_t rows = out.ndim == 2 ? out.shape[0] : 1, n = out.ndim == 2 ? out.shape[1] : out.len / 4;
     Py_ssize_t k = pairs.len / 8, bad = out.itemsize != 4 || out.ndim > 2 || r < 0 || r >= rows;
+    if (!bad && based && base.len != n * 4) bad = 3;
     if (!bad) {
         uint32_t *w = (uint32_t *)out.buf + r * n;
         const int32_t *p = pairs.buf;
-        memset(w, 0, (size_t)n * 4);
+        if (based) memcpy(w, base.buf, (size_t)n * 4);
+        else memset(w, 0, (size_t)n * 4);
         for (Py_ssize_t j = 0; j < k; j++) {
             if (p[2 * j] < 0 || p[2 * j] >= n) { bad = 2; break; }
-            w[p[2 * j]] = (uint32_t)p[2 * j + 1];
+            w[p[2 * j]] |= (uint32_t)p[2 * j + 1];
         }
     }
     PyBuffer_Release(&out);
     PyBuffer_Release(&pairs);
+    if (based) PyBuffer_Release(&base);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, bad == 2 ? "fill_sparse: a word index outside the row"
-                                                   : "fill_sparse: no such row of 4-byte words");
+                                          : bad == 3 ? "fill_sparse: base is not one row of the rows' width"
+                                                     : "fill_sparse: no such row of 4-byte words");
         return NULL;
     }
     Py_RETURN_NONE;

@@ -218,10 +218,12 @@ class PdaWalker:
         keeps each position's next step (-2 until found), for every later descent."""
         return self._mod.segment(self._pda, stack, g, dist, alphabet, final, steps, limit)
 
-    def tokens(self, configs, positions: np.ndarray, cols: np.ndarray):
+    def tokens(self, configs, positions: np.ndarray, cols: np.ndarray, row: np.ndarray | None = None):
         """Layout positions ``positions``, each from byte ``cols[i]`` on, walked from the
-        configurations: (packed row of the survivors, which survive, shallowest depth met)."""
-        row = np.zeros(self._words, dtype=np.int32)
+        configurations: (packed row of the survivors, which survive, shallowest depth met).
+        With ``row``, the survivors' bits are ORed into it (and it is the row returned)."""
+        if row is None:
+            row = np.zeros(self._words, dtype=np.int32)
         index = self._lex.lex_of_pos[positions]
         alive = np.zeros(len(index), dtype=bool)
         lowest = self._mod.walk_list(self._pda, self._vocab, configs, index,

@@ -102,7 +102,7 @@ class PushdownAutomaton(TokenAutomaton):
         # with the same suffix has the same tokens, so masks do not go cold with every level
         # of nesting. Live words (native.sparse_row) where _fill_walked kept the row, until
         # a row ORs it in (_config_row keeps it whole then).
-        self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray | bytes]]] = {}
+        self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray | bytes | tuple]]] = {}
         self._offsets = offsets
         self._exits: dict[tuple[int, Config], tuple[np.ndarray, int]] = {}  # _counted_exits
         # Counted leaves (a string body with minLength/maxLength) keep their character count
@@ -551,11 +551,13 @@ class PushdownAutomaton(TokenAutomaton):
     def _fill_walked(self, state: State, words: np.ndarray, r: int) -> bool:
         """A new state of one configuration (no counted character) whose row is kept for its
         stack already, or whose tokens are one trie walk (no call into a leaf to take rows
-        from): written straight into ``words[r]`` (from the kept row, or walked there in C),
-        and kept only in fill_words' form (its live words, most often), the walked row also
-        in _config_rows, where mask_words finds it. The most common new states then make no
-        row of their own: fresh memory is what a first visit paid most for. False where the
-        state is not such or the C walk gave up (then fill_words writes all of the row)."""
+        from), or which is inside a leaf (_fill_leaf): written straight into ``words[r]``
+        (from the kept row, or walked there in C), and kept only in fill_words' form (its
+        live words, most often; a leaf's shared row and its own few live words), the walked
+        row also in _config_rows, where mask_words finds it. The most common new states then
+        make no row of their own: fresh memory is what a first visit paid most for. False
+        where the state is not such or a C walk gave up (then fill_words writes all of the
+        row)."""
         config = next(iter(state))
         stack, g = config
         if self._in_counted_of[g]:
@@ -566,11 +568,15 @@ class PushdownAutomaton(TokenAutomaton):
             kept = hit[0]
             if type(kept) is bytes:
                 native.module().fill_sparse(words, r, kept)
+            elif type(kept) is tuple:
+                native.module().fill_sparse(words, r, kept[1], kept[0])
             else:
                 words[r] = kept
-        else:
-            if self._leaf_of_g[g] >= 0:
+        elif self._leaf_of_g[g] >= 0:
+            kept = self._fill_leaf(stack, key, words, r)
+            if kept is None:
                 return False
+        else:
             if self._branches[g] and any(self._leaf_of_g[c[1]] >= 0 for c in self._closure(state)):
                 return False
             walker = self._walker if self._walker is not False else self._native_walker()
@@ -588,10 +594,46 @@ class PushdownAutomaton(TokenAutomaton):
         if (self.is_accepting(state) if self._branches[g] else self._final_of[g]) and self.info.eos_token_ids:
             out = words[r]
             np.bitwise_or(out, self._eos_row, out=out)
-            pairs = native.module().sparse_row(out, SPARSE_WORDS)
-            kept = out.copy() if pairs is None else pairs
+            eos = native.module().sparse_row(self._eos_row, SPARSE_WORDS) if type(kept) is tuple else None
+            if eos is not None:  # fill_sparse ORs the pairs in: a word may come twice
+                kept = (kept[0], kept[1] + eos)
+            else:
+                pairs = native.module().sparse_row(out, SPARSE_WORDS)
+                kept = out.copy() if pairs is None else pairs
         self._sparse[state] = kept
         return True
+
+    def _fill_leaf(self, stack: tuple[int, ...], g: int, words: np.ndarray, r: int):
+        """_leaf_config_row of (stack, g), a position of an uncounted leaf, written into
+        ``words[r]`` and kept in _config_rows as (the leaf's shared row of the tokens that stay
+        inside, the live words of those that leave it): the row of a string's body is most of
+        the vocabulary and the same in every grammar, the tokens leaving it a few words.
+        Returns that kept form (a whole row where the leaving tokens are many), None where
+        the C walk is not available or gave up."""
+        walker = self._walker if self._walker is not False else self._native_walker()
+        if walker is None:
+            return None
+        k = self._leaf_of_g[g]
+        walk = leaf_walk(self.info, self.rules[k], int(g - self._offsets[k]))
+        back = stack[:-1]
+        ret = (back, stack[-1])
+        out = words[r]
+        out.fill(0)
+        lowest = len(stack)
+        if len(walk.exit_pos):
+            found = walker.tokens(list(self._config_closure(ret)), walk.exit_pos, walk.exit_col, out)
+            if found is None:
+                return None
+            lowest = min(lowest, found[2])
+        if self._returns_of[g]:
+            after, low = self._config_row(ret)
+            np.bitwise_or(out, after, out=out)
+            lowest = min(lowest, low)
+        pairs = native.module().sparse_row(out, SPARSE_WORDS)
+        np.bitwise_or(out, walk.inside, out=out)
+        kept = out.copy() if pairs is None else (walk.inside, pairs)
+        self._config_rows.setdefault(g, []).append((stack[min(lowest, len(back)):], kept))
+        return kept
 
     def mask_row(self, state: State) -> torch.Tensor:
         row = self._rows.get(state)
@@ -671,8 +713,8 @@ class PushdownAutomaton(TokenAutomaton):
             g = key
         hit = self._cached_row(key, below)
         if hit is not None:
-            if type(hit[0]) is bytes:  # kept as its live words (_fill_walked): rows are
-                row = _unpacked(hit[0], self.info.vocab_size)  # ORed here, so kept whole now
+            if type(hit[0]) is not np.ndarray:  # kept in fill_words' form (_fill_walked): rows
+                row = _unpacked(hit[0], self.info.vocab_size)  # are ORed here, so kept whole now
                 entries = self._config_rows[key]
                 at = next((i for i, e in enumerate(entries) if e[1] is hit[0]), None)
                 if at is not None:  # (None: another thread's fill kept it whole first)
@@ -854,10 +896,14 @@ class PushdownAutomaton(TokenAutomaton):
         return self._forced[state]
 
 
-def _unpacked(pairs: bytes, vocab_size: int) -> np.ndarray:
-    """A packed row from native.sparse_row's pairs (a new array: rows are ORed into others)."""
+def _unpacked(kept: bytes | tuple, vocab_size: int) -> np.ndarray:
+    """A packed row from native.sparse_row's pairs, or from a (shared row, pairs) pair (a new
+    array: rows are ORed into others)."""
     row = np.empty((1, (vocab_size + 31) // 32), dtype=np.int32)
-    native.module().fill_sparse(row, 0, pairs)
+    if type(kept) is tuple:
+        native.module().fill_sparse(row, 0, kept[1], kept[0])
+    else:
+        native.module().fill_sparse(row, 0, kept)
     return row[0]
 
 

@@ -132,9 +132,9 @@ def test_c_walks_give_the_python_masks_on_real_schemas(tokenizer_info):
 
 @needs_c
 def test_a_state_met_again_fills_from_its_live_words_as_from_its_row(tokenizer_info):
-    """fill_words keeps a row of few live words as native.sparse_row's pairs and writes a
-    state met again from them: into a row holding garbage, every fill (first and again)
-    equals mask_words, for states kept as pairs and states kept whole."""
+    """fill_words keeps a row of few live words as native.sparse_row's pairs (a leaf's state
+    as the leaf's shared row and such pairs) and writes a state met again from them: into a
+    row holding garbage, every fill (first and again) equals mask_words, for every form."""
     automaton = GrammarCompiler(tokenizer_info, cache_size=0).compile_json_schema(SCHEMAS[0]).automaton
     rng, state, kinds = np.random.default_rng(3), automaton.initial, set()
     out = np.empty((2, (tokenizer_info.vocab_size + 31) // 32), dtype=np.int32)
@@ -149,12 +149,18 @@ def test_a_state_met_again_fills_from_its_live_words_as_from_its_row(tokenizer_i
         if not len(allowed):
             break
         state = automaton.advance(state, tokenizer_info.token_bytes[int(rng.choice(allowed))])
-    assert kinds == {bytes, np.ndarray}
+    # live words alone, and a leaf's shared row with the live words of the tokens leaving it
+    assert {bytes, tuple} <= kinds, kinds
     mod, row = native.module(), np.zeros(8, dtype=np.int32)
     row[[1, 6]] = [5, -7]
     assert mod.sparse_row(row, 1) is None  # more live words than asked for
     pairs = mod.sparse_row(row, 2)
     assert np.frombuffer(pairs, dtype=np.int32).tolist() == [1, 5, 6, -7]
+    base, out = np.arange(8, dtype=np.int32), np.full((2, 8), 9, dtype=np.int32)
+    mod.fill_sparse(out, 0, pairs + pairs[:8], base)  # a copy of base, the pairs ORed in
+    assert out[0].tolist() == (base | row).tolist() and (out[1] == 9).all()
+    with pytest.raises(ValueError, match="one row of the rows' width"):
+        mod.fill_sparse(out, 0, pairs, base[:7])
     with pytest.raises(ValueError, match="outside the row"):
         mod.fill_sparse(np.zeros((2, 4), dtype=np.int32), 1, pairs)
     with pytest.raises(ValueError, match="no such row"):
