@@ -608,32 +608,35 @@ class PushdownAutomaton(TokenAutomaton):
         ``words[r]`` and kept in _config_rows as (the leaf's shared row of the tokens that stay
         inside, the live words of those that leave it): the row of a string's body is most of
         the vocabulary and the same in every grammar, the tokens leaving it a few words.
-        Returns that kept form (a whole row where the leaving tokens are many), None where
-        the C walk is not available or gave up."""
-        walker = self._walker if self._walker is not False else self._native_walker()
-        if walker is None:
+        Returns that kept form (a whole row where the leaving tokens are many), None without
+        the extension."""
+        mod = native.module()
+        if mod is None:
             return None
         k = self._leaf_of_g[g]
         walk = leaf_walk(self.info, self.rules[k], int(g - self._offsets[k]))
-        back = stack[:-1]
-        ret = (back, stack[-1])
         out = words[r]
         out.fill(0)
-        lowest = len(stack)
+        lowest = self._leaf_leaving(walk, stack, g, out)
+        pairs = mod.sparse_row(out, SPARSE_WORDS)
+        np.bitwise_or(out, walk.inside, out=out)
+        kept = out.copy() if pairs is None else (walk.inside, pairs)
+        self._config_rows.setdefault(g, []).append((stack[lowest:], kept))
+        return kept
+
+    def _leaf_leaving(self, walk, stack: tuple[int, ...], g: int, out: np.ndarray) -> int:
+        """ORs into ``out`` the tokens that leave leaf position (stack, g): those passing its
+        exits, walked on in the caller, and the caller's own where g may return. Returns the
+        shallowest stack depth read."""
+        ret = (stack[:-1], stack[-1])
+        lowest = len(stack) - 1
         if len(walk.exit_pos):
-            found = walker.tokens(list(self._config_closure(ret)), walk.exit_pos, walk.exit_col, out)
-            if found is None:
-                return None
-            lowest = min(lowest, found[2])
+            lowest = min(lowest, self._exit_walk(ret, walk.exit_pos, walk.exit_col, out)[2])
         if self._returns_of[g]:
             after, low = self._config_row(ret)
             np.bitwise_or(out, after, out=out)
             lowest = min(lowest, low)
-        pairs = native.module().sparse_row(out, SPARSE_WORDS)
-        np.bitwise_or(out, walk.inside, out=out)
-        kept = out.copy() if pairs is None else (walk.inside, pairs)
-        self._config_rows.setdefault(g, []).append((stack[min(lowest, len(back)):], kept))
-        return kept
+        return lowest
 
     def mask_row(self, state: State) -> torch.Tensor:
         row = self._rows.get(state)
@@ -752,18 +755,20 @@ class PushdownAutomaton(TokenAutomaton):
         ids, lowest = trie_walk(self, config, rule_configs)
         return pack_token_ids(ids, self.info.vocab_size), lowest
 
-    def _exit_walk(self, ret: Config, positions: np.ndarray, cols: np.ndarray):
+    def _exit_walk(self, ret: Config, positions: np.ndarray, cols: np.ndarray, row: np.ndarray | None = None):
         """Tokens leaving a leaf at ``positions`` (layout), from byte ``cols``, walked on from
-        the return configuration ``ret``: (packed row, which survive, shallowest depth)."""
+        the return configuration ``ret``: (packed row, which survive, shallowest depth). With
+        ``row``, the survivors are ORed into it, and it is the row returned."""
         closure = self._config_closure(ret)
         walker = self._native_walker()
         if walker is not None:
-            found = walker.tokens(list(closure), positions, cols)
+            found = walker.tokens(list(closure), positions, cols, row)
             if found is not None:
                 return found
         ids, low = walk_tokens(self, closure, positions, cols)
         alive = np.isin(self.info.layout.token_ids[positions], ids)
-        return pack_token_ids(ids, self.info.vocab_size), alive, low
+        packed = pack_token_ids(ids, self.info.vocab_size)
+        return (packed if row is None else np.bitwise_or(row, packed, out=row)), alive, low
 
     def _native_walker(self) -> native.PdaWalker | None:
         if self._walker is False:
@@ -836,17 +841,11 @@ class PushdownAutomaton(TokenAutomaton):
         if self._counted[k] is not None:
             return self._counted_row(g, [stack], k)
         walk = leaf_walk(self.info, self.rules[k], int(g - self._offsets[k]))
-        row, back = walk.inside, stack[:-1]
-        lowest = len(stack)
-        ret = (back, stack[len(back)])
-        if len(walk.exit_pos):
-            exits, _, low = self._exit_walk(ret, walk.exit_pos, walk.exit_col)
-            row = row | exits
-            lowest = min(lowest, low)
-        if self._returns[g]:
-            after, low = self._config_row(ret)
-            row, lowest = row | after, min(lowest, low)
-        return row, min(lowest, len(back))
+        if not len(walk.exit_pos) and not self._returns_of[g]:
+            return walk.inside, len(stack) - 1  # no token leaves: the leaf's own row, shared
+        row = np.zeros_like(walk.inside)
+        lowest = self._leaf_leaving(walk, stack, g, row)
+        return np.bitwise_or(row, walk.inside, out=row), lowest
 
     def _counted_row(self, g: int, stacks: list[tuple[int, ...]], k: int) -> tuple[np.ndarray, int]:
         """Configurations at one position of counted leaf ``k``, all with one count (the top
