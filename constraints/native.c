@@ -878,26 +878,6 @@ static int begin_walk(PyObject *const *args, const Pda **p, const Vocab **v, Wor
     return *n0 == -1 ? -1 : *n0 >= 0;
 }
 
-/* walk_trie(pda, vocab, configs, close_first, row) -> shallowest depth, or -1 (fall back) */
-static PyObject *py_walk_trie(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "walk_trie takes 5 arguments"); return NULL; }
-    const Pda *p;
-    const Vocab *v;
-    Work *w;
-    int64_t n0;
-    int ready = begin_walk(args, &p, &v, &w, &n0);
-    if (ready <= 0) return ready < 0 ? NULL : PyLong_FromLong(-1);
-    int close_first = PyObject_IsTrue(args[3]);
-    Py_buffer row;
-    if (row_view(args[4], &row, (Py_ssize_t)((v->id_end + 31) / 32 * 4), 1) < 0) return NULL;
-    int64_t out;
-    Py_BEGIN_ALLOW_THREADS
-    out = walk_trie(w, p, v, n0, close_first, row.buf, NULL);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&row);
-    return PyLong_FromLongLong(out);
-}
-
 /* walk_list(pda, vocab, configs, index i64, cols i64, alive u8, row) -> depth, or -1 */
 static PyObject *py_walk_list(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "walk_list takes 7 arguments"); return NULL; }
@@ -2435,7 +2415,6 @@ static PyObject *py_walk_ends(PyObject *self, PyObject *const *args, Py_ssize_t 
 static PyMethodDef methods[] = {
     {"pda_tables", (PyCFunction)(void (*)(void))py_pda_tables, METH_FASTCALL, "pushdown tables -> capsule"},
     {"vocab_tables", (PyCFunction)(void (*)(void))py_vocab_tables, METH_FASTCALL, "vocabulary -> capsule"},
-    {"walk_trie", (PyCFunction)(void (*)(void))py_walk_trie, METH_FASTCALL, "trie walk"},
     {"walk_list", (PyCFunction)(void (*)(void))py_walk_list, METH_FASTCALL, "walk of given tokens"},
     {"walk_leaf", (PyCFunction)(void (*)(void))py_walk_leaf, METH_FASTCALL, "walk of a leaf DFA"},
     {"advance_bytes", (PyCFunction)(void (*)(void))py_advance_bytes, METH_FASTCALL, "a state after bytes"},

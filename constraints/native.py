@@ -167,8 +167,8 @@ class PdaWalker:
             np.ascontiguousarray(count_cap, dtype=np.int32),
             np.ascontiguousarray(inc).view(np.uint8), max_configs)
         self._vocab = _vocab(mod, lex)
-        # trie_kept(configs, close_first, rows, r, most): trie_into ``rows[r]`` (zeroed here)
-        # in one call with that row's live words: (the shallowest depth, native.sparse_row's
+        # trie_kept(configs, close_first, rows, r, most): trie's walk into ``rows[r]`` (zeroed
+        # here) in one call with that row's live words: (the shallowest depth, native.sparse_row's
         # pairs or None past ``most`` live words), or -1 where the walk gives up (the row is
         # then not all written). Bound to the C function itself: a first visit's fill calls
         # it, and a Python method around it cost as much as a small walk's tail.
@@ -178,15 +178,9 @@ class PdaWalker:
         """The packed row of the tokens the configurations allow, walked as a trie, and the
         shallowest stack depth met. ``close_first`` False: the configurations read their
         first byte as they are (their calls are the caller's to walk)."""
-        row = np.zeros(self._words, dtype=np.int32)
-        lowest = self.trie_into(configs, close_first, row)
-        return None if lowest is None else (row, lowest)
-
-    def trie_into(self, configs, close_first: bool, row: np.ndarray) -> int | None:
-        """trie's walk with its tokens' bits set in ``row`` (zeroed by the caller): the
-        shallowest depth met, None where the walk gives up."""
-        lowest = self._mod.walk_trie(self._pda, self._vocab, configs, close_first, row)
-        return None if lowest < 0 else lowest
+        rows = np.empty((1, self._words), dtype=np.int32)  # zeroed by the walk
+        found = self.trie_kept(configs, close_first, rows, 0, 0)
+        return None if found == -1 else (rows[0], found[0])
 
     def token_ends(self, configs) -> tuple[list, np.ndarray, np.ndarray] | None:
         """The states tokens end in (frozensets of (stack, position): what the automaton's

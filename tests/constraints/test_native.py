@@ -188,8 +188,8 @@ def test_a_row_too_small_for_the_vocabulary_is_refused_not_overrun(tokenizer_inf
     walker = pda._native_walker()
     mod, configs = native.module(), [((), 0)]
     short = np.zeros(walker._words - 1, dtype=np.int32)
-    with pytest.raises(ValueError, match="too small"):
-        mod.walk_trie(walker._pda, walker._vocab, configs, True, short)
+    with pytest.raises(ValueError, match="too short"):
+        walker.trie_kept(configs, True, short[None], 0, 64)
     with pytest.raises(ValueError, match="too small"):
         mod.walk_ends(walker._pda, walker._vocab, configs, short, None)
     index = np.zeros(1, dtype=np.int64)
