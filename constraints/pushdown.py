@@ -98,10 +98,11 @@ class PushdownAutomaton(TokenAutomaton):
         self._byte_groups: dict[frozenset[int], list[list[int]]] = {}  # positions -> byte_classes
         self._depths: dict[State, int] = {}
         self._eos_row = info.eos_row
-        # g -> [(stack suffix the walk read, packed row or its live words)]: a deeper stack
-        # with the same suffix has the same tokens, so masks do not go cold with every level
-        # of nesting. Live words (native.sparse_row) where _fill_walked kept the row, until
-        # a row ORs it in (_config_row keeps it whole then).
+        # g -> [(stack suffix the walk read, packed row or fill_words' form of it)]: a deeper
+        # stack with the same suffix has the same tokens, so masks do not go cold with every
+        # level of nesting. Live words (native.sparse_row) where _fill_walked kept the row, a
+        # leaf's shared inside row and the live words of the tokens leaving it where
+        # _fill_leaf did, until a row ORs it in (_config_row keeps it whole then).
         self._config_rows: dict[int, list[tuple[tuple[int, ...], np.ndarray | bytes | tuple]]] = {}
         self._offsets = offsets
         self._exits: dict[tuple[int, Config], tuple[np.ndarray, int]] = {}  # _counted_exits
