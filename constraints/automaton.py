@@ -36,6 +36,18 @@ def _native():
 _MOD = False
 
 
+def write_kept(words: np.ndarray, row: int, kept: bytes | tuple | np.ndarray) -> None:
+    """``words[row]`` (a CPU int32 bitmask's row) = the row ``kept`` stands for, in any form a
+    row is kept in for fills: a packed row, native.sparse_row's pairs of its live words, or a
+    (shared packed row, pairs ORed over it) pair (pushdown._fill_leaf)."""
+    if type(kept) is bytes:
+        _native().fill_sparse(words, row, kept)
+    elif type(kept) is tuple:
+        _native().fill_sparse(words, row, kept[1], kept[0])
+    else:
+        words[row] = kept
+
+
 class TokenAutomaton(ABC):
     """A byte-level language over a tokenizer's vocabulary."""
 
@@ -128,12 +140,8 @@ class TokenAutomaton(ABC):
         kept = self._sparse.get(state)
         if kept is None:
             self._fill_new(state, words, row)
-        elif type(kept) is bytes:
-            _native().fill_sparse(words, row, kept)
-        elif type(kept) is tuple:  # a shared row and live words of its own (pushdown._fill_leaf)
-            _native().fill_sparse(words, row, kept[1], kept[0])
         else:
-            words[row] = kept
+            write_kept(words, row, kept)
 
     def _fill_new(self, state: State, words: np.ndarray, row: int) -> None:
         """fill_words of a state met for the first time; keeps the form it fills from later."""

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from . import native
-from .automaton import SPARSE_WORDS, TokenAutomaton, group_bytes
+from .automaton import SPARSE_WORDS, TokenAutomaton, group_bytes, write_kept
 from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
 from .completion import UNREACHABLE, GrammarDistances, rule_distances
@@ -567,12 +567,7 @@ class PushdownAutomaton(TokenAutomaton):
         hit = self._cached_row(key, stack) if key in self._config_rows else None
         if hit is not None:  # a configuration's row kept before (under a shorter stack)
             kept = hit[0]
-            if type(kept) is bytes:
-                native.module().fill_sparse(words, r, kept)
-            elif type(kept) is tuple:
-                native.module().fill_sparse(words, r, kept[1], kept[0])
-            else:
-                words[r] = kept
+            write_kept(words, r, kept)
         elif self._leaf_of_g[g] >= 0:
             kept = self._fill_leaf(stack, key, words, r)
             if kept is None:
@@ -900,10 +895,7 @@ def _unpacked(kept: bytes | tuple, vocab_size: int) -> np.ndarray:
     """A packed row from native.sparse_row's pairs, or from a (shared row, pairs) pair (a new
     array: rows are ORed into others)."""
     row = np.empty((1, (vocab_size + 31) // 32), dtype=np.int32)
-    if type(kept) is tuple:
-        native.module().fill_sparse(row, 0, kept[1], kept[0])
-    else:
-        native.module().fill_sparse(row, 0, kept)
+    write_kept(row, 0, kept)
     return row[0]
 
 
