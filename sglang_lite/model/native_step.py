@@ -37,8 +37,8 @@ class _Linear:
         self.max_rows = max_rows  # the most rows the module sends to the int4 weight
         self.dense_t = None if dense is None else dense.t()  # what F.linear multiplies above them
         self.out_features, self.in_features = int4.out_features, int4.in_features
-        self.args = (int4.packed.data_ptr(), int4.packed.shape[0], int4.scale_zero.data_ptr(),
-                     _DTYPES[int4.scale_zero.dtype], int4.group)
+        self.args = (int4.packed.data_ptr(), int4.packed.shape[0], int4.scales.data_ptr(),
+                     native_int4.scales_code(int4.scales), int4.group)
 
     def current(self) -> bool:
         return self.module.weight_q is self.weight
@@ -56,7 +56,7 @@ def _int4_of(linear):
     rows, dense = math.inf, None
     if isinstance(w, ByRowsWeight):  # the packed weight up to its row limit, the dense copy above
         w, rows, dense = w.packed, w.max_rows, w.dense
-    if not isinstance(w, Int4Weight) or not w.int8_activations or w.scale_zero.dtype not in _DTYPES:
+    if not isinstance(w, Int4Weight) or not w.int8_activations or native_int4.scales_code(w.scales) is None:
         return None
     return _Linear(linear, w, rows, dense)
 

@@ -133,7 +133,7 @@ def use_int8_activations(model: nn.Module) -> nn.Module:
     def flagged(weight):
         if id(weight) not in made:
             if isinstance(weight, Int4Weight):
-                copy = dataclasses.replace(weight, int8_activations=True)
+                copy = weight.for_c_kernel()
             elif isinstance(weight, GroupInt8Weight):
                 copy = GroupInt8Weight(flagged(weight.hi), flagged(weight.lo))
             elif isinstance(weight, ByRowsWeight):

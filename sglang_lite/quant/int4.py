@@ -11,10 +11,18 @@ K, 32)`` holds row ``64 b + j`` in its low nibble and row ``64 b + 32 + j`` in i
 It is torch's layout where torch runs its AVX512 code; on a CPU without AVX512 torch packs
 and reads blocks of 32 rows, so there its kernel gets a copy in its own layout
 (``torch_packs_like_us``, ``Int4Weight.for_torch``).
+
+A weight the C kernel multiplies (``for_c_kernel``) keeps its scales in the kernel's block
+layout instead, ``block_scales [N/64, K/group, 2, 64]``: each block of 64 rows' ``s`` then
+``c = z - 8 s`` (``= m``), group after group, in fp16 where that holds every value to fp16's
+precision (GGUF's own d and m are fp16), else fp32. At one row the kernel reads its weights at
+memory speed, and torch's fp32 ``scale_zero`` was a third of the bytes, spread N * 8 bytes
+apart per group; torch's kernels get ``scale_zero`` back from the blocks where they run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
@@ -30,14 +38,18 @@ _BLOCK = CPU_BLOCK  # rows per block of torch's layout (64); out_features are pa
 @dataclass(frozen=True, slots=True, eq=False)
 class Int4Weight:
     packed: torch.Tensor  # uint8 [N_pad, K / 2], torch's CPU layout
-    scale_zero: torch.Tensor  # [K / group, N_pad, 2]: (s, z), in the compute dtype
-    group: int
+    scale_zero: torch.Tensor | None  # [K / group, N_pad, 2]: (s, z), in the compute dtype; None
+    group: int  # where block_scales holds the scales
     out_features: int  # N, before padding
     # On a CPU, any number of rows: the C kernel, activations quantized to int8 per group
     # (where it builds); else torch's kernel, activations as they are.
     int8_activations: bool = False
+    # The C kernel's layout of the scales (module docstring, for_c_kernel), or None
+    block_scales: torch.Tensor | None = None
     # torch's kernel's copy of ``packed`` where its layout is not ours (for_torch), made once
     _torch_packed: list = field(default_factory=list, init=False, repr=False)
+    # scale_zero rebuilt from block_scales, by dtype, where torch's kernel runs (scale_zero_as)
+    _torch_scales: dict = field(default_factory=dict, init=False, repr=False)
 
     # Rows up to which torch's kernel beats dequantize + GEMM (bench.quant_kernels: it grows
     # linearly with the rows; dequantizing costs a fixed ~1 ms per 1.8 M weights here).
@@ -75,15 +87,39 @@ class Int4Weight:
 
     @property
     def nbytes(self) -> int:
-        return self.packed.nbytes + self.scale_zero.nbytes
+        return self.packed.nbytes + self.scales.nbytes
+
+    @property
+    def scales(self) -> torch.Tensor:
+        """The scales as the weight holds them: ``block_scales`` where set, else ``scale_zero``
+        (the C kernel reads either: ``native_int4.scales_code``)."""
+        return self.scale_zero if self.block_scales is None else self.block_scales
+
+    def for_c_kernel(self) -> Int4Weight:
+        """This weight multiplied through the C kernel (int8 activations), its scales in the
+        kernel's block layout, which replaces ``scale_zero`` (one copy of the scales)."""
+        if self.block_scales is not None:
+            return dataclasses.replace(self, int8_activations=True)
+        return dataclasses.replace(self, int8_activations=True, scale_zero=None,
+                                   block_scales=block_scales_of(self.scale_zero))
+
+    def scale_zero_as(self, dtype: torch.dtype) -> torch.Tensor:
+        """``scale_zero`` in ``dtype`` (torch's kernels): rebuilt from the blocks once per dtype
+        where the weight holds those (only where torch's kernel runs on a C-kernel weight)."""
+        if self.block_scales is None:
+            return self.scale_zero.to(dtype)
+        if dtype not in self._torch_scales:
+            s, c = self._scale_and_offset(torch.float32)
+            self._torch_scales[dtype] = torch.stack([s, c + 8 * s], dim=-1).transpose(0, 1).to(dtype).contiguous()
+        return self._torch_scales[dtype]
 
     def mm(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ w.T`` for ``x`` [M, K] in the compute dtype."""
-        if self.int8_activations and native_int4.supports(x, self.scale_zero):
-            return native_int4.mm(x, self.packed, self.scale_zero, self.group, self.out_features)
+        if self.int8_activations and native_int4.supports(x, self.scales):
+            return native_int4.mm(x, self.packed, self.scales, self.group, self.out_features)
         if x.shape[0] <= self.KERNEL_MAX_ROWS and x.device.type == "cpu":
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.for_torch(), self.group,
-                                                           self.scale_zero)
+                                                           self.scale_zero_as(x.dtype))
         else:
             y = F.linear(x, self._dequantize_padded(x.dtype))
         return y[:, : self.out_features]
@@ -106,8 +142,8 @@ class Int4Weight:
     def _dequantize_padded(self, dtype: torch.dtype) -> torch.Tensor:
         n, k = self.packed.shape[0], self.in_features
         q = cpu_layout_codes(self.packed)  # [N, K]
-        sz = self.scale_zero.to(dtype).transpose(0, 1)  # [N, K / group, 2]
-        w = torch.addcmul(sz[..., 1:] - 8 * sz[..., :1], q.view(n, -1, self.group).to(dtype), sz[..., :1])
+        s, c = self._scale_and_offset(dtype)
+        w = torch.addcmul(c[..., None], q.view(n, -1, self.group).to(dtype), s[..., None])
         return w.reshape(n, k)
 
     def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -117,9 +153,34 @@ class Int4Weight:
         col = ids % _BLOCK
         byte = blocks[ids // _BLOCK, :, col % (_BLOCK // 2)]  # [T, K]
         q = torch.where((col >= _BLOCK // 2)[:, None], byte >> 4, byte & 15)
-        sz = self.scale_zero[:, ids].to(dtype).transpose(0, 1)  # [T, K / group, 2]
-        w = torch.addcmul(sz[..., 1:] - 8 * sz[..., :1], q.view(len(ids), -1, self.group).to(dtype), sz[..., :1])
+        s, c = self._scale_and_offset(dtype, ids)
+        w = torch.addcmul(c[..., None], q.view(len(ids), -1, self.group).to(dtype), s[..., None])
         return w.reshape(len(ids), k)
+
+    def _scale_and_offset(self, dtype: torch.dtype, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(s, c) [N_pad or len(ids), K / group] in ``dtype``: ``w = q s + c`` (c = z - 8 s,
+        computed in ``dtype`` from torch's layout as torch's kernel does)."""
+        if self.block_scales is None:
+            sz = (self.scale_zero if ids is None else self.scale_zero[:, ids]).to(dtype).transpose(0, 1)
+            return sz[..., 0], sz[..., 1] - 8 * sz[..., 0]
+        b = self.block_scales if ids is None else self.block_scales[ids // _BLOCK, :, :, ids % _BLOCK]
+        if ids is None:  # [N / 64, G, 2, 64] -> [N, G, 2]
+            b = b.permute(0, 3, 1, 2).reshape(-1, b.shape[1], 2)
+        b = b.to(dtype)
+        return b[..., 0], b[..., 1]
+
+
+def block_scales_of(scale_zero: torch.Tensor) -> torch.Tensor:
+    """torch's ``scale_zero [G, N_pad, 2]`` (s, z) as the C kernel's ``[N_pad / 64, G, 2, 64]``
+    (s, c = z - 8 s, computed in fp32): fp16 where every value rounds there within fp16's
+    precision (half an ulp of a normal number, 2^-11 of it; zeros exact), else fp32."""
+    sz = scale_zero.float()
+    groups, n_pad, _ = sz.shape
+    sc = torch.stack([sz[..., 0], sz[..., 1] - 8 * sz[..., 0]])  # [2, G, N_pad]
+    blocks = sc.view(2, groups, n_pad // _BLOCK, _BLOCK).permute(2, 1, 0, 3).contiguous()
+    half = blocks.to(torch.float16)
+    exact = bool(((half.float() - blocks).abs() <= blocks.abs() * 2.0 ** -11).all())
+    return half if exact else blocks
 
 
 def pack_cpu_layout(q: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,15 @@
  *
  * Weights: torch's _convert_weight_to_int4pack_for_cpu layout, rows in blocks of 64: byte
  * (b, k, j) of packed.view(N / 64, K, 32) holds row 64 b + j in its low nibble and row
- * 64 b + 32 + j in its high one. scale_zero [K / group, N, 2] holds (s, z) with
- * w = (q - 8) s + z = q s + c, c = z - 8 s.
+ * 64 b + 32 + j in its high one. The scales come in one of two layouts (sz_dtype):
+ *   torch's (F32, BF16): scale_zero [K / group, N, 2] holds (s, z) with
+ *     w = (q - 8) s + z = q s + c, c = z - 8 s;
+ *   blocks (F16_BLOCKS, F32_BLOCKS): [N / 64, K / group, 2, 64] holds each block's s of its 64
+ *     rows, then their c, group after group: a block's scales are one sequential stream beside
+ *     its codes, where torch's layout has a block's groups N * 8 bytes apart, and in fp16 half
+ *     the bytes of fp32 (GGUF's own d and m are fp16: c = m exactly). At one row the kernel
+ *     reads its weights at memory speed, so bytes are time: a third of an fp32 layout's bytes
+ *     were its scales.
  *
  * Activations: each row's group of `group` values x gets dx = max|x| / 127 and codes
  * xq = round(x / dx) in -127..127; the kernel computes, exactly up to float rounding,
@@ -30,6 +37,7 @@
 #endif
 
 #define BLOCK 64
+enum { F16_BLOCKS = 2, F32_BLOCKS = 3 }; /* the scales' block layout (header comment) */
 #define TILE 8      /* rows whose accumulators stay in registers over one weight group */
 #define MAX_ROWS 32 /* rows a block pass takes: tiles of TILE over each group while it is in L1 */
 
@@ -138,6 +146,27 @@ static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk,
 }
 #endif
 
+/* 64 fp16 values as floats (F16C where the CPU has it; else bit by bit, subnormals included). */
+static inline void half_to_float(const uint16_t *h, float *out) {
+#if defined(__F16C__) && defined(__AVX2__)
+    for (int r = 0; r < BLOCK; r += 8)
+        _mm256_storeu_ps(out + r, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + r))));
+#else
+    for (int r = 0; r < BLOCK; r++) {
+        uint32_t sign = (uint32_t)(h[r] & 0x8000) << 16, exp = (h[r] >> 10) & 31, man = h[r] & 1023;
+        float v;
+        if (exp == 31) {
+            uint32_t u = sign | 0x7f800000u | man << 13;
+            memcpy(&v, &u, 4);
+        } else {
+            v = ldexpf((float)(exp ? man | 1024 : man), (exp ? (int)exp : 1) - 25);
+            if (sign) v = -v;
+        }
+        out[r] = v;
+    }
+#endif
+}
+
 /* One block of 64 rows: y[m, 64 b + r] for r < 64 (rows past n_out not written). */
 static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dtype, Py_ssize_t n_pad, int k,
                        int group, int b, const int8_t *xq, const float *dx, const float *xsum, int m_rows,
@@ -149,8 +178,17 @@ static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dty
     float s[BLOCK], c[BLOCK];
     memset(acc, 0, sizeof(acc));
     for (int g = 0; g < groups; g++) {
-        Py_ssize_t base = ((Py_ssize_t)g * n_pad + (Py_ssize_t)b * BLOCK) * 2;
-        if (sz_dtype == BF16) { /* (s, z) pairs as one 32-bit word each: vectorizes */
+        Py_ssize_t base = ((Py_ssize_t)g * n_pad + (Py_ssize_t)b * BLOCK) * 2; /* torch's layout */
+        if (sz_dtype == F16_BLOCKS || sz_dtype == F32_BLOCKS) { /* s[64] then c[64] */
+            Py_ssize_t at = ((Py_ssize_t)b * groups + g) * 2 * BLOCK;
+            if (sz_dtype == F32_BLOCKS) {
+                memcpy(s, (const float *)scale_zero + at, sizeof(s));
+                memcpy(c, (const float *)scale_zero + at + BLOCK, sizeof(c));
+            } else {
+                half_to_float((const uint16_t *)scale_zero + at, s);
+                half_to_float((const uint16_t *)scale_zero + at + BLOCK, c);
+            }
+        } else if (sz_dtype == BF16) { /* (s, z) pairs as one 32-bit word each: vectorizes */
             const uint32_t *pair = (const uint32_t *)((const uint16_t *)scale_zero + base);
             for (int r = 0; r < BLOCK; r++) {
                 uint32_t lo = pair[r] << 16, hi = pair[r] & 0xffff0000u;
@@ -206,6 +244,10 @@ static PyObject *int4_mm(PyObject *self, PyObject *args) {
         n_out > n_pad || n_out < 0) {
         PyErr_Format(PyExc_ValueError, "int4_mm: unsupported shape (rows %d, K %d, group %d, N %zd of %zd)",
                      m_rows, k, group, n_out, n_pad);
+        return NULL;
+    }
+    if (sz_dtype < F32 || sz_dtype > F32_BLOCKS) {
+        PyErr_Format(PyExc_ValueError, "int4_mm: no scale layout %d (0-3: native_int4.c's header)", sz_dtype);
         return NULL;
     }
     int groups = k / group;

@@ -27,6 +27,7 @@ _NAME = "_native_int4"
 MAX_ROWS = 32  # rows the C kernel takes in one pass over a weight block (MAX_ROWS there); more
 # rows take more passes, each row's result the same whatever rows share its call
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+_BLOCK_SCALES = {torch.float16: 2, torch.float32: 3}  # native_int4.c's F16_BLOCKS, F32_BLOCKS
 _loaded: list = []
 
 
@@ -43,11 +44,21 @@ def _load():
     return mod
 
 
-def supports(x: torch.Tensor, scale_zero: torch.Tensor) -> bool:
-    """Whether ``mm`` takes ``x``: on the CPU, one row or more, fp32 / bf16, and the module
-    built (under torch.compile, only if it was built before: tracing never builds it)."""
+def scales_code(scales: torch.Tensor) -> int | None:
+    """The kernel's code for the layout and dtype of ``scales`` (native_int4.c): torch's
+    ``scale_zero [K / group, N_pad, 2]`` in fp32 / bf16 (0 / 1), or the block layout
+    ``[N_pad / 64, K / group, 2, 64]`` in fp16 / fp32 (2 / 3); None for anything else."""
+    if scales.dim() == 4:
+        return _BLOCK_SCALES.get(scales.dtype)
+    return _DTYPES.get(scales.dtype) if scales.dim() == 3 else None
+
+
+def supports(x: torch.Tensor, scales: torch.Tensor) -> bool:
+    """Whether ``mm`` takes ``x`` with ``scales`` (``scales_code``): on the CPU, one row or
+    more, fp32 / bf16, and the module built (under torch.compile, only if it was built
+    before: tracing never builds it)."""
     if not (x.device.type == "cpu" and x.dim() == 2 and 1 <= x.shape[0]
-            and x.dtype in _DTYPES and scale_zero.dtype in _DTYPES):
+            and x.dtype in _DTYPES and scales_code(scales) is not None):
         return False
     if torch.compiler.is_compiling():
         return bool(_loaded) and _loaded[0] is not None
@@ -57,7 +68,8 @@ def supports(x: torch.Tensor, scale_zero: torch.Tensor) -> bool:
 def mm(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, group: int,
        out_features: int) -> torch.Tensor:
     """``x`` [M, K] (``supports``) times the int4 weight in torch's CPU layout (``packed``
-    [N_pad, K / 2], ``scale_zero`` [K / group, N_pad, 2]): [M, out_features] in x's dtype.
+    [N_pad, K / 2], ``scale_zero`` in either layout ``scales_code`` names): [M, out_features]
+    in x's dtype.
     Eagerly a direct call; under torch.compile the custom op ``sglang_lite::int4_mm``, so the
     step stays one graph."""
     if torch.compiler.is_compiling():
@@ -71,7 +83,7 @@ def _call(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, group
     m, k = x.shape
     y = torch.empty(m, out_features, dtype=x.dtype)
     _loaded[0].int4_mm(x.data_ptr(), _DTYPES[x.dtype], m, k, packed.data_ptr(), packed.shape[0],
-                       scale_zero.data_ptr(), _DTYPES[scale_zero.dtype], group, y.data_ptr(), out_features,
+                       scale_zero.data_ptr(), scales_code(scale_zero), group, y.data_ptr(), out_features,
                        _DTYPES[x.dtype])
     return y
 

@@ -14,6 +14,7 @@ import torch
 from constraints.native import build_extension
 from sglang_lite.quant import native_int4
 from sglang_lite.quant.int4 import Int4Weight
+from sglang_lite_kernels.quant_mm import cpu_layout_codes
 
 pytestmark = pytest.mark.skipif(native_int4.module() is None, reason="the C int4 kernel does not build here")
 
@@ -107,6 +108,18 @@ def test_other_simd_paths_give_the_same_sums(march, path, tmp_path, monkeypatch)
         for m in (1, 3):
             packed, x, ref = _case(130, 96, m, 32, dtype)
             _check(native_int4.mm(x, packed.packed, packed.scale_zero, 32, 130), ref, dtype)
+            blocks = packed.for_c_kernel()  # fp16 block scales: F16C's conversion or the bitwise one
+            assert blocks.block_scales.dtype == torch.float16
+            ref = native_int4.quantize_activations(x, 32).double() @ blocks.dequantize(torch.float64).t()
+            _check(blocks.mm(x), ref, dtype)
+    # fp16 subnormals held exactly (d = 2^-20, m = -3 * 2^-24) stay fp16: converted alike
+    sub = _gguf_like(64, 64, 32, torch.float32)
+    sub = Int4Weight.from_codes(cpu_layout_codes(sub.packed)[:64], torch.full((64, 2), 2.0**-20),
+                                torch.full((64, 2), -3 * 2.0**-24), torch.float32).for_c_kernel()
+    assert sub.block_scales.dtype == torch.float16 and sub.block_scales.abs().max() < 2.0**-14
+    x = torch.randn(2, 64)
+    ref = native_int4.quantize_activations(x, 32).double() @ sub.dequantize(torch.float64).t()
+    _check(sub.mm(x), ref, torch.float32)
 
 
 def test_use_int8_activations_flags_every_int4_weight_and_keeps_shared_ones_shared():
@@ -132,7 +145,63 @@ def test_use_int8_activations_flags_every_int4_weight_and_keeps_shared_ones_shar
     assert model["head"].weight_q.hi.int8_activations and model["head"].weight_q.lo.int8_activations
     assert model["mlp"].weight_q.packed.int8_activations and model["mlp"].weight_q.max_rows == 8
     assert isinstance(model["int8"].weight_q, Int8Weight)
-    assert resident_weight_bytes(model) == before
+    # each int4 weight's fp32 scale_zero replaced by fp16 blocks (its scales fit fp16): half the bytes
+    scales = [head.hi.scale_zero, head.lo.scale_zero, model["mlp"].weight_q.packed.block_scales]
+    assert model["head"].weight_q.hi.scale_zero is None and scales[2].dtype == torch.float16
+    assert resident_weight_bytes(model) == before - (scales[0].nbytes + scales[1].nbytes + 2 * scales[2].nbytes) // 2
     x = torch.randn(2, 64)
     ref = native_int4.quantize_activations(x, 32).double() @ model["head"].weight_q.dequantize(torch.float64).t()
     _check(model["head"](x), ref, torch.float32)
+
+
+def _gguf_like(n: int, k: int, group: int, dtype: torch.dtype, tiny: bool = False) -> Int4Weight:
+    """Codes with fp16 d and m, as a GGUF Q4_1 file holds them (tiny: some d far below fp16's
+    normal range, which fp16 cannot hold to its precision)."""
+    g = torch.Generator().manual_seed(n + k + group)
+    q = torch.randint(0, 16, (n, k), generator=g)
+    d = (torch.rand(n, k // group, generator=g) * 0.02 + 1e-3).half().float()
+    m = (-8 * d * torch.rand(n, k // group, generator=g)).half().float()
+    if tiny:
+        d[0, 0] = 3e-9
+    return Int4Weight.from_codes(q, d, m, dtype)
+
+
+@pytest.mark.parametrize("n,k,group", [(64, 32, 32), (130, 256, 64), (960, 576, 32), (70, 512, 128)])
+def test_block_scales_multiply_as_torchs_layout_does(n, k, group):
+    """for_c_kernel's block layout (one stream per 64-row block; fp16 where that is exact
+    enough, fp32 else) holds the same s and c: the same products, bitwise, at any row count;
+    dequantize, rows and the rebuilt scale_zero agree; the weight keeps one copy of its scales."""
+    for tiny, kept in ((False, torch.float16), (True, torch.float32)):
+        torchs = dataclasses.replace(_gguf_like(n, k, group, torch.float32, tiny), int8_activations=True)
+        blocks = torchs.for_c_kernel()
+        assert blocks.scale_zero is None and blocks.block_scales.dtype == kept
+        assert blocks.block_scales.shape == (torchs.packed.shape[0] // 64, k // group, 2, 64)
+        assert blocks.nbytes == torchs.packed.nbytes + torchs.scale_zero.nbytes // (2 if kept == torch.float16 else 1)
+        assert native_int4.supports(torch.zeros(1, k), blocks.scales)
+        for m in (1, 2, 8, 9, native_int4.MAX_ROWS + 3):
+            x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+            assert torch.equal(blocks.mm(x), torchs.mm(x)), m
+        assert torch.equal(blocks.dequantize(), torchs.dequantize())
+        ids = torch.tensor(sorted({0, 5, 63, min(64, n - 1), n - 1}))
+        assert torch.equal(blocks.rows(ids, torch.float32), torchs.rows(ids, torch.float32))
+        assert torch.equal(blocks.scale_zero_as(torch.float32), torchs.scale_zero)
+        assert blocks.for_c_kernel().block_scales is blocks.block_scales
+
+
+def test_a_block_weight_runs_torchs_kernel_where_the_c_kernel_does_not():
+    """Where the C kernel does not take the input, torch's kernel gets scale_zero rebuilt from the
+    blocks, once per dtype."""
+    torchs = _gguf_like(128, 64, 32, torch.float32)
+    blocks = torchs.for_c_kernel()
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    ref = x.float() @ torchs.dequantize().t()
+    assert torch.allclose(dataclasses.replace(blocks, int8_activations=False).mm(x).float(), ref, rtol=2e-2, atol=2e-2)
+    assert blocks.scale_zero_as(torch.bfloat16) is blocks.scale_zero_as(torch.bfloat16)
+
+
+def test_an_unknown_scale_layout_is_refused():
+    packed, x, _ = _case(64, 64, 1, 32, torch.float32)
+    y = torch.empty(1, 64)
+    with pytest.raises(ValueError, match="no scale layout 4"):
+        native_int4.module().int4_mm(x.data_ptr(), 0, 1, 64, packed.packed.data_ptr(), 64,
+                                     packed.scale_zero.data_ptr(), 4, 32, y.data_ptr(), 64, 0)
