@@ -47,6 +47,36 @@ def test_decode_attention_matches_softmax_attention_over_each_rows_pages(hq, hkv
                           atol=tol)  # one position: its value
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_rows_attend_in_chunks_merged_to_each_rows_own_result(dtype):
+    """Rows longer than a chunk (64 positions) are attended chunk by chunk on both threads and
+    merged: the softmax attention still, and each row's result bitwise the same alone, among
+    other rows, and on one thread or two."""
+    hq, hkv, d, page_size = 9, 3, 64, 16
+    g = torch.Generator().manual_seed(5)
+    lens = torch.tensor([64, 65, 130, 300, 1, 257], dtype=torch.int64)
+    max_pages = 20
+    num_pages = len(lens) * max_pages
+    k = torch.randn(num_pages * page_size, hkv, d, generator=g).to(dtype)
+    v = torch.randn(num_pages * page_size, hkv, d, generator=g).to(dtype)
+    pages = torch.randperm(num_pages, generator=g).view(len(lens), max_pages).to(torch.int64)
+    q = (torch.randn(len(lens), hq, d, generator=g) * 3).to(dtype)
+    scale = d ** -0.5
+    got = native_decode.decode_attention(q, k, v, pages, lens, page_size, scale)
+    want = _reference(q, k, v, pages, lens, page_size, scale)
+    tol = 1e-5 if dtype == torch.float32 else 2**-7
+    assert ((got.double() - want).abs() <= tol * (1 + want.abs())).all()
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            for r in range(len(lens)):
+                alone = native_decode.decode_attention(q[r:r + 1], k, v, pages[r:r + 1], lens[r:r + 1], page_size, scale)
+                assert torch.equal(alone[0], got[r]), (n, r)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_the_torch_backend_takes_it_only_for_what_it_supports():
     q = torch.randn(2, 4, 32)
     k = torch.zeros(64, 2, 32)
