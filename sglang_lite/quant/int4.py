@@ -149,6 +149,8 @@ class Int4Weight:
     def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Rows ``ids`` of the weight, dequantized: the embedding lookup of a tied LM head."""
         k = self.in_features
+        if ids.numel() == 1 and ids.device.type == "cpu":
+            return self._row(int(ids.reshape(())), dtype)
         blocks = self.packed.view(-1, k, _BLOCK // 2)
         col = ids % _BLOCK
         byte = blocks[ids // _BLOCK, :, col % (_BLOCK // 2)]  # [T, K]
@@ -156,6 +158,20 @@ class Int4Weight:
         s, c = self._scale_and_offset(dtype, ids)
         w = torch.addcmul(c[..., None], q.view(len(ids), -1, self.group).to(dtype), s[..., None])
         return w.reshape(len(ids), k)
+
+    def _row(self, r: int, dtype: torch.dtype) -> torch.Tensor:
+        """``rows`` of one id (a batch-1 decode step's embedding), from views of the codes and
+        scales instead of gathers: the same values, a third of the ops (each ~10 us here)."""
+        b, j = divmod(r, _BLOCK)
+        byte = self.packed.view(-1, self.in_features, _BLOCK // 2)[b, :, j % (_BLOCK // 2)]
+        q = (byte >> 4 if j >= _BLOCK // 2 else byte & 15).view(1, -1, self.group).to(dtype)
+        if self.block_scales is None:
+            sz = self.scale_zero[:, r].to(dtype)
+            s, c = sz[None, :, 0], sz[None, :, 1] - 8 * sz[None, :, 0]
+        else:
+            sc = self.block_scales[b, :, :, j].to(dtype)
+            s, c = sc[None, :, 0], sc[None, :, 1]
+        return torch.addcmul(c[..., None], q, s[..., None]).reshape(1, -1)
 
     def _scale_and_offset(self, dtype: torch.dtype, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(s, c) [N_pad or len(ids), K / group] in ``dtype``: ``w = q s + c`` (c = z - 8 s,
