@@ -149,8 +149,8 @@ class Int4Weight:
     def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Rows ``ids`` of the weight, dequantized: the embedding lookup of a tied LM head."""
         k = self.in_features
-        if ids.numel() == 1 and ids.device.type == "cpu":
-            return self._row(int(ids.reshape(())), dtype)
+        if ids.numel() == 1 and ids.device.type == "cpu" and not torch.compiler.is_compiling():
+            return self._row(int(ids.reshape(())), dtype)  # (tracing would break the graph on the int)
         blocks = self.packed.view(-1, k, _BLOCK // 2)
         col = ids % _BLOCK
         byte = blocks[ids // _BLOCK, :, col % (_BLOCK // 2)]  # [T, K]
