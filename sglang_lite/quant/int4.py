@@ -38,8 +38,9 @@ _BLOCK = CPU_BLOCK  # rows per block of torch's layout (64); out_features are pa
 @dataclass(frozen=True, slots=True, eq=False)
 class Int4Weight:
     packed: torch.Tensor  # uint8 [N_pad, K / 2], torch's CPU layout
-    scale_zero: torch.Tensor | None  # [K / group, N_pad, 2]: (s, z), in the compute dtype; None
-    group: int  # where block_scales holds the scales
+    # [K / group, N_pad, 2]: (s, z), in the compute dtype; None where block_scales holds the scales
+    scale_zero: torch.Tensor | None
+    group: int
     out_features: int  # N, before padding
     # On a CPU, any number of rows: the C kernel, activations quantized to int8 per group
     # (where it builds); else torch's kernel, activations as they are.
