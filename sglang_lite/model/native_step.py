@@ -16,14 +16,17 @@ runs the modules as before.
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
 from sglang_lite.attention import native_decode
 from sglang_lite.model import native_ops
 from sglang_lite.quant import native_int4
+from sglang_lite.quant.modules import QuantLinear
 
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+_WEIGHT_Q = operator.attrgetter("weight_q")
 
 
 class _Linear:
@@ -40,15 +43,11 @@ class _Linear:
         self.args = (int4.packed.data_ptr(), int4.packed.shape[0], int4.scales.data_ptr(),
                      native_int4.scales_code(int4.scales), int4.group)
 
-    def current(self) -> bool:
-        return self.module.weight_q is self.weight
-
 
 def _int4_of(linear):
     """The packed int4 weight ``linear`` runs with int8 activations (up to its dense copy's rows), or None."""
     from sglang_lite.quant.by_rows import ByRowsWeight
     from sglang_lite.quant.int4 import Int4Weight
-    from sglang_lite.quant.modules import QuantLinear
 
     if not isinstance(linear, QuantLinear) or linear.bias is not None:
         return None
@@ -73,6 +72,8 @@ class NativeDecodeStep:
         self.rope = model.rope
         self.layers = layers  # (input norm, qkv, o, post norm, gate_up, down, eps, sm_scale) per layer
         self.linears = [layer[j] for layer in layers for j in (1, 2, 4, 5)]
+        self._modules, self._weights = [lin.module for lin in self.linears], [lin.weight for lin in self.linears]
+        self._version = QuantLinear.weights_version
         self.max_rows = min(lin.max_rows for lin in self.linears)  # the rows the modules would multiply in int4
         # Above them the modules multiply each dense copy (F.linear): the plan does too, where
         # every linear has one and all send the same rows to int4 (else those steps run the modules).
@@ -109,8 +110,17 @@ class NativeDecodeStep:
         return cls(model, layers, dtype)
 
     def current(self) -> bool:
-        """Whether every weight is still the one the plan read (quantization can swap them)."""
-        return all(lin.current() for lin in self.linears)
+        """Whether every weight is still the one the plan read (quantization can swap them).
+        Asked every step: where no QuantLinear's weight was set since the last check
+        (``QuantLinear.weights_version``) an int compare; else every weight, by identity (over
+        a step's cold caches the 120 checks cost ~0.1 ms)."""
+        version = QuantLinear.weights_version
+        if version == self._version:
+            return True
+        if not all(map(operator.is_, map(_WEIGHT_Q, self._modules), self._weights)):
+            return False
+        self._version = version  # (another model's weights, say)
+        return True
 
     def takes(self, x: torch.Tensor, batch, backend) -> bool:
         """Whether this step can run here: all decode rows (the torch backend's), no more than

@@ -14,6 +14,15 @@ from torch import nn
 
 
 class QuantLinear(nn.Module):
+    # Counts every setting of any QuantLinear's weight_q: the C decode plan (model/native_step.py),
+    # which holds the weights' pointers, compares it each step instead of every weight.
+    weights_version = 0
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "weight_q":
+            QuantLinear.weights_version += 1
+        super().__setattr__(name, value)
+
     def __init__(self, weight, bias: torch.Tensor | None = None):
         super().__init__()
         self.weight_q = weight

@@ -15,6 +15,7 @@ from sglang_lite.model import native_ops
 from sglang_lite.model.native_step import NativeDecodeStep
 from sglang_lite.quant import native_int4
 from sglang_lite.quant.by_rows import ByRowsWeight
+from sglang_lite.quant.modules import QuantLinear
 
 pytestmark = pytest.mark.skipif(native_ops.module() is None or native_int4.module() is None,
                                 reason="the C kernels do not build here")
@@ -102,7 +103,13 @@ def test_the_plan_is_built_again_when_a_weight_is_replaced(gguf_engine, plan_run
     assert isinstance(plan, NativeDecodeStep) and plan.current()
     down = model.layers[3].mlp.down_proj
     kept = down.weight_q
+    # a weight set on a QuantLinear outside the plan (another model's): still current, checked once
+    other = QuantLinear(kept)
+    other.weight_q = kept
+    assert plan.current() and plan._version == QuantLinear.weights_version
     try:
+        down.weight_q = kept  # set again, the same object: still current
+        assert plan.current()
         down.weight_q = dataclasses.replace(kept)  # the same values in a new object
         assert not plan.current()
         _generate(gguf_engine, False, PROMPTS[:1])  # (modules) then a step rebuilds it:
