@@ -93,6 +93,33 @@ def _cpu_flags() -> set[str]:
     return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":")[1].split()}
 
 
+def _extremes(m: int, group: int):
+    """Every code 15 times activations of one sign each at their largest (127 after quantizing):
+    the largest integer sums a group can make, over 4 groups (rows alternate the sign)."""
+    k = 4 * group
+    q = torch.full((70, k), 15, dtype=torch.uint8)
+    d = torch.full((70, k // group), 2.0**-6)
+    w = dataclasses.replace(Int4Weight.from_codes(q, d, torch.zeros_like(d), torch.float32),
+                            int8_activations=True)
+    x = torch.ones(m, k) * torch.tensor([1.0 if r % 2 else -1.0 for r in range(m)])[:, None]
+    return w, x, group
+
+
+def _check_extremes(case) -> None:
+    w, x, group = case
+    want = native_int4.quantize_activations(x, group).double() @ w.dequantize(torch.float64).t()
+    assert want.abs().min() == 15 * 2.0**-6 * x.shape[1]  # nothing lost before the kernel
+    _check(native_int4.mm(x, w.packed, w.scale_zero, group, 70), want, torch.float32)
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+@pytest.mark.parametrize("m", [1, 8, 20, 32])
+def test_the_largest_sums_do_not_overflow(m, group):
+    # The AVX2 rows-from-L1 path adds pairs of products in int16 for 8 steps of 4 columns
+    # (30480 at most); a group's whole 32 or more columns in int16 would wrap.
+    _check_extremes(_extremes(m, group))
+
+
 @pytest.mark.parametrize("march,path", [("haswell", "avx2"), ("x86-64", "scalar")])
 def test_other_simd_paths_give_the_same_sums(march, path, tmp_path, monkeypatch):
     """The AVX2 path (no VNNI) and plain C, built as they would be on such a CPU."""
@@ -105,9 +132,12 @@ def test_other_simd_paths_give_the_same_sums(march, path, tmp_path, monkeypatch)
     assert mod.features()[0] == path
     monkeypatch.setattr(native_int4, "_loaded", [mod])
     for dtype in (torch.float32, torch.bfloat16):
+        for m, group in ((1, 32), (3, 32), (20, 32), (20, 64)):  # 20: AVX2's rows-from-L1 path
+            packed, x, ref = _case(130, 128, m, group, dtype)
+            _check(native_int4.mm(x, packed.packed, packed.scale_zero, group, 130), ref, dtype)
+        _check_extremes(_extremes(20, 64))
         for m in (1, 3):
             packed, x, ref = _case(130, 96, m, 32, dtype)
-            _check(native_int4.mm(x, packed.packed, packed.scale_zero, 32, 130), ref, dtype)
             blocks = packed.for_c_kernel()  # fp16 block scales: F16C's conversion or the bitwise one
             assert blocks.block_scales.dtype == torch.float16
             ref = native_int4.quantize_activations(x, 32).double() @ blocks.dequantize(torch.float64).t()
