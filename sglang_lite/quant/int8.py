@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from sglang_lite.quant import native_int4
 from sglang_lite.quant.cuda_kernels import on_cuda_kernel
 from sglang_lite.quant.int4 import Int4Weight
 from sglang_lite_kernels.quant_mm import int8_mm
@@ -95,9 +96,18 @@ class GroupInt8Weight:
         return self.hi.nbytes + self.lo.nbytes
 
     def mm(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] <= Int4Weight.KERNEL_MAX_ROWS and x.device.type == "cpu" or on_cuda_kernel(x):
+        # The halves' kernels: the C kernel at any number of rows where it takes them (the
+        # int8-activation path), torch's up to its rows, CUDA's. Past those, the dense product:
+        # the whole weight dequantized, every call (a tied LM head: 49152 x 576 for a step of
+        # more than 32 rows took ~0.25 s here before the C kernel was let take those rows).
+        if (x.device.type == "cpu" and (x.shape[0] <= Int4Weight.KERNEL_MAX_ROWS or self._c_kernel(x))
+                or on_cuda_kernel(x)):
             return self.hi.mm(x) + self.lo.mm(x)
         return F.linear(x, self.dequantize(x.dtype))
+
+    def _c_kernel(self, x: torch.Tensor) -> bool:
+        return (self.hi.int8_activations and self.lo.int8_activations
+                and native_int4.supports(x, self.hi.scales) and native_int4.supports(x, self.lo.scales))
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return self.hi.dequantize(dtype) + self.lo.dequantize(dtype)

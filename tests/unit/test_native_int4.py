@@ -184,6 +184,28 @@ def test_use_int8_activations_flags_every_int4_weight_and_keeps_shared_ones_shar
     _check(model["head"](x), ref, torch.float32)
 
 
+def test_a_q8_0_head_takes_the_c_kernel_past_torchs_rows(monkeypatch):
+    """A tied Q8_0 head (two int4 halves) at more rows than torch's kernel takes (a step of many
+    requests) multiplies through the C kernel, never through its whole weight dequantized."""
+    from sglang_lite.quant.apply import use_int8_activations
+    from sglang_lite.quant.int8 import GroupInt8Weight
+    from sglang_lite.quant.modules import QuantLinear
+
+    w = torch.randn(200, 64)
+    head = QuantLinear(GroupInt8Weight.from_codes((w * 50).round().clamp(-128, 127).to(torch.int8),
+                                                  torch.full((200, 2), 0.02), torch.float32))
+    use_int8_activations(head)
+    packed = head.weight_q
+    ref = native_int4.quantize_activations(x := torch.randn(48, 64), 32).double() @ packed.dequantize(torch.float64).t()
+
+    def whole(*args):
+        raise AssertionError("the whole weight dequantized")
+
+    monkeypatch.setattr(GroupInt8Weight, "dequantize", whole)
+    assert x.shape[0] > Int4Weight.KERNEL_MAX_ROWS
+    _check(head(x), ref, torch.float32)
+
+
 def _gguf_like(n: int, k: int, group: int, dtype: torch.dtype, tiny: bool = False) -> Int4Weight:
     """Codes with fp16 d and m, as a GGUF Q4_1 file holds them (tiny: some d far below fp16's
     normal range, which fp16 cannot hold to its precision)."""
