@@ -82,33 +82,39 @@ static inline __m256i dot4(__m256i acc, __m256i q, __m256i x) {
 #endif
 }
 
+/* The block's 64 rows at columns kk..kk+3, four columns to a 32-bit lane (a row's four
+ * nibbles interleaved into adjacent bytes): each 128-bit lane on its own, q[4h] rows 0-3 |
+ * 16-19, q[4h+1] 4-7 | 20-23, q[4h+2] 8-11 | 24-27, q[4h+3] 12-15 | 28-31 (plus 32 h; h = 0:
+ * the low nibbles, rows 0..31, 1: the high ones, rows 32..63). */
+static inline __attribute__((always_inline)) void unpack4(const uint8_t *blk, int kk, __m256i *q) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    __m256i b0 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)kk * 32));
+    __m256i b1 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 1) * 32));
+    __m256i b2 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 2) * 32));
+    __m256i b3 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 3) * 32));
+    for (int h = 0; h < 2; h++) {
+        __m256i c0 = h ? _mm256_and_si256(_mm256_srli_epi16(b0, 4), low) : _mm256_and_si256(b0, low);
+        __m256i c1 = h ? _mm256_and_si256(_mm256_srli_epi16(b1, 4), low) : _mm256_and_si256(b1, low);
+        __m256i c2 = h ? _mm256_and_si256(_mm256_srli_epi16(b2, 4), low) : _mm256_and_si256(b2, low);
+        __m256i c3 = h ? _mm256_and_si256(_mm256_srli_epi16(b3, 4), low) : _mm256_and_si256(b3, low);
+        __m256i p01l = _mm256_unpacklo_epi8(c0, c1), p01h = _mm256_unpackhi_epi8(c0, c1);
+        __m256i p23l = _mm256_unpacklo_epi8(c2, c3), p23h = _mm256_unpackhi_epi8(c2, c3);
+        q[4 * h] = _mm256_unpacklo_epi16(p01l, p23l);
+        q[4 * h + 1] = _mm256_unpackhi_epi16(p01l, p23l);
+        q[4 * h + 2] = _mm256_unpacklo_epi16(p01h, p23h);
+        q[4 * h + 3] = _mm256_unpackhi_epi16(p01h, p23h);
+    }
+}
+
 static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk, int k, int kk0, int group, const int8_t *xq, int m_rows,
                               int32_t sums[TILE][BLOCK]) {
-    const __m256i low = _mm256_set1_epi8(0x0f);
     __m256i acc[TILE][8];
     for (int m = 0; m < m_rows; m++)
         for (int i = 0; i < 8; i++)
             acc[m][i] = _mm256_setzero_si256();
     for (int kk = kk0; kk < kk0 + group; kk += 4) {
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)kk * 32));
-        __m256i b1 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 1) * 32));
-        __m256i b2 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 2) * 32));
-        __m256i b3 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 3) * 32));
         __m256i q[8];
-        for (int h = 0; h < 2; h++) { /* h = 0: rows 0..31 (low nibbles), 1: rows 32..63 */
-            __m256i c0 = h ? _mm256_and_si256(_mm256_srli_epi16(b0, 4), low) : _mm256_and_si256(b0, low);
-            __m256i c1 = h ? _mm256_and_si256(_mm256_srli_epi16(b1, 4), low) : _mm256_and_si256(b1, low);
-            __m256i c2 = h ? _mm256_and_si256(_mm256_srli_epi16(b2, 4), low) : _mm256_and_si256(b2, low);
-            __m256i c3 = h ? _mm256_and_si256(_mm256_srli_epi16(b3, 4), low) : _mm256_and_si256(b3, low);
-            __m256i p01l = _mm256_unpacklo_epi8(c0, c1), p01h = _mm256_unpackhi_epi8(c0, c1);
-            __m256i p23l = _mm256_unpacklo_epi8(c2, c3), p23h = _mm256_unpackhi_epi8(c2, c3);
-            /* each 128-bit lane on its own: q[4h] rows 0-3 | 16-19, q[4h+1] 4-7 | 20-23,
-             * q[4h+2] 8-11 | 24-27, q[4h+3] 12-15 | 28-31 (plus 32 h) */
-            q[4 * h] = _mm256_unpacklo_epi16(p01l, p23l);
-            q[4 * h + 1] = _mm256_unpackhi_epi16(p01l, p23l);
-            q[4 * h + 2] = _mm256_unpacklo_epi16(p01h, p23h);
-            q[4 * h + 3] = _mm256_unpackhi_epi16(p01h, p23h);
-        }
+        unpack4(blk, kk, q);
         for (int m = 0; m < m_rows; m++) {
             int32_t four;
             memcpy(&four, xq + (Py_ssize_t)m * k + kk, 4);
@@ -160,25 +166,8 @@ static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk,
 #define UNPACKED_GROUP 256   /* the largest group qbuf holds */
 
 static inline __attribute__((always_inline)) void unpack_group(const uint8_t *blk, int kk0, int group, __m256i *qbuf) {
-    const __m256i low = _mm256_set1_epi8(0x0f);
-    for (int kk = kk0; kk < kk0 + group; kk += 4, qbuf += 8) {
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)kk * 32));
-        __m256i b1 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 1) * 32));
-        __m256i b2 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 2) * 32));
-        __m256i b3 = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)(kk + 3) * 32));
-        for (int h = 0; h < 2; h++) {
-            __m256i c0 = h ? _mm256_and_si256(_mm256_srli_epi16(b0, 4), low) : _mm256_and_si256(b0, low);
-            __m256i c1 = h ? _mm256_and_si256(_mm256_srli_epi16(b1, 4), low) : _mm256_and_si256(b1, low);
-            __m256i c2 = h ? _mm256_and_si256(_mm256_srli_epi16(b2, 4), low) : _mm256_and_si256(b2, low);
-            __m256i c3 = h ? _mm256_and_si256(_mm256_srli_epi16(b3, 4), low) : _mm256_and_si256(b3, low);
-            __m256i p01l = _mm256_unpacklo_epi8(c0, c1), p01h = _mm256_unpackhi_epi8(c0, c1);
-            __m256i p23l = _mm256_unpacklo_epi8(c2, c3), p23h = _mm256_unpackhi_epi8(c2, c3);
-            qbuf[4 * h] = _mm256_unpacklo_epi16(p01l, p23l);
-            qbuf[4 * h + 1] = _mm256_unpackhi_epi16(p01l, p23l);
-            qbuf[4 * h + 2] = _mm256_unpacklo_epi16(p01h, p23h);
-            qbuf[4 * h + 3] = _mm256_unpackhi_epi16(p01h, p23h);
-        }
-    }
+    for (int kk = kk0; kk < kk0 + group; kk += 4, qbuf += 8)
+        unpack4(blk, kk, qbuf);
 }
 
 /* The 32 sums of half h of the block in row order (group_sums' store). */
