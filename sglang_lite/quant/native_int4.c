@@ -159,9 +159,10 @@ static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk,
  * up to 8 steps of 4 columns (|8 * 2 * 15 * 127| = 30480 fits) and widened once (madd), where
  * group_sums widens at every step and keeps TILE rows' 64 accumulators, more than AVX2's 16
  * registers. The same integer sums, so the same results. An AVX2-only EPYC (Zen 3), fp32,
- * 2 threads, the embedded model's four layer shapes, this kernel and the one before taking
- * turns in one process: 1.2-1.5x as fast from 16 to 144 rows (the unroll by 4 measured
- * 1.2x the full unroll by 8), 1.1-1.5x at 3 to 12 rows, the same at 1 and 2. */
+ * 2 threads, the embedded model's four layer shapes, this path and group_sums' alone taking
+ * turns in one process: 1.2-1.4x from 32 to 144 rows, 1.0-1.3x from 3 to 16 (the 192-wide
+ * layer least), the same at 1 and 2 (which keep group_sums); the unroll by 4 measured 1.2x
+ * the full unroll by 8. */
 #define ROWS_FROM_L1 3       /* rows from which block_rows takes this path */
 #define UNPACKED_GROUP 256   /* the largest group qbuf holds */
 

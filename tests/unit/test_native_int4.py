@@ -116,7 +116,7 @@ def _check_extremes(case) -> None:
 @pytest.mark.parametrize("m", [1, 8, 20, 32])
 def test_the_largest_sums_do_not_overflow(m, group):
     # The AVX2 rows-from-L1 path adds pairs of products in int16 for 8 steps of 4 columns
-    # (30480 at most); a group's whole 32 or more columns in int16 would wrap.
+    # (30480 at most) and then widens them; 16 steps (a group of 64) in int16 would wrap.
     _check_extremes(_extremes(m, group))
 
 
@@ -132,12 +132,12 @@ def test_other_simd_paths_give_the_same_sums(march, path, tmp_path, monkeypatch)
     assert mod.features()[0] == path
     monkeypatch.setattr(native_int4, "_loaded", [mod])
     for dtype in (torch.float32, torch.bfloat16):
-        for m, group in ((1, 32), (3, 32), (20, 32), (20, 64)):  # 20: AVX2's rows-from-L1 path
+        for m, group in ((1, 32), (3, 32), (20, 32), (20, 64)):  # 3 and up: AVX2's rows-from-L1 path
             packed, x, ref = _case(130, 128, m, group, dtype)
             _check(native_int4.mm(x, packed.packed, packed.scale_zero, group, 130), ref, dtype)
-        _check_extremes(_extremes(20, 64))
         for m in (1, 3):
             packed, x, ref = _case(130, 96, m, 32, dtype)
+            _check(native_int4.mm(x, packed.packed, packed.scale_zero, 32, 130), ref, dtype)
             blocks = packed.for_c_kernel()  # fp16 block scales: F16C's conversion or the bitwise one
             assert blocks.block_scales.dtype == torch.float16
             ref = native_int4.quantize_activations(x, 32).double() @ blocks.dequantize(torch.float64).t()
@@ -150,6 +150,7 @@ def test_other_simd_paths_give_the_same_sums(march, path, tmp_path, monkeypatch)
     x = torch.randn(2, 64)
     ref = native_int4.quantize_activations(x, 32).double() @ sub.dequantize(torch.float64).t()
     _check(sub.mm(x), ref, torch.float32)
+    _check_extremes(_extremes(20, 64))
 
 
 def test_use_int8_activations_flags_every_int4_weight_and_keeps_shared_ones_shared():
