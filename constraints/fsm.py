@@ -365,13 +365,16 @@ def _native_trim_and_minimize(mod, dfa: ByteDFA, minimize: bool) -> ByteDFA:
     trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
     n = dfa.num_states
     cls_of, rep = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    out = np.empty_like(trans)
-    m = mod.trim_minimize(trans, np.ascontiguousarray(dfa.accept, dtype=bool), minimize, cls_of, rep, out)
+    out = np.empty_like(trans)  # pages untouched (never faulted in) where C leaves it unwritten
+    accept = np.ascontiguousarray(dfa.accept, dtype=bool)
+    m = mod.trim_minimize(trans, accept, minimize, cls_of, rep, out)
     if m == 0:
         return ByteDFA(np.full((1, trans.shape[1]), DEAD, dtype=np.int32), np.zeros(1, dtype=bool))
-    # C wrote the new table into out's first m rows: those rows, copied where any row went
-    # (a cached grammar keeps its rules: they do not hold their untrimmed size)
-    return ByteDFA(out if m == n else out[:m].copy(), dfa.accept[rep[:m]].astype(bool))
+    if m == n:  # every state kept as it was: the same table (tables are never written in place)
+        return ByteDFA(trans, accept)
+    # C wrote the new table into out's first m rows: those rows, copied (a cached grammar
+    # keeps its rules: they do not hold their untrimmed size)
+    return ByteDFA(out[:m].copy(), accept[rep[:m]])
 
 
 def _trim(cols: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, list[int] | None]:

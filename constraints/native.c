@@ -1162,8 +1162,9 @@ static int64_t *longest_to_accept(const int32_t *trans, int64_t n, int64_t w, co
  * (from the distance to acceptance: refine). States are numbered as fsm.py numbers
  * them: kept states ascending; classes in the order of their smallest member. Work happens on
  * the table's distinct live columns. Output: cls_of[n] (the new state of each old one, -1
- * gone), rep[m] (the smallest member of each new state) and, where out is given, the new
- * table in its first m rows; returns m (0: state 0 is dead), or -1 out of memory. */
+ * gone), rep[m] (the smallest member of each new state) and, where out is given and m < n,
+ * the new table in its first m rows (m == n: the table is trans as it is, out untouched);
+ * returns m (0: state 0 is dead), or -1 out of memory. */
 static int64_t trim_minimize(const int32_t *trans, int64_t n, int64_t w, const uint8_t *accept, int minimize,
                              int64_t *cls_of, int64_t *rep, int32_t *out) {
     int64_t ret = -1;
@@ -1287,18 +1288,19 @@ static int64_t trim_minimize(const int32_t *trans, int64_t n, int64_t w, const u
         if (cls_of[s] == 0) order[kept++] = s; /* order: kept states ascending */
     cls = malloc(sizeof(int64_t) * n);
     next = malloc(sizeof(int64_t) * n);
-    table = malloc(sizeof(int64_t) * (kept * nc > 0 ? kept * nc : 1));
-    if (!cls || !next || !table) goto done;
+    if (!cls || !next) goto done;
     for (int64_t i = 0; i < kept; i++) cls_of[order[i]] = i; /* old state -> kept index */
-    for (int64_t i = 0; i < kept; i++)
-        for (int64_t k = 0; k < nc; k++) {
-            int32_t t = trans[order[i] * w + cols[k]];
-            table[i * nc + k] = t >= 0 && dist[t] >= 0 ? cls_of[t] : -1;
-        }
     /* classes: the shortest and the longest way to acceptance, then refined by successors'
-     * classes */
+     * classes (over the kept states' table of distinct columns, built only to minimize) */
     for (int64_t i = 0; i < kept; i++) cls[i] = i;
     if (minimize) {
+        table = malloc(sizeof(int64_t) * (kept * nc > 0 ? kept * nc : 1));
+        if (!table) goto done;
+        for (int64_t i = 0; i < kept; i++)
+            for (int64_t k = 0; k < nc; k++) {
+                int32_t t = trans[order[i] * w + cols[k]];
+                table[i * nc + k] = t >= 0 && dist[t] >= 0 ? cls_of[t] : -1;
+            }
         int64_t *most = longest_to_accept(trans, n, w, cols, nc, accept, dist, pred_off, pred);
         Keyed *keyed = malloc(sizeof(Keyed) * (kept ? kept : 1));
         if (!most || !keyed) { free(most); free(keyed); goto done; }
@@ -1325,8 +1327,11 @@ static int64_t trim_minimize(const int32_t *trans, int64_t n, int64_t w, const u
         }
     }
     for (int64_t i = 0; i < kept; i++) cls_of[order[i]] = next[cls[i]];
-    if (out) /* the new table: each class's smallest member's row, renumbered (dead: -1), */
-        for (int64_t i = 0; i < m; i++) { /* one lookup per run: every row is constant on it */
+    /* the new table: each class's smallest member's row, renumbered (dead: -1), one lookup
+     * per run (every row is constant on it); none where every state stays as it was (m == n:
+     * all kept, each its own class, numbered as before), the table then being trans itself */
+    if (out && m < n)
+        for (int64_t i = 0; i < m; i++) {
             const int32_t *src = trans + rep[i] * w;
             int32_t *dst = out + i * w;
             for (int64_t r = 0; r < runs; r++) {
