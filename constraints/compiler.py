@@ -49,9 +49,9 @@ class GrammarCompiler:
         from .json_schema import json_schema_to_automaton
 
         spec = schema if isinstance(schema, str) else json.dumps(schema)  # key order is output order
-        check_json_schema(spec, self.limits)
+        root = check_json_schema(spec, self.limits)  # parsed once: the build goes on from it
         return self._cached(("json_schema", spec, whitespace, lenient),
-                            lambda b: json_schema_to_automaton(self.info, spec, whitespace, lenient, b))
+                            lambda b: json_schema_to_automaton(self.info, root, whitespace, lenient, b))
 
     def compile_ebnf(self, grammar: str, start: str = "start") -> CompiledGrammar:
         from .ebnf import ebnf_to_automaton

@@ -100,14 +100,11 @@ def _sub_rule(schema: dict, ptr: str) -> _SubRule:
     return _SubRule(schema, ptr, json.dumps(schema, sort_keys=True, default=repr))
 
 
-def json_schema_to_automaton(info: TokenizerInfo, spec: str, whitespace: str, lenient: bool,
+def json_schema_to_automaton(info: TokenizerInfo, root, whitespace: str, lenient: bool,
                              budget: CompileBudget) -> DFAAutomaton:
+    """``root``: the schema freshly parsed (limits.check_json_schema), not read elsewhere."""
     if whitespace not in ("compact", "flexible"):
         raise InvalidConstraintError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
-    try:
-        root = json.loads(spec)
-    except json.JSONDecodeError as e:
-        raise InvalidConstraintError(f"json_schema is not valid JSON: {e}") from e
     root = lower_keywords(normalize_drafts(root))
     ctx = Ctx(root, lenient, whitespace == "flexible", budget, emit_schema)
     ctx.validator = jsonschema.Draft202012Validator(root if isinstance(root, (dict, bool)) else {})

@@ -1,8 +1,9 @@
 """Size limits checked before any compile work: a hostile spec is refused in microseconds
 with the limit it broke, instead of spending seconds reaching the compile budget.
 
-Each check reads the spec text once (the schema is parsed iteratively, so nesting depth
-cannot exhaust the stack) and raises ``ConstraintLimitError`` naming the limit.
+Each check reads the spec text once and raises ``ConstraintLimitError`` naming the limit. A
+schema is walked iteratively once parsed (json.loads itself refuses a nesting past the
+interpreter's recursion limit), so its depth cannot exhaust the stack.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-
-import numpy as np
 
 from .errors import ConstraintLimitError, InvalidConstraintError
 
@@ -27,8 +26,6 @@ class ConstraintLimits:
     max_grammar_alternatives: int = 2048  # EBNF `|` alternatives, all rules together
 
 
-# A JSON string, or an unterminated one to the end of the text (its backslash escapes any char)
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 _REPEAT = re.compile(r"(?<!\\)\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 _EBNF_SKIP = re.compile(r'"(?:\\.|[^"\\])*"|/(?:\\.|[^/\\\n])+/[imslux]*|//[^\n]*|#[^\n]*')
 _EBNF_REGEX = re.compile(r'(?<![\w"])/((?:\\.|[^/\\\n])+)/[imslux]*')
@@ -74,20 +71,32 @@ def check_regex(pattern: str, limits: ConstraintLimits, where: str = "regex") ->
                                        f"{limits.max_repetition} (max_repetition)", "max_repetition")
 
 
-def check_json_schema(spec: str, limits: ConstraintLimits) -> None:
+def check_json_schema(spec: str, limits: ConstraintLimits):
+    """The schema's limits; returns it parsed (compile_json_schema goes on from it). Its
+    nesting depth is read in the same walk: json.loads itself refuses a nesting past the
+    interpreter's recursion limit (RecursionError: then the depth limit is the one broken)."""
     check_spec_bytes("json_schema", spec, limits)
-    _check_json_depth(spec, limits.max_schema_depth)
     try:
         schema = json.loads(spec)
-    except (ValueError, RecursionError) as e:
+    except RecursionError:
+        raise _too_deep(limits.max_schema_depth) from None
+    except ValueError as e:
         raise InvalidConstraintError(f"json_schema is not valid JSON: {e}") from None
-    # Each entry: a node and where it sits, (parent's, key) links turned into a JSON pointer
-    # only for a message; scalars are never pushed (they hold no enum or pattern).
-    stack: list = [(schema, None)] if isinstance(schema, (dict, list)) else []
+    # Each entry: a node, where it sits ((parent's, key) links turned into a JSON pointer only
+    # for a message), its depth, and whether it is a schema (values of enum, const, default
+    # and examples are read for depth alone); scalars are never pushed.
+    max_depth = limits.max_schema_depth
+    stack: list = [(schema, None, 1, True)] if isinstance(schema, (dict, list)) else []
     while stack:
-        node, at = stack.pop()
+        node, at, depth, is_schema = stack.pop()
+        if depth > max_depth:
+            raise _too_deep(max_depth)
         if isinstance(node, list):
-            stack.extend((v, (at, i)) for i, v in enumerate(node) if isinstance(v, (dict, list)))
+            stack.extend((v, (at, i), depth + 1, is_schema) for i, v in enumerate(node)
+                         if isinstance(v, (dict, list)))
+            continue
+        if not is_schema:
+            stack.extend((v, at, depth + 1, False) for v in node.values() if isinstance(v, (dict, list)))
             continue
         enum = node.get("enum")
         if isinstance(enum, list) and len(enum) > limits.max_enum_values:
@@ -96,12 +105,18 @@ def check_json_schema(spec: str, limits: ConstraintLimits) -> None:
         if isinstance(node.get("pattern"), str):
             check_regex(node["pattern"], limits, f"pattern at {_pointer(at)}")
         for key, value in node.items():
-            if key in _VALUE_KEYWORDS or not isinstance(value, (dict, list)):
+            if not isinstance(value, (dict, list)):
                 continue
             if key == "patternProperties" and isinstance(value, dict):
                 for p in value:
                     check_regex(p, limits, f"patternProperties key at {_pointer(at)}")
-            stack.append((value, (at, key)))
+            stack.append((value, (at, key), depth + 1, key not in _VALUE_KEYWORDS))
+    return schema
+
+
+def _too_deep(max_depth: int) -> ConstraintLimitError:
+    return ConstraintLimitError(f"json_schema nests deeper than {max_depth} levels "
+                                "(max_schema_depth)", "max_schema_depth")
 
 
 _VALUE_KEYWORDS = frozenset(("enum", "const", "default", "examples"))  # values, not schemas
@@ -135,17 +150,3 @@ def check_ebnf(grammar: str, limits: ConstraintLimits) -> None:
         if bound > limits.max_repetition:
             raise ConstraintLimitError(f"ebnf repeats {bound} times ({m.group(0).strip()}); the limit is "
                                        f"{limits.max_repetition} (max_repetition)", "max_repetition")
-
-
-def _check_json_depth(text: str, max_depth: int) -> None:
-    """Nesting depth of a JSON text, brackets inside strings skipped, without parsing it (so
-    json.loads never recurses past it): strings cut out by one regex (an unterminated one
-    runs to the end), then the brackets' running sum."""
-    brackets = _JSON_STRING.sub("", text).encode()
-    if b"[" not in brackets and b"{" not in brackets:
-        return
-    b = np.frombuffer(brackets, dtype=np.uint8)
-    steps = ((b == ord("[")) | (b == ord("{"))).astype(np.int32) - ((b == ord("]")) | (b == ord("}")))
-    if int(np.cumsum(steps).max()) > max_depth:
-        raise ConstraintLimitError(f"json_schema nests deeper than {max_depth} levels "
-                                   "(max_schema_depth)", "max_schema_depth")

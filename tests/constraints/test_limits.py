@@ -69,23 +69,43 @@ def _depth_by_characters(text: str) -> int:
     return deepest
 
 
-def test_the_depth_check_skips_brackets_in_strings_like_a_character_scan():
-    """The depth check cuts strings out with a regex (escapes, an unterminated string to the
-    end): on random texts of brackets, quotes and backslashes it refuses exactly where a
-    character scan finds the nesting too deep."""
-    import random
+def _random_document(rng, depth: int = 0):
+    """A JSON value of nested objects and arrays, keys from schema keywords (values of enum,
+    const, default and examples are walked apart from schemas) and strings with brackets."""
+    if depth > 6 or rng.random() < 0.3:
+        return rng.choice(["{[", "]}", 'a"[', 3, None, True, "\\{"])
+    if rng.random() < 0.5:
+        return [_random_document(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    keys = ["enum", "const", "default", "examples", "properties", "items", "anyOf", "x{", "]"]
+    return {rng.choice(keys): _random_document(rng, depth + 1) for _ in range(rng.randint(0, 3))}
 
-    from constraints.limits import _check_json_depth
+
+def test_the_depth_limit_counts_nesting_like_a_character_scan():
+    """The schema's depth is read while its limits are walked (values of enum, const, default
+    and examples included): on random documents it refuses exactly where a character scan
+    of the text finds the nesting deeper than the limit, brackets inside strings skipped."""
+    import random
 
     rng = random.Random(0)
     refused = 0
-    for _ in range(20_000):
-        text = "".join(rng.choice('[]{}"\\a :é') for _ in range(rng.randint(0, 16)))
-        limit = rng.randint(0, 3)
+    for _ in range(3000):
+        text = json.dumps(_random_document(rng))
+        limit = rng.randint(1, 6)
         try:
-            _check_json_depth(text, limit)
+            check_spec("json_schema", text, ConstraintLimits(max_schema_depth=limit))
             ok = True
-        except ConstraintLimitError:
+        except ConstraintLimitError as e:
+            assert e.limit == "max_schema_depth", text
             ok, refused = False, refused + 1
         assert ok == (_depth_by_characters(text) <= limit), (text, limit)
-    assert refused > 1000
+    assert 300 < refused < 2700
+
+
+@pytest.mark.parametrize("spec", [
+    "[" * 100_000 + "]" * 100_000,  # past what json.loads takes: refused as the depth it is
+    json.dumps({"enum": [json.loads("[" * 70 + "]" * 70)]}),  # a value nests too
+])
+def test_deep_nesting_is_the_depth_limit(spec):
+    with pytest.raises(ConstraintLimitError) as e:
+        check_spec("json_schema", spec, L)
+    assert e.value.limit == "max_schema_depth"
