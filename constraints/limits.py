@@ -2,8 +2,8 @@
 with the limit it broke, instead of spending seconds reaching the compile budget.
 
 Each check reads the spec text once and raises ``ConstraintLimitError`` naming the limit. A
-schema is walked iteratively once parsed (json.loads itself refuses a nesting past the
-interpreter's recursion limit), so its depth cannot exhaust the stack.
+schema is walked iteratively once parsed, and a text nesting deeper than the parser should
+go is refused before it is parsed, so its depth cannot exhaust the stack.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+
+import numpy as np
 
 from .errors import ConstraintLimitError, InvalidConstraintError
 
@@ -26,6 +28,11 @@ class ConstraintLimits:
     max_grammar_alternatives: int = 2048  # EBNF `|` alternatives, all rules together
 
 
+# A JSON string, or an unterminated one to the end of the text (its backslash escapes any char)
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
+# Brackets a text may hold and still be parsed before its depth is known: json.loads nests no
+# deeper than the brackets (and refuses past the recursion limit, wherever that was set)
+_PARSE_FIRST_BRACKETS = 1000
 _REPEAT = re.compile(r"(?<!\\)\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 _EBNF_SKIP = re.compile(r'"(?:\\.|[^"\\])*"|/(?:\\.|[^/\\\n])+/[imslux]*|//[^\n]*|#[^\n]*')
 _EBNF_REGEX = re.compile(r'(?<![\w"])/((?:\\.|[^/\\\n])+)/[imslux]*')
@@ -73,9 +80,13 @@ def check_regex(pattern: str, limits: ConstraintLimits, where: str = "regex") ->
 
 def check_json_schema(spec: str, limits: ConstraintLimits):
     """The schema's limits; returns it parsed (compile_json_schema goes on from it). Its
-    nesting depth is read in the same walk: json.loads itself refuses a nesting past the
-    interpreter's recursion limit (RecursionError: then the depth limit is the one broken)."""
+    nesting depth is read in the same walk (json.loads refuses a nesting past the recursion
+    limit: then the depth limit is the one broken); a text with more brackets than
+    _PARSE_FIRST_BRACKETS has its depth read from the text first, so a hostile nesting never
+    reaches the parser however high a process set its recursion limit."""
     check_spec_bytes("json_schema", spec, limits)
+    if spec.count("[") + spec.count("{") > _PARSE_FIRST_BRACKETS:
+        _check_json_depth(spec, limits.max_schema_depth)  # before json.loads recurses that deep
     try:
         schema = json.loads(spec)
     except RecursionError:
@@ -150,3 +161,16 @@ def check_ebnf(grammar: str, limits: ConstraintLimits) -> None:
         if bound > limits.max_repetition:
             raise ConstraintLimitError(f"ebnf repeats {bound} times ({m.group(0).strip()}); the limit is "
                                        f"{limits.max_repetition} (max_repetition)", "max_repetition")
+
+
+def _check_json_depth(text: str, max_depth: int) -> None:
+    """Nesting depth of a JSON text, brackets inside strings skipped, without parsing it:
+    strings cut out by one regex (an unterminated one runs to the end), then the brackets'
+    running sum."""
+    brackets = _JSON_STRING.sub("", text).encode()
+    if b"[" not in brackets and b"{" not in brackets:
+        return
+    b = np.frombuffer(brackets, dtype=np.uint8)
+    steps = ((b == ord("[")) | (b == ord("{"))).astype(np.int32) - ((b == ord("]")) | (b == ord("}")))
+    if int(np.cumsum(steps).max()) > max_depth:
+        raise _too_deep(max_depth)

@@ -101,8 +101,50 @@ def test_the_depth_limit_counts_nesting_like_a_character_scan():
     assert 300 < refused < 2700
 
 
+def test_the_text_depth_check_skips_brackets_in_strings_like_a_character_scan():
+    """A text with many brackets has its depth read before it is parsed: strings cut out
+    with a regex (escapes, an unterminated string to the end). On random texts of brackets,
+    quotes and backslashes it refuses exactly where a character scan finds the nesting too
+    deep."""
+    import random
+
+    from constraints.limits import _check_json_depth
+
+    rng = random.Random(0)
+    refused = 0
+    for _ in range(20_000):
+        text = "".join(rng.choice('[]{}"\\a :é') for _ in range(rng.randint(0, 16)))
+        limit = rng.randint(0, 3)
+        try:
+            _check_json_depth(text, limit)
+            ok = True
+        except ConstraintLimitError:
+            ok, refused = False, refused + 1
+        assert ok == (_depth_by_characters(text) <= limit), (text, limit)
+    assert refused > 1000
+
+
+def test_a_deep_text_is_refused_before_it_is_parsed(monkeypatch):
+    """However high a process set its recursion limit, json.loads never sees a nesting
+    deeper than its brackets allow (a C stack's worth of recursion)."""
+    import types
+
+    import constraints.limits as limits
+
+    def loads(text):
+        raise AssertionError("parsed")
+
+    monkeypatch.setattr(limits, "json", types.SimpleNamespace(loads=loads))
+    with pytest.raises(ConstraintLimitError) as e:
+        check_spec("json_schema", "[" * 2000 + "]" * 2000, L)
+    assert e.value.limit == "max_schema_depth"
+    with pytest.raises(AssertionError, match="parsed"):  # few brackets: parsed, depth walked after
+        check_spec("json_schema", "[" * 900 + "]" * 900, L)
+
+
 @pytest.mark.parametrize("spec", [
-    "[" * 100_000 + "]" * 100_000,  # past what json.loads takes: refused as the depth it is
+    "[" * 100_000 + "]" * 100_000,  # far past what json.loads takes: refused as the depth it is
+    "[" * 990 + "]" * 990,  # parsed first (few brackets): json.loads refuses or the walk does
     json.dumps({"enum": [json.loads("[" * 70 + "]" * 70)]}),  # a value nests too
 ])
 def test_deep_nesting_is_the_depth_limit(spec):
