@@ -957,7 +957,8 @@ def _drop_empty_calls(dfas: list[ByteDFA]) -> list[ByteDFA]:
     """Least fixpoint of 'rule k matches some string'; calls of empty rules become dead edges;
     rules with calls trimmed and minimized. A rule matches some string when acceptance is
     within finite reach of its start through bytes and calls of rules that do
-    (completion.rule_distances, in C where built), read on the minimized rules. Leaves (no
+    (completion.rule_distances, in C where built), read on the minimized rules; where every
+    rule it calls is known to, its trimmed DFA not being empty says so. Leaves (no
     calls) are kept as they are: they are shared between automata. Rules are visited callees
     first (they are found after their callers), so a fixpoint without recursion takes one
     sweep and a confirming one over the rules still empty. A rule calling an empty one (rare)
@@ -967,6 +968,7 @@ def _drop_empty_calls(dfas: list[ByteDFA]) -> list[ByteDFA]:
                                  minimize=d.num_states <= MINIMIZE_MAX_STATES)
 
     out = [minimized(d) if _has_calls(d) else d for d in dfas]
+    called = [_called(o) if _has_calls(d) else [] for d, o in zip(dfas, out)]
     live = {k for k, d in enumerate(dfas[1:]) if not _has_calls(d) and not _leaf_is_empty(d)}
     pending = [k for k, d in enumerate(dfas[1:]) if _has_calls(d)]
     costs = np.full(len(dfas) - 1, UNREACHABLE, dtype=np.int64)
@@ -975,19 +977,27 @@ def _drop_empty_calls(dfas: list[ByteDFA]) -> list[ByteDFA]:
     while changed:
         changed = False
         for k in reversed(pending):
-            if k not in live and rule_distances(out[1 + k], ALL_BYTES, costs)[0] < UNREACHABLE:
+            if k in live:
+                continue
+            # The trim kept the start only if acceptance is within reach through bytes and
+            # calls: where every rule called is known to match, that is the answer.
+            if all(c in live for c in called[1 + k]):
+                found = bool(out[1 + k].accept.any())
+            else:
+                found = rule_distances(out[1 + k], ALL_BYTES, costs)[0] < UNREACHABLE
+            if found:
                 live.add(k)
                 costs[k] = 1
                 changed = True
     # A call edge the trim already cut led to a dead end: cutting it too changes nothing, so
     # the minimized rule tells which rules to do again.
-    return [minimized(d, live) if _has_calls(d) and _calls_outside(o, live) else o
-            for d, o in zip(dfas, out)]
+    return [minimized(d, live) if any(c not in live for c in cs) else o
+            for d, o, cs in zip(dfas, out, called)]
 
 
-def _calls_outside(dfa: ByteDFA, live: set[int]) -> bool:
-    called = np.nonzero((dfa.trans[:, CALL_BASE:] >= 0).any(axis=0))[0].tolist()
-    return any(k not in live for k in called)
+def _called(dfa: ByteDFA) -> list[int]:
+    """The rules ``dfa`` calls (its live call columns)."""
+    return np.nonzero((dfa.trans[:, CALL_BASE:] >= 0).any(axis=0))[0].tolist()
 
 
 

@@ -305,3 +305,23 @@ def test_a_rule_without_finite_instances_is_never_entered(byte_compiler):
     assert b"y" in allowed and b"x" not in allowed
     assert accepted_by_masks(byte_compiler.compile_json_schema(NEVER), b'{"y":1}')
     assert not accepted_by_masks(byte_compiler.compile_json_schema(NEVER), b'{"x":{}}')
+
+
+EMPTY_MEMBER = {  # "x" may only hold an object that requires a member no value satisfies
+    "type": "object",
+    "properties": {"x": {"type": "object", "properties": {"a": {"type": "string", "minLength": 3,
+                                                                 "maxLength": 2}},
+                         "required": ["a"]},
+                   "y": {"type": "integer"}},
+    "additionalProperties": False,
+}
+
+
+def test_a_nested_rule_without_instances_is_never_entered(byte_compiler):
+    """An object rule that calls only rules that match, yet matches nothing itself (its
+    required member has no value), is empty: its call is cut like a recursive one's."""
+    automaton = byte_compiler.compile_json_schema(EMPTY_MEMBER).automaton
+    state = automaton.advance(automaton.initial, b'{"')
+    allowed = {automaton.info.token_bytes[t] for t in automaton.allowed_token_ids(state).tolist()}
+    assert b"y" in allowed and b"x" not in allowed
+    assert not accepted_by_masks(byte_compiler.compile_json_schema(EMPTY_MEMBER), b'{"x":{"a":"abc"}}')
