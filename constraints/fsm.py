@@ -365,7 +365,7 @@ def _native_trim_and_minimize(mod, dfa: ByteDFA, minimize: bool) -> ByteDFA:
     trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
     n = dfa.num_states
     cls_of, rep = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    out = np.empty_like(trans)  # pages untouched (never faulted in) where C leaves it unwritten
+    out = np.empty_like(trans)  # left unwritten where every state stays (m == n)
     accept = np.ascontiguousarray(dfa.accept, dtype=bool)
     m = mod.trim_minimize(trans, accept, minimize, cls_of, rep, out)
     if m == 0:
