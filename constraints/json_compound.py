@@ -23,7 +23,9 @@ from .json_merge import (
     CONTAINS,
     NOT_PATTERNS,
     OTHER_TYPES_ONLY,
+    PRESENCE,
     TYPE_ONLY,
+    branch_if,
     type_list,
 )
 from .json_not import narrow_not
@@ -187,6 +189,9 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
         flat, srefs = flatten(ctx, schema, ptr, srefs)
         if flat is False:
             continue
+        if isinstance(flat, dict) and {"if", "then", "else"} & flat.keys():
+            todo.append((branch_if(flat, ptr), srefs))  # its alternatives, as emit_schema reads it
+            continue
         if isinstance(flat, dict) and "not" in flat and not {"enum", "const"} & flat.keys():
             try:  # the alternatives `not` leaves (a string less a pattern, say)
                 todo.append((narrow_not(ctx, flat, ptr), srefs))
@@ -205,6 +210,8 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
         for t in type_list(flat):
             if t == "integer" and "number" in type_list(flat):
                 continue
+            if t == "object" and _more_required_than_allowed(flat):
+                continue  # no object at all (a branch a `not` or an if/else left): no items
             if t == "object" and _closed_of_open_members(ctx, flat, ptr, srefs, closed):
                 continue
             if t == "object" and _closed_of_texts(ctx, flat, ptr, srefs, texts):
@@ -243,6 +250,15 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
             + (":number" if "number" in numbers else ":integer" if numbers else ""))
 
 
+def _more_required_than_allowed(flat: dict) -> bool:
+    """Whether an object schema requires more distinct members than its maxProperties
+    allows: emit_object then writes no object (each required member is written, and none past
+    maxProperties)."""
+    most, required = flat.get("maxProperties"), flat.get("required", [])
+    return (isinstance(most, int) and not isinstance(most, bool) and isinstance(required, list)
+            and len(set(map(str, required))) > most)
+
+
 def _closed_of_open_members(ctx, flat: dict, ptr: str, refs: tuple, closed: list) -> bool:
     """A closed object (additionalProperties false, no patternProperties or propertyNames)
     whose last member is an open value (CloudFormation's Tags: {Key, Value} strings; SARIF's
@@ -274,7 +290,7 @@ def _closed_properties(ctx, flat: dict, ptr: str) -> dict | None:
     props = flat.get("properties", {})
     if (extra is not False or not isinstance(props, dict) or not props
             or {"patternProperties", "propertyNames", "maxProperties", "minProperties",
-                "dependentRequired"} & flat.keys()):
+                "dependentRequired", PRESENCE} & flat.keys()):
         return None
     return props
 
@@ -543,8 +559,8 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
 
     The states after each property form tracks keyed by (members written so far, capped;
     which watched names are present): count 0 needs no comma before the next member, and
-    minProperties / maxProperties / dependentRequired read the key. Without those keywords
-    there are two tracks, nothing written and something written.
+    minProperties / maxProperties / dependentRequired / PRESENCE (json_presence.py) read the
+    key. Without those keywords there are two tracks, nothing written and something written.
     """
     patterns = _mapping(schema, "patternProperties", ptr)
     deps = _dependent_required(schema, ptr)
@@ -554,7 +570,9 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
     extra = schema.get("additionalProperties", None if props or patterns else True)
     # Names the object spells out: declared, required, those dependentRequired watches, and
     # an enumerated propertyNames (each then written at most once).
-    watched = list(dict.fromkeys(n for name, needed in deps.items() for n in (name, *needed)))
+    presence = schema.get(PRESENCE)  # (names, allowed patterns): json_presence.py
+    watched = list(dict.fromkeys([*(n for name, needed in deps.items() for n in (name, *needed)),
+                                  *(presence[0] if presence else ())]))
     for name in [*required, *watched, *_enumerated_names(schema.get("propertyNames"))]:
         if name not in props:
             # An undeclared name takes any value where additionalProperties is absent.
@@ -583,14 +601,39 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
                 nfa.add_eps(_key(ctx, nfa, s if c == 0 else punct(ctx, nfa, s, b","), name), entry)
             _join(nfa, new, dest, ctx.emit_schema(nfa, entry, sub, f"{ptr}/properties/{_escape(name)}", refs))
         tracks = new
+        if presence is not None and name in presence[0]:
+            tracks, presence = _presence_passed(nfa, tracks, presence, set(order[:i + 1]), set(watched) - {
+                n for t, needed in deps.items() for n in (t, *needed)})
     classes = _extra_classes(tuple(props), patterns, extra, names, ptr)
     if classes:
         tracks = _emit_extras(ctx, nfa, tracks, classes, cap, hi, refs)
     end = nfa.new_state()
-    for (c, _), s in tracks.items():
-        if c >= lo:
+    for (c, present), s in tracks.items():
+        if c >= lo and (presence is None or _pattern(presence, present) in presence[1]):
             nfa.add_eps(s, end)
     return punct(ctx, nfa, end, b"}")
+
+
+def _pattern(presence, present: frozenset) -> tuple:
+    return tuple(n for n in presence[0] if n in present)
+
+
+def _presence_passed(nfa: NFA, tracks: dict, presence, passed: set, own: set):
+    """Tracks after a property PRESENCE reads (json_presence.py), every name in ``passed``
+    written or left out for good: those whose names so far no allowed pattern has are
+    dropped; once all of its names are passed, the pattern is decided, so the tracks that
+    remain forget the names only it watches (``own``: not dependentRequired's), and the
+    keyword is done (None). Without this the object would be written once per pattern to
+    its end, extra members included."""
+    names, allowed = presence
+    seen = {tuple(n for n in p if n in passed) for p in allowed}
+    kept: dict[tuple, int] = {}
+    done = all(n in passed for n in names)
+    for (c, present), s in tracks.items():
+        if _pattern(presence, present) not in seen:
+            continue
+        _join(nfa, kept, (c, present - own) if done else (c, present), s)
+    return kept, None if done else presence
 
 
 def _join(nfa: NFA, tracks: dict, key: tuple, state: int) -> None:

@@ -18,12 +18,17 @@ NOT_PATTERNS = "x-sglang-lite-not-patterns"
 ALSO_PATTERNS = "x-sglang-lite-also-patterns"
 # contains / minContains / maxContains of a schema and its allOf parts: (schema, lo, hi) each.
 CONTAINS = "x-sglang-lite-contains"
+# Which of a few names an object may have (json_presence.py): (names, allowed), the names
+# sorted, each allowed pattern the sorted tuple of the names present.
+PRESENCE = "x-sglang-lite-presence"
+MAX_PRESENCE_NAMES = 12  # names two merged presence keywords may track (4,096 patterns)
 
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 # Keywords that constrain values of one type only; every other type passes them.
 TYPE_ONLY = {
     "object": frozenset({"properties", "required", "additionalProperties", "patternProperties",
-                         "propertyNames", "minProperties", "maxProperties", "dependentRequired"}),
+                         "propertyNames", "minProperties", "maxProperties", "dependentRequired",
+                         PRESENCE}),
     "array": frozenset({"items", "prefixItems", "minItems", "maxItems", "uniqueItems", CONTAINS}),
     "string": frozenset({"minLength", "maxLength", "pattern", "format"}),
     "number": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}),
@@ -45,7 +50,23 @@ ASSERTIONS = {"type", "enum", "const", "properties", "required", "additionalProp
               "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "not", "if",
               "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL, NOT_PATTERNS,
-              ALSO_PATTERNS, CONTAINS}
+              ALSO_PATTERNS, CONTAINS, PRESENCE}
+
+
+def merge_presence(a, b):
+    """Both presence keywords (PRESENCE) as one: the patterns over all their names that each
+    allows on its own names; either where the other is None."""
+    if a is None or b is None:
+        return b if a is None else a
+    names = tuple(sorted(set(a[0]) | set(b[0])))
+    ok_a, ok_b = set(a[1]), set(b[1])
+    allowed = []
+    for k in range(1 << len(names)):
+        present = tuple(n for i, n in enumerate(names) if k >> i & 1)
+        if (tuple(n for n in present if n in a[0]) in ok_a
+                and tuple(n for n in present if n in b[0]) in ok_b):
+            allowed.append(present)
+    return names, tuple(sorted(allowed))
 
 
 def declared_types(schema: dict) -> set[str]:
@@ -145,6 +166,11 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
         return (*av, *[c for c in bv if c not in av])
     if key in (EXCLUDED, NOT_PATTERNS, ALSO_PATTERNS):
         return tuple(dict.fromkeys((*av, *bv)))
+    if key == PRESENCE:
+        if len(set(av[0]) | set(bv[0])) > MAX_PRESENCE_NAMES:
+            raise UnsupportedSchemaError.at("allOf", ptr, f"required names under anyOf, oneOf or not: "
+                                            f"more than {MAX_PRESENCE_NAMES} names in one object")
+        return merge_presence(av, bv)
     if key in ("anyOf", "oneOf") and isinstance(av, list) and isinstance(bv, list):
         # (A1 or A2) and (B1 or B2) is (A1 and (B1 or B2)) or (A2 and (B1 or B2)); for oneOf,
         # exactly one Ai holding beside exactly one Bj: the same with exactly one branch.

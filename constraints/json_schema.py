@@ -65,6 +65,7 @@ from .json_merge import (
     without_types,
 )
 from .json_not import excluded, narrow_not, spellings_dfa
+from .json_presence import lift_presence
 from .leaves import CountedLeaf, walk_whole
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
 from .numbers import (
@@ -177,6 +178,10 @@ def emit_schema(ctx: Ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple) -
         schema, refs = flatten(ctx, schema, ptr, refs)
         if schema is False:
             return emit_nothing(nfa, start)
+    lifted = lift_presence(schema)  # required names under anyOf / oneOf / not, as one set
+    if lifted is False:
+        return emit_nothing(nfa, start)
+    schema = lifted
     if "not" in schema and not {"enum", "const"} & schema.keys():
         try:
             narrowed = narrow_not(ctx, schema, ptr)

@@ -1,0 +1,125 @@
+"""`required` under anyOf / oneOf / allOf / not: which names an object has, as one set
+(json_presence.py), checked exactly against the validator over every pattern of names."""
+
+from __future__ import annotations
+
+import json
+from itertools import combinations
+
+import jsonschema
+import pytest
+from schema_suite_runner import accepted_by_masks, byte_vocab_info
+
+from constraints import GrammarCompiler
+
+# SchemaStore's TSON scales: not both repeat names, at most one of the min names (exactly one,
+# or a `not` of the oneOf of every one or two of them), and the same of the max names.
+_AT_MOST_ONE = [{"required": ["min"]}, {"required": ["minimum"]}, {"required": ["min frequency"]},
+                {"not": {"oneOf": [{"required": ["min"]}, {"required": ["minimum"]},
+                                   {"required": ["min frequency"]}, {"required": ["min", "minimum"]},
+                                   {"required": ["min", "min frequency"]},
+                                   {"required": ["minimum", "min frequency"]}]}}]
+SCALE = {"type": "object", "required": ["notes"], "additionalProperties": True,
+         "properties": {"notes": {"type": "integer"}, "repeat": {"type": "integer"},
+                        "repeat ratio": {"type": "integer"}, "min": {"type": "integer"},
+                        "minimum": {"type": "integer"}, "min frequency": {"type": "integer"},
+                        "max": {"type": "integer"}, "maximum": {"type": "integer"}},
+         "allOf": [{"not": {"required": ["repeat", "repeat ratio"]}}, {"oneOf": _AT_MOST_ONE},
+                   {"oneOf": [{"required": ["max"]}, {"required": ["maximum"]},
+                              {"not": {"anyOf": [{"required": ["max"]}, {"required": ["maximum"]}]}}]}]}
+# Names the properties do not declare (written as any value), no type: values that are not
+# objects fail the `not` (each `required` holds for them).
+NEITHER = {"not": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}}
+# Exactly one of two, or both but then c as well: an anyOf whose branch holds a oneOf.
+ONE_OR_ALL = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                                               "c": {"type": "integer"}},
+              "anyOf": [{"oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+                        {"required": ["a", "b", "c"]}]}
+
+
+@pytest.fixture(scope="module")
+def byte_compiler() -> GrammarCompiler:
+    return GrammarCompiler(byte_vocab_info(), cache_size=0)
+
+
+def _objects(names: list[str]):
+    """One object per subset of ``names``, members in the schema's order."""
+    for k in range(len(names) + 1):
+        for chosen in combinations(names, k):
+            yield "{" + ",".join(f'"{n}":1' for n in chosen) + "}"
+
+
+@pytest.mark.parametrize("schema,names", [
+    (SCALE, ["notes", "repeat", "repeat ratio", "min", "minimum", "min frequency", "max", "maximum"]),
+    (ONE_OR_ALL, ["a", "b", "c"]),
+    (NEITHER, ["a", "b"]),
+], ids=["scale", "one_or_all", "neither"])
+def test_every_pattern_of_names_as_the_validator_reads_it(byte_compiler, schema, names):
+    """Every subset of the names the predicates read: the grammar takes exactly the objects the
+    validator takes (a pattern dropped is over-constrained, one let through under-)."""
+    grammar = byte_compiler.compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    taken = seen = 0
+    for text in _objects(names):
+        valid = validator.is_valid(json.loads(text))
+        assert accepted_by_masks(grammar, text.encode()) == valid, text
+        taken += valid
+        seen += 1
+    assert 0 < taken < seen  # the predicates both take and refuse
+
+
+def test_extra_members_leave_the_pattern_alone(byte_compiler):
+    """Members of other names (additionalProperties) after the ones the predicates read."""
+    grammar = byte_compiler.compile_json_schema(SCALE)
+    assert accepted_by_masks(grammar, b'{"notes":1,"min":1,"x":2,"y":[1]}')
+    assert not accepted_by_masks(grammar, b'{"notes":1,"min":1,"minimum":2,"x":2}')
+
+
+def test_values_that_are_not_objects_follow_the_predicate(byte_compiler):
+    """`required` holds for any value that is not an object: under `not` those fail, under a
+    oneOf whose other branch is `not` they pass."""
+    neither = byte_compiler.compile_json_schema(NEITHER)
+    for text in (b"5", b'"a"', b"[]", b"null"):
+        assert not accepted_by_masks(neither, text)
+    either = byte_compiler.compile_json_schema({"oneOf": [
+        {"required": ["a"]}, {"not": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}}]})
+    schema = either  # a value that is not an object holds the first branch only
+    for text in (b"5", b'"a"', b"[]", b"{}", b'{"a":1}', b'{"a":1,"b":2}'):
+        assert accepted_by_masks(schema, text)
+    assert not accepted_by_masks(either, b'{"b":2}')
+
+
+def test_a_predicate_no_object_satisfies_leaves_only_other_values(byte_compiler):
+    schema = {"type": ["object", "string"], "allOf": [{"required": ["a"]}, {"not": {"anyOf": [
+        {"required": ["a"]}, {"required": ["b"]}]}}], "properties": {"a": {"type": "integer"}}}
+    grammar = byte_compiler.compile_json_schema(schema)
+    assert not accepted_by_masks(grammar, b'{"a":1}') and not accepted_by_masks(grammar, b"{}")
+    assert not accepted_by_masks(grammar, b'"s"')  # `not` of a required: strings fail it too
+    only_objects = byte_compiler.compile_json_schema({"type": "object", "required": ["a"], "not": {
+        "anyOf": [{"required": ["a"], "not": {"required": ["b"]}}, {"required": ["b"]}]}})
+    assert only_objects.admits_nothing  # with a, the anyOf holds whether b is there or not
+
+
+def test_unique_open_items_with_conditions_and_an_empty_branch(byte_compiler):
+    """uniqueItems over open objects (any further member) under if/then/else, or beside an
+    anyOf branch no object satisfies (more required names than maxProperties): the
+    conditions' branches are open values and the empty one adds no items, so the matcher's
+    check applies (TSON's spectra); before, both were refused as not open."""
+    conditional = {"type": "object", "required": ["kind"], "additionalProperties": True,
+                   "properties": {"kind": {"enum": ["a", "b"]}, "x": {"type": "integer"}},
+                   "if": {"properties": {"kind": {"const": "a"}}}, "then": {"required": ["x"]}}
+    empty_branch = {"type": "object", "additionalProperties": True, "properties": {"c": {"type": "integer"}},
+                    "anyOf": [{"required": ["a", "b"], "maxProperties": 1}, {"required": ["c"]}]}
+    cases = [(conditional, '[{"kind":"a","x":1},{"kind":"b"},{"kind":"a","x":2}]'),
+             (conditional, '[{"kind":"a","x":1},{"kind":"b"},{"kind":"a","x":1}]'),
+             (conditional, '[{"kind":"a"}]'),
+             (conditional, '[{"kind":"b","x":1},{"kind":"b","x":1.0}]'),
+             (empty_branch, '[{"c":1},{"c":2},{"c":1,"d":1}]'),
+             (empty_branch, '[{"c":1},{"c":2},{"c":1}]')]
+    verdicts = []
+    for items, text in cases:
+        schema = {"type": "array", "uniqueItems": True, "items": items}
+        valid = jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))
+        assert accepted_by_masks(byte_compiler.compile_json_schema(schema), text.encode()) == valid, text
+        verdicts.append(valid)
+    assert verdicts == [True, False, False, False, True, False]
