@@ -35,9 +35,10 @@ Predicate = Callable[[frozenset], bool]
 def lift_presence(schema: dict) -> dict | bool:
     """``schema`` with its predicate combinators (a `not`, an anyOf or a oneOf whose every
     branch reads only `required` lists) folded into PRESENCE, where that is what makes them
-    exact: a `not` or a branch holding a combinator, or a `not` of several names beside an
-    anyOf / oneOf. A lone oneOf / anyOf of plain `required` lists or a `not` of one list stay
-    for the branch and `not` rewrites, which handle them already. False where no value is left."""
+    exact: a `not` or a branch holding a combinator, or two of them side by side (a `not` of
+    several names beside a oneOf has no rewrite of its own). A lone oneOf / anyOf of plain
+    `required` lists or a lone `not` of one list stay for the branch and `not` rewrites, which
+    handle them already. False where no value is left."""
     keys = [k for k in ("not", "anyOf", "oneOf") if k in schema]  # most schemas: none
     if not keys:
         return schema
