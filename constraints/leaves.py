@@ -64,6 +64,7 @@ class LeafWalk:
     exit_count: np.ndarray  # characters started before each exit (0 without counts)
     max_inside_count: int  # (at least the most, until the inside tokens are listed)
     _counted_rows: dict = field(default_factory=dict)  # (need, room) -> inside_row's row
+    _exits_within: dict = field(default_factory=dict)  # (need, room) -> exits_within's mask
     _by_count: list = field(default_factory=list)  # _rows_by_count, once built
     # A counted walk made as a row: the inside tokens are listed with their counts only when
     # a row near the count's bounds needs them (most states of a string never come near).
@@ -103,6 +104,20 @@ class LeafWalk:
                 self._counted_rows.clear()
             self._counted_rows[(need, room)] = row
         return row
+
+    def exits_within(self, need: int, room: int) -> np.ndarray | None:
+        """Which exits leave a counted leaf with between ``need`` and ``room`` characters
+        started before them (a bool mask over exit_pos), None where none does; cached, as
+        inside_row is (every count of a string meets its exits again)."""
+        key = (need, room)
+        if key in self._exits_within:
+            return self._exits_within[key]
+        ok = (self.exit_count >= need) & (self.exit_count <= room)
+        found = ok if ok.any() else None
+        if len(self._exits_within) >= _COUNTED_ROWS_MAX:
+            self._exits_within.clear()
+        self._exits_within[key] = found
+        return found
 
     def _rows_by_count(self, info: TokenizerInfo) -> tuple[np.ndarray, np.ndarray] | None:
         """Packed rows [max count + 1, words] of the inside tokens with at most c characters,

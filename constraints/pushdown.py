@@ -854,8 +854,8 @@ class PushdownAutomaton(TokenAutomaton):
         walk = leaf_walk(self.info, self.rules[k], int(g - self._offsets[k]), self._counted[k].starts_char)
         need, room = self._count_buckets(stacks[0], g)
         row = walk.inside_row(need, room, self.info)
-        ok = (walk.exit_count >= need) & (walk.exit_count <= room)
-        may_exit, may_return = bool(ok.any()), bool(self._returns[g]) and need == 0
+        ok = walk.exits_within(need, room)
+        may_exit, may_return = ok is not None, bool(self._returns[g]) and need == 0
         lowest, survivors = min(len(s) for s in stacks), None
         for stack in stacks:
             back = stack[:-2]

@@ -100,6 +100,26 @@ def test_masks_equal_brute_force_on_real_schemas(tokenizer_info, spec):
         pytest.skip("no schema of this group compiles")
 
 
+def test_counted_string_masks_at_every_count(tokenizer_info):
+    """A string with both length bounds, written one character at a time: at every count the
+    row equals brute force. The tokens that leave the string (a closing quote and what
+    follows) depend on the characters still needed and those still allowed, both: a row
+    kept for one count must not serve another."""
+    compiler = GrammarCompiler(tokenizer_info, compile_timeout_s=30.0)
+    schema = {"type": "object", "required": ["s", "n"], "properties": {
+        "s": {"type": "string", "minLength": 2, "maxLength": 6}, "n": {"type": "integer"}}}
+    automaton = compiler.compile_json_schema(json.dumps(schema)).automaton
+    state = automaton.advance(automaton.initial, b'{"s":"')
+    for ch in b"abcdef":
+        got = unpack_bitmask(automaton.mask_row(state), tokenizer_info.vocab_size)
+        assert np.array_equal(got, _brute_force_row(automaton, state)), chr(ch)
+        state = automaton.advance(state, bytes([ch]))
+    got = unpack_bitmask(automaton.mask_row(state), tokenizer_info.vocab_size)
+    want = _brute_force_row(automaton, state)
+    assert np.array_equal(got, want)
+    assert want[tokenizer_info.token_bytes.index(b'",')]  # the string may close at six
+
+
 @pytest.mark.parametrize("spec", BENCH_SCHEMAS[:4])
 def test_guided_closing_search_finds_a_shortest_way(tokenizer_info, spec):
     compiler = GrammarCompiler(tokenizer_info, compile_timeout_s=30.0)
