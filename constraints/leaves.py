@@ -110,8 +110,9 @@ class LeafWalk:
         started before them (a bool mask over exit_pos), None where none does; cached, as
         inside_row is (every count of a string meets its exits again)."""
         key = (need, room)
-        if key in self._exits_within:
-            return self._exits_within[key]
+        found = self._exits_within.get(key, _NOT_KEPT)  # one lookup: fills on other threads clear it
+        if found is not _NOT_KEPT:
+            return found
         ok = (self.exit_count >= need) & (self.exit_count <= room)
         found = ok if ok.any() else None
         if len(self._exits_within) >= _COUNTED_ROWS_MAX:
@@ -143,6 +144,7 @@ class LeafWalk:
 
 _LEAF_WALKS_MAX = 8192
 _COUNTED_ROWS_MAX = 512  # per leaf state: rows of 6 KB each
+_NOT_KEPT = object()  # exits_within's cache has no entry (None is one: no exit fits)
 _SPELLINGS_MAX = 64  # leaf DFAs whose token grouping is kept (about 0.4 MB each)
 
 
