@@ -568,11 +568,12 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
     props = dict(schema.get("properties", {}))
     required = list(schema.get("required", []))
     extra = schema.get("additionalProperties", None if props or patterns else True)
-    # Names the object spells out: declared, required, those dependentRequired watches, and
-    # an enumerated propertyNames (each then written at most once).
+    # Names the object spells out: declared, required, those dependentRequired or PRESENCE
+    # watches, and an enumerated propertyNames (each then written at most once).
     presence = schema.get(PRESENCE)  # (names, allowed patterns): json_presence.py
-    watched = list(dict.fromkeys([*(n for name, needed in deps.items() for n in (name, *needed)),
-                                  *(presence[0] if presence else ())]))
+    by_deps = list(dict.fromkeys(n for name, needed in deps.items() for n in (name, *needed)))
+    watched = list(dict.fromkeys([*by_deps, *(presence[0] if presence else ())]))
+    presence_only = set(watched) - set(by_deps)  # forgotten once PRESENCE is decided
     for name in [*required, *watched, *_enumerated_names(schema.get("propertyNames"))]:
         if name not in props:
             # An undeclared name takes any value where additionalProperties is absent.
@@ -602,8 +603,7 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
             _join(nfa, new, dest, ctx.emit_schema(nfa, entry, sub, f"{ptr}/properties/{_escape(name)}", refs))
         tracks = new
         if presence is not None and name in presence[0]:
-            tracks, presence = _presence_passed(nfa, tracks, presence, set(order[:i + 1]), set(watched) - {
-                n for t, needed in deps.items() for n in (t, *needed)})
+            tracks, presence = _presence_passed(nfa, tracks, presence, set(order[:i + 1]), presence_only)
     classes = _extra_classes(tuple(props), patterns, extra, names, ptr)
     if classes:
         tracks = _emit_extras(ctx, nfa, tracks, classes, cap, hi, refs)
