@@ -9,6 +9,7 @@ this one, json_schema imports json_compound, nothing here imports either.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote
@@ -24,7 +25,9 @@ from .json_merge import (
     ALSO_PATTERNS,
     CONTAINS,
     EXCLUDED,
+    FRACTIONAL,
     NOT_PATTERNS,
+    PRESENCE,
     declared_types,
     merge_schemas,
     type_list,
@@ -300,6 +303,11 @@ def literal_texts(ctx: Ctx, schema: dict, ptr: str) -> list[bytes]:
             ok = False
         if ok and isinstance(v, list):  # contains, held apart from the keywords the validator reads
             ok = all(validator.evolve(schema=_contains_schema(c)).is_valid(v) for c in schema.get(CONTAINS, ()))
+        if ok and isinstance(v, dict) and PRESENCE in schema:  # combinators json_presence folded in
+            names, allowed = schema[PRESENCE]
+            ok = tuple(n for n in names if n in v) in allowed
+        if ok and schema.get(FRACTIONAL) and isinstance(v, (int, float)) and not isinstance(v, bool):
+            ok = v != int(v) if math.isfinite(v) else False  # `not` of integers (json_merge.without_types)
         if ok and (scalar is not None or not any(json_equal(v, w) for w in seen)):
             if scalar is None:
                 seen.append(v)

@@ -125,3 +125,27 @@ def test_unique_open_items_with_conditions_and_an_empty_branch(byte_compiler):
         assert accepted_by_masks(byte_compiler.compile_json_schema(schema), text.encode()) == valid, text
         verdicts.append(valid)
     assert verdicts == [True, False, False, False, True, False]
+
+
+_LISTED = [{"a": 1}, {"b": 1}, {"a": 1, "b": 1}, {}, {"c": 1}, "s", 5]
+
+
+@pytest.mark.parametrize("schema", [
+    {"enum": _LISTED, "not": {"oneOf": [{"required": ["a"]}, {"required": ["b"]}]}},
+    {"enum": _LISTED, "oneOf": [{"not": {"required": ["a"]}}, {"required": ["b"]}]},
+    # lifted beside the anyOf, then merged into its enum branch
+    {"anyOf": [{"enum": _LISTED}, {"type": "string", "maxLength": 0}], "not": {"required": ["a", "b"]},
+     "oneOf": [{"required": ["a"]}, {"required": ["b"]}, {"required": ["c"]}]},
+], ids=["not_oneof", "oneof_of_not", "merged_after_lift"])
+def test_listed_values_meet_the_predicates(byte_compiler, schema):
+    """Listed values (enum) are checked by the validator against the schema's other keywords:
+    the predicates must reach it as combinators or be checked on the listed objects once folded
+    into PRESENCE, which the validator does not read (before, every listed object passed)."""
+    grammar = byte_compiler.compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    verdicts = []
+    for value in _LISTED:
+        text = json.dumps(value, separators=(",", ":"))
+        verdicts.append(validator.is_valid(value))
+        assert accepted_by_masks(grammar, text.encode()) == verdicts[-1], text
+    assert any(verdicts) and not all(verdicts)

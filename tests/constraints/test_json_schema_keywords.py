@@ -768,6 +768,9 @@ def test_all_of_parts_with_one_of_each_and_if_beside_any_of(byte_compiler):
     # numbers without integers stay without them when merged with a branch of integers
     ({"type": ["string", "integer", "null"], "maxLength": 2,
       "not": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]}}, ['""', "null"], ["1", '"a"']),
+    # a listed branch beside `not` of integers: its whole numbers are integers too
+    ({"anyOf": [{"enum": [1, 1.5, 3, -0.5]}, {"type": "string"}], "not": {"type": "integer"}},
+     ["1.5", "-0.5", '"x"'], ["1", "3", "1.0"]),
 ])
 def test_nested_nots_are_all_enforced(byte_compiler, schema, valid, invalid):
     """Found by a differential fuzz of random schemas against jsonschema: each once let
