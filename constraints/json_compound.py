@@ -129,9 +129,9 @@ def unique_item_kind(ctx, schema: dict, ptr: str, refs: tuple) -> str | None:
         return None
     if prefix:
         # Every item is compared with every other, the prefix's too: open values at each
-        # position (Travis's webhooks: a first URL of its own schema, then any more).
-        kind = open_value_kind(ctx, open_items({"anyOf": [*prefix, items]}), f"{ptr}/prefixItems", refs)
-        return None if kind is None or kind.startswith("value+texts") else kind
+        # position (Travis's webhooks: a first URL of its own schema, then any more), or
+        # values compared as texts where every position spells a value alike (canonical).
+        return open_value_kind(ctx, open_items({"anyOf": [*prefix, items]}), f"{ptr}/prefixItems", refs)
     flat, _ = flatten(ctx, items, f"{ptr}/items", refs)
     if not isinstance(flat, dict):
         return None
@@ -237,7 +237,7 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
         # (no output within a context holds that many items), or at least minItems (the
         # array may end once it has them; CFF's two- or three-letter language codes).
         texts += closed
-        if others or ctx.flexible and texts or not all(_canonical_members(ctx, o, ptr, refs) for o in texts):
+        if others or ctx.flexible and texts or not canonical(ctx, [(o, refs, ptr) for o in texts]):
             return None
         rich = values >= _RICH or open_strings or any(_rich_member(ctx, o, ptr, refs) for o in texts)
         if rich or not texts and min_items is not None and values >= min_items:
@@ -302,38 +302,103 @@ def _closed_of_texts(ctx, flat: dict, ptr: str, refs: tuple, texts: list) -> boo
     exactly where their texts are. unique_items.py then finds, at each token, whether the
     item's prefix has a completion no earlier item's text has. Recorded in ``texts``."""
     if (_closed_properties(ctx, flat, ptr) is None or len(texts) >= _MAX_ALTERNATIVES
-            or not _canonical_members(ctx, flat, ptr, refs)):
+            or not canonical(ctx, [(flat, refs, ptr)])):
         return False
     texts.append(flat)
     return True
 
 
 def _member_schemas(ctx, obj: dict, ptr: str, refs: tuple):
+    """(name, flattened member schema, its refs, its pointer) of each member an object may have."""
     for name, member in obj.get("properties", {}).items():
         if member is not False:
-            flat, _ = flatten(ctx, member, f"{ptr}/properties/{name}", refs)
-            yield flat
+            mptr = f"{ptr}/properties/{_escape(name)}"
+            flat, mrefs = flatten(ctx, member, mptr, refs) if isinstance(member, dict) else (member, refs)
+            yield name, flat, mrefs, mptr
 
 
 _TEXT_TYPES = {"string", "boolean", "null"}
+_CANONICAL_DEPTH = 4  # containers inside an item compared as text
+_CANONICAL_ARRAY_KEYWORDS = {"items", "minItems", "maxItems", "uniqueItems"}
 
 
-def _canonical_members(ctx, obj: dict, ptr: str, refs: tuple) -> bool:
-    """Every member a string, boolean or null (enums of them too), with no keyword the
-    string leaves do not build (no anyOf, not, ...)."""
-    for flat in _member_schemas(ctx, obj, ptr, refs):
+def canonical(ctx, schemas: list[tuple], depth: int = 0) -> bool:
+    """Whether every value the (flattened schema, refs, pointer) alternatives take has one
+    spelling in our grammar across all of them, so equal values are equal texts: strings
+    (one escape per character), booleans, null, enums of them; closed objects whose members
+    come in one order in every alternative (written in schema order), each member canonical
+    across the alternatives that declare it; arrays whose items are, a few levels deep.
+    Numbers are not (1, 1.0 and 1e0 are one value; the integers' ``-0`` is 0)."""
+    if depth > _CANONICAL_DEPTH:
+        return False
+    objects, items = [], []
+    for flat, refs, ptr in _alternatives(ctx, schemas):
+        if flat is False:
+            continue
         if not isinstance(flat, dict):
             return False
         values = flat["enum"] if "enum" in flat else [flat["const"]] if "const" in flat else None
-        if values is not None and not isinstance(values, list):
-            return False
-        if values is not None and not all(isinstance(v, (str, bool)) or v is None for v in values):
-            return False
+        if values is not None:
+            if not isinstance(values, list) or not all(isinstance(v, (str, bool)) or v is None for v in values):
+                return False
+            continue
         types = set(type_list(flat))
-        keys = set(flat) - ANNOTATIONS - {"type", "nullable", "enum", "const"} - OTHER_TYPES_ONLY["string"]
-        if values is None and not types <= _TEXT_TYPES or not keys <= _STRING_KEYWORDS:
+        keys = set(flat) - ANNOTATIONS - {"type", "nullable"} - _STRING_KEYWORDS - TYPE_ONLY["number"]  # no numbers
+        if not types <= _TEXT_TYPES | {"object", "array"} or not keys <= TYPE_ONLY["object"] | _CANONICAL_ARRAY_KEYWORDS:
             return False
-    return True
+        if "object" in types:
+            if _closed_properties(ctx, flat, ptr) is None:
+                return False
+            objects.append((flat, refs, ptr))
+        if "array" in types:
+            if not isinstance(flat.get("items", True), dict) or "prefixItems" in flat:
+                return False
+            items.append((flat["items"], refs, f"{ptr}/items"))
+    if len(objects) > 1 and not _one_member_order([list(o[0]["properties"]) for o in objects]):
+        return False
+    members: dict[str, list] = {}
+    for obj, refs, ptr in objects:
+        for name, flat, mrefs, mptr in _member_schemas(ctx, obj, ptr, refs):
+            members.setdefault(name, []).append((flat, mrefs, mptr))
+    return (all(canonical(ctx, alts, depth + 1) for alts in members.values())
+            and (not items or canonical(ctx, items, depth + 1)))
+
+
+def _alternatives(ctx, schemas: list[tuple]):
+    """Each schema flattened, its anyOf / oneOf branches (with the rest merged in) in its place."""
+    todo = list(schemas)
+    seen = 0
+    while todo:
+        schema, refs, ptr = todo.pop()
+        seen += 1
+        if seen > _MAX_ALTERNATIVES:
+            yield None, refs, ptr  # too many to judge
+            return
+        flat, refs = flatten(ctx, schema, ptr, refs) if isinstance(schema, dict) else (schema, refs)
+        key = next((k for k in ("anyOf", "oneOf") if isinstance(flat, dict) and k in flat), None)
+        if key is None:
+            yield flat, refs, ptr
+            continue
+        if not isinstance(flat[key], list) or "anyOf" in flat and "oneOf" in flat:
+            yield None, refs, ptr
+            return
+        rest = {k: v for k, v in flat.items() if k != key}
+        for i, branch in enumerate(flat[key]):
+            bptr = f"{ptr}/{key}/{i}"
+            if isinstance(branch, dict):
+                branch, brefs = flatten(ctx, branch, bptr, refs)
+            else:
+                brefs = refs
+            todo.append((merge_or_fail(ctx, rest, branch, bptr), brefs, bptr))
+
+
+def _one_member_order(orders: list[list[str]]) -> bool:
+    """Whether the names of these member lists fit one order (each list's names in it)."""
+    rank: dict[str, set] = {}
+    for order in orders:
+        for i, name in enumerate(order):
+            rank.setdefault(name, set()).update(order[i + 1:])
+    return not any(a in rank.get(b, ()) for a, later in rank.items() for b in later)
 
 
 # Items a unique array can never run out of: no output within any model's context holds a
@@ -342,15 +407,34 @@ _RICH = 1 << 20
 _RICH_BYTES = 64
 
 
-def _rich_member(ctx, obj: dict, ptr: str, refs: tuple) -> bool:
-    """Some member takes over a million strings (any string of one character or more, or a
-    pattern's: counted over its texts of up to 64 bytes that maxLength allows), so a unique
-    array of these objects never runs out of new items."""
-    for flat in _member_schemas(ctx, obj, ptr, refs):
-        if not isinstance(flat, dict) or "string" not in type_list(flat):
-            continue
-        if _rich_string(flat):
-            return True
+def _rich_member(ctx, obj: dict, ptr: str, refs: tuple, depth: int = 0) -> bool:
+    """Some member takes over a million values (a string of one character or more, or a
+    pattern's: counted over its texts of up to 64 bytes that maxLength allows; a branch, an
+    object member or an array item that does), so a unique array of these objects never
+    runs out of new items."""
+    return any(_rich_value(ctx, flat, mptr, mrefs, depth) for _, flat, mrefs, mptr in _member_schemas(ctx, obj, ptr, refs))
+
+
+def _rich_value(ctx, flat, ptr: str, refs: tuple, depth: int) -> bool:
+    if not isinstance(flat, dict) or depth > _CANONICAL_DEPTH:
+        return False
+    for key in ("anyOf", "oneOf"):
+        if isinstance(flat.get(key), list):
+            rest = {k: v for k, v in flat.items() if k != key}
+            for i, branch in enumerate(flat[key]):
+                merged = merge_or_fail(ctx, rest, branch, f"{ptr}/{key}/{i}")
+                merged, mrefs = flatten(ctx, merged, ptr, refs) if isinstance(merged, dict) else (merged, refs)
+                if _rich_value(ctx, merged, f"{ptr}/{key}/{i}", mrefs, depth):
+                    return True
+            return False
+    types = type_list(flat)
+    if "string" in types and _rich_string(flat):
+        return True
+    if "object" in types and _closed_properties(ctx, flat, ptr) is not None:
+        return _rich_member(ctx, flat, ptr, refs, depth + 1)
+    if "array" in types and isinstance(flat.get("items"), dict) and flat.get("maxItems", 1) != 0:
+        items, irefs = flatten(ctx, flat["items"], f"{ptr}/items", refs)
+        return _rich_value(ctx, items, f"{ptr}/items", irefs, depth + 1)
     return False
 
 

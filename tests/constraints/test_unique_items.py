@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import numpy as np
 import pytest
 from schema_suite_runner import accepted_by_masks, byte_vocab_info
@@ -503,3 +504,54 @@ def test_token_features_read_each_tokens_bytes():
         assert digit[k] == any(48 <= b <= 57 for b in t) and comma[k] == (b"," in t), t
         assert letter[k] == any(b in b"tfn" for b in t), t
         assert closers[k] == t.count(b"}") + t.count(b"]") and opener[k] == (b"{" in t or b"[" in t), t
+
+
+# Travis's webhooks: closed objects whose members are booleans, an enum, and a URL given as a
+# string, a closed {secure} object or a unique array of either (values of one spelling each,
+# nested containers included), items unique.
+_SECRET = {"type": "object", "additionalProperties": False, "properties": {"secure": {"type": "string"}}}
+_URL = {"oneOf": [{"type": "string", "minLength": 1}, _SECRET]}
+WEBHOOKS = {"type": "array", "uniqueItems": True, "items": {
+    "type": "object", "additionalProperties": False, "properties": {
+        "enabled": {"type": "boolean"},
+        "urls": {"oneOf": [_URL, {"type": "array", "uniqueItems": True, "minItems": 1, "items": _URL}]},
+        "on_failure": {"enum": ["always", "never", "change"]}}}}
+
+
+@pytest.mark.parametrize("text", [
+    '[{"enabled":true,"urls":"a"},{"enabled":true,"urls":"b"}]',
+    '[{"enabled":true,"urls":"a"},{"enabled":true,"urls":"a"}]',
+    '[{"urls":{"secure":"s"}},{"urls":["a",{"secure":"s"}]},{"urls":{"secure":"s"}}]',
+    '[{"urls":["a",{"secure":"s"}]},{"urls":["a",{"secure":"s"}],"on_failure":"never"},{"urls":["a",{"secure":"s"}]}]',
+    '[{"urls":["a",{"secure":"s"}]},{"urls":[{"secure":"s"},"a"]}]',
+    '[{"urls":["a","a"]}]',
+    '[{},{"enabled":false},{}]',
+])
+def test_closed_objects_with_nested_values_are_compared_as_texts(byte_compiler, text):
+    """Members that are closed objects, arrays, or a oneOf of a string, an object and an
+    array (each container in one branch, so a value has one spelling): duplicates refused,
+    nested unique arrays checked too, arrays in another order new items (as the validator)."""
+    grammar = byte_compiler.compile_json_schema(WEBHOOKS)
+    valid = jsonschema.Draft202012Validator(WEBHOOKS).is_valid(json.loads(text))
+    assert accepted_by_masks(grammar, text.encode()) == valid
+
+
+def test_prefix_items_compared_as_texts_with_the_rest(byte_compiler):
+    """A first item of its own schema (a oneOf's `not` leaves one, as in Travis's webhooks)
+    and more of the same kind: the first is compared with the rest as text."""
+    items = WEBHOOKS["items"]
+    schema = {"type": "array", "uniqueItems": True, "prefixItems": [{**items, "required": ["urls"]}], "items": items}
+    grammar = byte_compiler.compile_json_schema(schema)
+    assert accepted_by_masks(grammar, b'[{"urls":"a"},{"urls":"b"},{}]')
+    assert not accepted_by_masks(grammar, b'[{"urls":"a"},{"urls":"b"},{"urls":"a"}]')
+
+
+def test_objects_spelled_in_two_member_orders_are_refused(byte_compiler):
+    """Two branches writing the same names in other orders would spell one value two ways,
+    so texts could differ where values are equal: refused, naming the keyword."""
+    member = {"type": "string", "maxLength": 3}
+    ab = {"type": "object", "additionalProperties": False, "properties": {"a": {"type": "string"}, "b": member}}
+    ba = {**ab, "properties": {"b": member, "a": {"type": "string"}}}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        byte_compiler.compile_json_schema({"type": "array", "uniqueItems": True, "items": {"anyOf": [ab, ba]}})
+    assert e.value.keyword == "uniqueItems"
