@@ -29,6 +29,7 @@ from .json_merge import (
     type_list,
 )
 from .json_not import narrow_not
+from .json_presence import is_name
 from .nfa import NFA, emit_bytes, emit_call, emit_nothing, emit_repeat
 
 
@@ -506,7 +507,7 @@ def _endless_extras(ctx, flat: dict, ptr: str) -> bool:
         classes = _extra_classes(tuple(props), patterns, extra, None, ptr)
     except ConstraintError:
         return False
-    for keys, value, _ in classes:
+    for keys, value, _, _ in classes:
         if isinstance(value, dict):
             value, _ = flatten(ctx, value, ptr, ())
         if value is not False and _infinite(keys):
@@ -644,7 +645,9 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
     The states after each property form tracks keyed by (members written so far, capped;
     which watched names are present): count 0 needs no comma before the next member, and
     minProperties / maxProperties / dependentRequired / PRESENCE (json_presence.py) read the
-    key. Without those keywords there are two tracks, nothing written and something written.
+    key; PRESENCE's outside atoms (a member named outside a list) join the key with the first
+    such member, declared or extra. Without those keywords there are two tracks, nothing
+    written and something written.
     """
     patterns = _mapping(schema, "patternProperties", ptr)
     deps = _dependent_required(schema, ptr)
@@ -654,9 +657,11 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
     extra = schema.get("additionalProperties", None if props or patterns else True)
     # Names the object spells out: declared, required, those dependentRequired or PRESENCE
     # watches, and an enumerated propertyNames (each then written at most once).
-    presence = schema.get(PRESENCE)  # (names, allowed patterns): json_presence.py
+    presence = schema.get(PRESENCE)  # (atoms, allowed patterns): json_presence.py
+    atoms = presence[0] if presence else ()
+    outs = [a for a in atoms if not is_name(a)]
     by_deps = list(dict.fromkeys(n for name, needed in deps.items() for n in (name, *needed)))
-    watched = list(dict.fromkeys([*by_deps, *(presence[0] if presence else ())]))
+    watched = list(dict.fromkeys([*by_deps, *(a for a in atoms if is_name(a))]))
     presence_only = set(watched) - set(by_deps)  # forgotten once PRESENCE is decided
     for name in [*required, *watched, *_enumerated_names(schema.get("propertyNames"))]:
         if name not in props:
@@ -666,6 +671,7 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
     names = _property_names_dfa(ctx, schema, ptr)
     if names is not None:
         props = {k: v if names.matches(json_string(k)) else False for k, v in props.items()}
+    marks = {name: frozenset(a for a in outs if name not in a[1]) for name in props}  # outside atoms set
     order = list(props)
     cap = hi if hi is not None else max(lo, 1)
     tracks: dict[tuple, int] = {(0, frozenset()): punct(ctx, nfa, start, b"{")}
@@ -678,7 +684,7 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
         dests: dict[tuple, list[tuple[int, int]]] = {}
         for (c, present), s in tracks.items():  # write it
             if (hi is None or c < hi) and all(d in present for d in deps.get(name, ()) if d in earlier):
-                dest = (min(c + 1, cap), present | {name} if name in watched else present)
+                dest = (min(c + 1, cap), (present | {name} if name in watched else present) | marks[name])
                 dests.setdefault(dest, []).append((c, s))
         for dest, sources in dests.items():
             entry = nfa.new_state()
@@ -689,6 +695,11 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
         if presence is not None and name in presence[0]:
             tracks, presence = _presence_passed(nfa, tracks, presence, set(order[:i + 1]), presence_only)
     classes = _extra_classes(tuple(props), patterns, extra, names, ptr)
+    for atom in outs:  # extra names in the atom's list, and those outside it (which set it)
+        listed, budget = _property_names_dfa(ctx, {"propertyNames": {"enum": list(atom[1])}}, ptr), leaf_budget()
+        classes = [(trim_and_minimize(product(k, listed, mode, budget)), v, p, m | {atom} if mode == "diff" else m)
+                   for k, v, p, m in classes for mode in ("and", "diff")]
+        classes = [c for c in classes if not c[0].is_empty()]
     if classes:
         tracks = _emit_extras(ctx, nfa, tracks, classes, cap, hi, refs)
     end = nfa.new_state()
@@ -712,9 +723,9 @@ def _presence_passed(nfa: NFA, tracks: dict, presence, passed: set, own: set):
     names, allowed = presence
     seen = {tuple(n for n in p if n in passed) for p in allowed}
     kept: dict[tuple, int] = {}
-    done = all(n in passed for n in names)
+    done = all(n in passed for n in names)  # never with outside atoms: set up to the end
     for (c, present), s in tracks.items():
-        if _pattern(presence, present) not in seen:
+        if tuple(n for n in names if n in present and n in passed) not in seen:
             continue
         _join(nfa, kept, (c, present - own) if done else (c, present), s)
     return kept, None if done else presence
@@ -742,12 +753,12 @@ def _emit_extras(ctx, nfa: NFA, tracks: dict, classes: list, cap: int, hi: int |
         if key in done or (hi is not None and c >= hi):
             continue
         done.add(key)
-        dest = (min(c + 1, cap), present)
-        if dest not in loops:
-            loops[dest] = nfa.new_state()
-            todo.append(dest)
         entry = loops[key] if c == 0 else punct(ctx, nfa, loops[key], b",")
-        for key_dfa_, value, vptr in classes:
+        for key_dfa_, value, vptr, marks in classes:
+            dest = (min(c + 1, cap), present | marks)
+            if dest not in loops:
+                loops[dest] = nfa.new_state()
+                todo.append(dest)
             key_end = punct(ctx, nfa, emit_leaf(ctx, nfa, entry, key_dfa_), b":")
             nfa.add_eps(ctx.emit_schema(nfa, key_end, value, vptr, refs), loops[dest])
     return loops
@@ -772,13 +783,13 @@ def _extra_classes(declared: tuple, patterns: dict, extra, names, ptr: str) -> l
         for pattern in inside[1:]:
             keys = trim_and_minimize(product(keys, _pattern_keys((), pattern, (), ptr), "and", leaf_budget()))
         value = patterns[inside[0]] if len(inside) == 1 else {"allOf": [patterns[p] for p in inside]}
-        classes.append((keys, value, f"{ptr}/patternProperties/{_escape(inside[0])}"))
+        classes.append((keys, value, f"{ptr}/patternProperties/{_escape(inside[0])}", frozenset()))
     if extra is not None and extra is not False:
         keys = _pattern_keys(declared, None, tuple(plist), ptr) if plist else key_dfa(declared)
-        classes.append((keys, extra, f"{ptr}/additionalProperties"))
+        classes.append((keys, extra, f"{ptr}/additionalProperties", frozenset()))
     if names is not None:
         budget = leaf_budget()
-        classes = [(trim_and_minimize(product(k, names, "and", budget)), v, p) for k, v, p in classes]
+        classes = [(trim_and_minimize(product(k, names, "and", budget)), v, p, m) for k, v, p, m in classes]
     return [c for c in classes if not c[0].is_empty()]
 
 

@@ -32,6 +32,7 @@ from .json_merge import (
     merge_schemas,
     type_list,
 )
+from .json_presence import atom_holds
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_repeat
 from .unique_items import scalar_key
 
@@ -305,7 +306,7 @@ def literal_texts(ctx: Ctx, schema: dict, ptr: str) -> list[bytes]:
             ok = all(validator.evolve(schema=_contains_schema(c)).is_valid(v) for c in schema.get(CONTAINS, ()))
         if ok and isinstance(v, dict) and PRESENCE in schema:  # combinators json_presence folded in
             names, allowed = schema[PRESENCE]
-            ok = tuple(n for n in names if n in v) in allowed
+            ok = tuple(n for n in names if atom_holds(n, v)) in allowed
         if ok and schema.get(FRACTIONAL) and isinstance(v, (int, float)) and not isinstance(v, bool):
             ok = v != int(v) if math.isfinite(v) else False  # `not` of integers (json_merge.without_types)
         if ok and (scalar is not None or not any(json_equal(v, w) for w in seen)):

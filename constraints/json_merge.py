@@ -58,7 +58,7 @@ def merge_presence(a, b):
     allows on its own names; either where the other is None."""
     if a is None or b is None:
         return b if a is None else a
-    names = tuple(sorted(set(a[0]) | set(b[0])))
+    names = tuple(sorted(set(a[0]) | set(b[0]), key=atom_order))
     ok_a, ok_b = set(a[1]), set(b[1])
     allowed = []
     for k in range(1 << len(names)):
@@ -66,7 +66,12 @@ def merge_presence(a, b):
         if (tuple(n for n in present if n in a[0]) in ok_a
                 and tuple(n for n in present if n in b[0]) in ok_b):
             allowed.append(present)
-    return names, tuple(sorted(allowed))
+    return names, tuple(sorted(allowed, key=lambda p: [atom_order(n) for n in p]))
+
+
+def atom_order(atom) -> tuple:
+    """Sort key of PRESENCE's atoms: the names, then the outside atoms (json_presence.outside)."""
+    return (0, atom, ()) if isinstance(atom, str) else (1, "", atom[1])
 
 
 def declared_types(schema: dict) -> set[str]:

@@ -11,8 +11,15 @@ pattern: exact, where branching into one object per pattern would copy the objec
 (three such predicates over eight names: 3 x 4 x 4 = 48 copies), and where `not` of a oneOf or
 a oneOf of overlapping branches has no exact complement among our other rewrites.
 
-A `required` holds for every value that is not an object, so a predicate holds for those as it
-does where every name is present; where it does not, the schema keeps objects only.
+A predicate may also read `propertyNames` as an enum (or const) of names, with a count
+(minProperties / maxProperties) beside it ("only these names, at least two of them": TSON's
+partials). Such a node is an atom of its own, the object having a member named outside the
+enum (``outside``), not written (the count is then of the enum's names present); emit_object
+sets the atom on a declared name outside the enum or an extra member whose name is.
+
+Every leaf holds for a value that is not an object (`required`, propertyNames and the counts
+read objects only): a predicate is evaluated once for those; where it fails, the schema keeps
+objects only.
 """
 
 from __future__ import annotations
@@ -23,13 +30,28 @@ from functools import lru_cache
 from itertools import combinations
 
 from .json_keywords import ANNOTATIONS
-from .json_merge import MAX_PRESENCE_NAMES, PRESENCE, merge_presence, type_list
+from .json_merge import MAX_PRESENCE_NAMES, PRESENCE, atom_order, merge_presence, type_list
 
 MAX_NAMES = 8  # names a presence keyword tracks: at most 2**8 patterns, tried one by one
 _MAX_DEPTH = 6  # nesting of combinators read
 _COMBINATORS = ("anyOf", "oneOf", "allOf", "not")
 
-Predicate = Callable[[frozenset], bool]
+Predicate = Callable[[frozenset | None], bool]  # the atoms present; None: not an object
+_OUTSIDE = "outside"
+
+
+def outside(names) -> tuple[str, tuple[str, ...]]:
+    """The atom "a member whose name is not one of ``names``"."""
+    return (_OUTSIDE, tuple(sorted(set(names))))
+
+
+def is_name(atom) -> bool:
+    return isinstance(atom, str)
+
+
+def atom_holds(atom, value: dict) -> bool:
+    """Whether the object ``value`` has ``atom``: the name, or a member named outside."""
+    return atom in value if isinstance(atom, str) else any(k not in atom[1] for k in value)
 
 
 def lift_presence(schema: dict) -> dict | bool:
@@ -75,9 +97,10 @@ def _patterns(text: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...], 
     if found is None or len(found[1]) > MAX_NAMES:
         return None
     test, names = found
-    order = tuple(sorted(names))
-    allowed = tuple(sorted(tuple(sorted(s)) for s in _subsets(order) if test(s)))
-    return order, allowed, test(names)
+    order = tuple(sorted(names, key=atom_order))
+    allowed = tuple(sorted((tuple(a for a in order if a in s) for s in _subsets(order) if test(s)),
+                           key=lambda p: [atom_order(a) for a in p]))
+    return order, allowed, test(None)
 
 
 def _worth_lifting(schema: dict, keys: list[str]) -> bool:
@@ -91,7 +114,8 @@ def _worth_lifting(schema: dict, keys: list[str]) -> bool:
 
 def _reads_required_only(node, depth: int = 0) -> bool:
     """Whether ``node`` is a predicate (``predicate``): `required` lists, true and false,
-    under anyOf / oneOf / allOf / not; read without building it."""
+    enumerated propertyNames with their counts, under anyOf / oneOf / allOf / not; read
+    without building it."""
     if node is True or node is False:
         return True
     if not isinstance(node, dict) or depth > _MAX_DEPTH:
@@ -101,6 +125,8 @@ def _reads_required_only(node, depth: int = 0) -> bool:
         return False
     if "required" in keys and not (isinstance(node["required"], list)
                                    and all(isinstance(n, str) for n in node["required"])):
+        return False
+    if keys & _COUNTS and _enumerated(node.get("propertyNames")) is None:
         return False
     if "not" in keys and not _reads_required_only(node["not"], depth + 1):
         return False
@@ -112,7 +138,22 @@ def _reads_required_only(node, depth: int = 0) -> bool:
     return True
 
 
-_PREDICATE_KEYS = frozenset({"required", *_COMBINATORS})
+_COUNTS = frozenset({"minProperties", "maxProperties"})
+_PREDICATE_KEYS = frozenset({"required", "propertyNames", *_COUNTS, *_COMBINATORS})
+
+
+def _enumerated(names) -> frozenset | None:
+    """The names a propertyNames schema lists (an enum or const of strings, a string type
+    beside it), None for any other."""
+    if not isinstance(names, dict) or not set(names) - ANNOTATIONS <= {"enum", "const", "type"}:
+        return None
+    if names.get("type", "string") not in ("string", ["string"]):
+        return None
+    values = names["enum"] if "enum" in names else [names["const"]] if "const" in names else None
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        return None
+    out = frozenset(values)
+    return out if "const" not in names or names["const"] in out else frozenset()
 
 
 def _plain_required(node) -> bool:
@@ -127,17 +168,33 @@ def predicate(node, depth: int = 0) -> tuple[Predicate, frozenset] | None:
     if not isinstance(node, dict) or depth > _MAX_DEPTH:
         return None
     keys = set(node) - ANNOTATIONS
-    if not keys or not keys <= {"required", *_COMBINATORS}:
+    if not keys or not keys <= _PREDICATE_KEYS:
         return None
     parts: list[Predicate] = []
-    names: set[str] = set()
+    names: set = set()
     if "required" in keys:
         need = node["required"]
         if not isinstance(need, list) or not all(isinstance(n, str) for n in need):
             return None
         need = frozenset(need)
-        parts.append(lambda s, need=need: need <= s)
+        parts.append(lambda s, need=need: s is None or need <= s)
         names |= need
+    if "propertyNames" in keys:
+        listed = _enumerated(node["propertyNames"])
+        if listed is None:
+            return None
+        atom = outside(listed)
+        parts.append(lambda s, atom=atom: s is None or atom not in s)
+        names |= {*listed, atom}
+        for key in _COUNTS & keys:  # members are the listed names: counted over those present
+            bound = node[key]
+            if not isinstance(bound, int) or isinstance(bound, bool):
+                return None
+            most = key == "maxProperties"
+            parts.append(lambda s, listed=listed, bound=bound, most=most: s is None or (
+                len(s & listed) <= bound if most else len(s & listed) >= bound))
+    elif keys & _COUNTS:
+        return None  # a count of every member: extra ones included
     if "not" in keys:
         inner = predicate(node["not"], depth + 1)
         if inner is None:

@@ -149,3 +149,50 @@ def test_listed_values_meet_the_predicates(byte_compiler, schema):
         verdicts.append(validator.is_valid(value))
         assert accepted_by_masks(grammar, text.encode()) == verdicts[-1], text
     assert any(verdicts) and not all(verdicts)
+
+
+# SchemaStore's TSON partials: "not only frequency ratio and ratio, both" (an `if` of an
+# enumerated propertyNames and a count, then false), else exactly one of the two; the same of
+# the weights. Any other member is allowed.
+_NUMBER = {"type": "integer"}
+PARTIAL = {"type": "object", "additionalProperties": True,
+           "properties": {"frequency ratio": _NUMBER, "ratio": _NUMBER, "amplitude weight": _NUMBER, "weight": _NUMBER},
+           "allOf": [{"if": {"propertyNames": {"enum": ["frequency ratio", "ratio"]}, "minProperties": 2},
+                      "then": False, "else": {"oneOf": [{"required": ["frequency ratio"]}, {"required": ["ratio"]}]}},
+                     {"if": {"propertyNames": {"enum": ["amplitude weight", "weight"]}, "minProperties": 2},
+                      "then": False, "else": {"oneOf": [{"required": ["amplitude weight"]}, {"required": ["weight"]}]}}]}
+# A member named outside a list, alone: values that are not objects fail it.
+SOME_OTHER = {"properties": {"a": _NUMBER, "b": _NUMBER}, "additionalProperties": True, "not": {"propertyNames": {"enum": ["a"]}}}
+ONLY_LISTED = {"type": "object", "additionalProperties": True, "properties": {"a": _NUMBER, "b": _NUMBER},
+               "anyOf": [{"propertyNames": {"const": "a"}}, {"required": ["b"], "maxProperties": 1,
+                                                            "propertyNames": {"enum": ["a", "b"]}}]}
+
+
+@pytest.mark.parametrize("schema,names", [
+    (PARTIAL, ["frequency ratio", "ratio", "amplitude weight", "weight", "x"]),
+    (SOME_OTHER, ["a", "b", "x", "y"]),
+    (ONLY_LISTED, ["a", "b", "x"]),
+], ids=["tson_partial", "some_other", "only_listed"])
+def test_enumerated_names_and_counts_as_the_validator_reads_them(byte_compiler, schema, names):
+    """propertyNames as an enum (with a count beside it) inside the predicates: each subset
+    of the names, extra names ("x", "y") included, against the validator (before, the `not`
+    of propertyNames was left out, a subset: TSON's partials took one frequency ratio name
+    only with no other member)."""
+    grammar = byte_compiler.compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    taken = seen = 0
+    for text in _objects(names):
+        valid = validator.is_valid(json.loads(text))
+        assert accepted_by_masks(grammar, text.encode()) == valid, text
+        taken += valid
+        seen += 1
+    assert 0 < taken < seen
+    for text in ("5", '"a"', "[]", "null"):
+        assert accepted_by_masks(grammar, text.encode()) == validator.is_valid(json.loads(text)), text
+
+
+def test_listed_objects_meet_the_outside_atom(byte_compiler):
+    schema = {"enum": [{"a": 1}, {"x": 1}, {"a": 1, "x": 1}, {}], "not": {"propertyNames": {"enum": ["a"]}}}
+    grammar = byte_compiler.compile_json_schema(schema)
+    verdicts = [accepted_by_masks(grammar, t) for t in (b'{"a":1}', b'{"x":1}', b'{"a":1,"x":1}', b"{}")]
+    assert verdicts == [False, True, True, False]
