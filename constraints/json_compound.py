@@ -29,7 +29,7 @@ from .json_merge import (
     type_list,
 )
 from .json_not import narrow_not
-from .json_presence import is_name
+from .json_presence import is_name, lift_presence
 from .nfa import NFA, emit_bytes, emit_call, emit_nothing, emit_repeat
 
 
@@ -193,6 +193,10 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
         if isinstance(flat, dict) and {"if", "then", "else"} & flat.keys():
             todo.append((branch_if(flat, ptr), srefs))  # its alternatives, as emit_schema reads it
             continue
+        if isinstance(flat, dict):
+            flat = lift_presence(flat)  # as emit_schema: required names under combinators, one set
+            if flat is False:
+                continue
         if isinstance(flat, dict) and "not" in flat and not {"enum", "const"} & flat.keys():
             try:  # the alternatives `not` leaves (a string less a pattern, say)
                 todo.append((narrow_not(ctx, flat, ptr), srefs))

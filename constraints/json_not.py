@@ -320,24 +320,33 @@ def _unrequired_names(rest: dict, neg: dict, keys: set) -> list[str]:
 
 
 def _distribute(ctx, rest: dict, neg: dict, where: str, key: str = "anyOf") -> dict | bool:
-    """``rest`` and not ``neg`` where ``rest`` branches (``key``: anyOf, or oneOf, where the
-    common conjunct leaves exactly-one alone): each branch narrowed on its own."""
+    """``rest`` and not ``neg`` where ``rest`` branches (``key``: anyOf, or oneOf): each branch
+    narrowed on its own. A oneOf is made exclusive first (each branch less the others, as
+    json_schema emits it), then distributed as an anyOf: narrowing the branches first and
+    the oneOf after would complement each narrowed branch, and a narrowing that is a subset
+    (a keyword of ``neg`` left out, _not_by_parts) would then let a value match one branch
+    where it matches two."""
     base = {k: v for k, v in rest.items() if k != key}
-    out = []
+    merged_branches, raw = [], []
     for i, branch in enumerate(rest[key]):
         branch, _ = flatten(ctx, branch, f"{where}/{key}/{i}", ()) if isinstance(branch, dict) else (branch, ())
-        if branch is False:
-            continue
         if isinstance(branch, RefCall):
             raise UnsupportedSchemaError.at("not", where, "beside a recursive $ref is not supported")
-        merged = base if branch is True else merge_schemas(base, branch, f"{where}/{key}/{i}")
+        raw.append(branch)
+        merged_branches.append(False if branch is False else base if branch is True
+                               else merge_schemas(base, branch, f"{where}/{key}/{i}"))
+    if key == "oneOf" and not ctx.lenient:
+        from .json_schema import exclusive_one_of  # (json_schema imports this module)
+        merged_branches = exclusive_one_of(ctx, merged_branches, raw, where)
+    out = []
+    for merged in merged_branches:
         if merged is False:
             continue
         both = {"anyOf": [merged["not"], neg]} if "not" in merged else neg  # (not A) and (not N)
         narrowed = narrow_not(ctx, {**merged, "not": both}, where)
         if narrowed is not False:
             out.append(narrowed)
-    return _bounded({key: out}, where) if out else False
+    return _bounded({"anyOf" if key == "oneOf" and not ctx.lenient else key: out}, where) if out else False
 
 
 def _member_schema(rest: dict, name: str):

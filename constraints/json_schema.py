@@ -226,10 +226,16 @@ def _emit_branches(ctx: Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr: 
         branches.append(merge_or_fail(ctx, rest, branch, bptr))
         branch_refs.append(brefs)
     if key == "oneOf" and not ctx.lenient:
-        branches = _one_of_disjoint(ctx, _without_shared_free_types(branches), raw, ptr)
+        branches = exclusive_one_of(ctx, branches, raw, ptr)
     emits = [partial(emit_schema, ctx, schema=b, ptr=f"{ptr}/{key}/{i}", refs=r)
              for i, (b, r) in enumerate(zip(branches, branch_refs))]
     return emit_alt(nfa, start, [lambda n, s, e=e: e(n, s) for e in emits])
+
+
+def exclusive_one_of(ctx: Ctx, branches: list, raw: list, ptr: str) -> list:
+    """oneOf ``branches`` (each merged with what is beside the oneOf; ``raw`` as written) as
+    alternatives no two of which share a value: an anyOf that is exactly the oneOf."""
+    return _one_of_disjoint(ctx, _without_shared_free_types(branches), raw, ptr)
 
 
 def _without_shared_free_types(branches: list) -> list:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import random
 from itertools import combinations
 
 import jsonschema
@@ -196,3 +197,50 @@ def test_listed_objects_meet_the_outside_atom(byte_compiler):
     grammar = byte_compiler.compile_json_schema(schema)
     verdicts = [accepted_by_masks(grammar, t) for t in (b'{"a":1}', b'{"x":1}', b'{"a":1,"x":1}', b"{}")]
     assert verdicts == [False, True, True, False]
+
+
+_FUZZ_NAMES = ["a", "b", "c"]
+_FUZZ_OBJECTS = [{k: 1 for k in chosen} for n in range(4) for chosen in combinations([*_FUZZ_NAMES, "d"], n)]
+
+
+def _random_predicate(rng: random.Random, depth: int = 0) -> dict:
+    r = rng.random()
+    if depth < 2 and r < 0.5:
+        key = rng.choice(["anyOf", "oneOf", "allOf", "not"])
+        if key == "not":
+            return {"not": _random_predicate(rng, depth + 1)}
+        return {key: [_random_predicate(rng, depth + 1) for _ in range(rng.randint(2, 3))]}
+    if r < 0.8:
+        return {"required": rng.sample(_FUZZ_NAMES, rng.randint(1, 2))}
+    out = {"propertyNames": rng.choice([{"enum": ["a", "b"]}, {"const": "a"}, {"enum": ["c", "b"]}])}
+    if rng.random() < 0.6:
+        out[rng.choice(["minProperties", "maxProperties"])] = rng.randint(0, 2)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_predicates_match_the_validator(byte_compiler, seed):
+    """Random predicates (required lists, enumerated propertyNames with counts, under
+    anyOf / oneOf / allOf / not), beside listed objects or not, over objects of every subset
+    of the names and one more: what the grammar takes is exactly what the validator takes.
+    Listed objects beside folded predicates once passed them all (test_listed_values_...)."""
+    rng = random.Random(seed)
+    checked = 0
+    for _ in range(60):
+        schema: dict = {}
+        for _ in range(rng.randint(1, 3)):
+            for key, value in _random_predicate(rng).items():
+                schema.setdefault(key, value)
+        if rng.random() < 0.4:
+            schema["enum"] = rng.sample([*_FUZZ_OBJECTS, "x", 1], rng.randint(2, 8))
+        if rng.random() < 0.5:
+            schema["type"] = rng.choice(["object", ["object", "string"]])
+        schema.setdefault("properties", {n: {"type": "integer"} for n in [*_FUZZ_NAMES, "d"]})
+        schema["additionalProperties"] = True
+        grammar = byte_compiler.compile_json_schema(schema)  # every such predicate compiles
+        validator = jsonschema.Draft202012Validator(schema)
+        for value in [*_FUZZ_OBJECTS, {"e": 1}, {"a": 1, "e": 1}, "x", 1]:
+            text = json.dumps(value, separators=(",", ":"))
+            assert accepted_by_masks(grammar, text.encode()) == validator.is_valid(value), (json.dumps(schema), text)
+            checked += 1
+    assert checked == 60 * (len(_FUZZ_OBJECTS) + 4)
