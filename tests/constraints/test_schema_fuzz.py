@@ -32,7 +32,7 @@ def _leaf(rng: random.Random, depth: int) -> dict:
         schema["type"] = kind if rng.random() < 0.7 else [kind, rng.choice(["null", "string", "integer"])]
     for _ in range(rng.randint(0, 3)):
         key = rng.choice([*_BOUNDS, "minimum", "maximum", "exclusiveMinimum", "required", "properties",
-                          "additionalProperties", "items", "enum", "const", "pattern"])
+                          "additionalProperties", "items", "enum", "const", "pattern", "propertyNames"])
         if key in _BOUNDS:
             schema[key] = rng.randint(0, 3)
         elif key in ("minimum", "maximum", "exclusiveMinimum"):
@@ -46,11 +46,14 @@ def _leaf(rng: random.Random, depth: int) -> dict:
         elif key == "items" and depth < 2:
             schema[key] = _schema(rng, depth + 1)
         elif key == "enum":
-            schema[key] = rng.sample(["x", "yy", 1, 2, None, True, [], {}], rng.randint(1, 3))
+            schema[key] = rng.sample(["x", "yy", 1, 2, None, True, [], {}, {"a": 1}, {"a": 1, "b": "x"}],
+                                     rng.randint(1, 3))
         elif key == "const":
             schema[key] = rng.choice(["x", 1, None, 0])
         elif key == "pattern":
             schema[key] = rng.choice(["^x", "y$", "^[a-c]*$"])
+        elif key == "propertyNames":
+            schema[key] = rng.choice([{"enum": ["a", "b"]}, {"const": "c"}, {"pattern": "^[ab]$"}])
     return schema
 
 
