@@ -17,6 +17,7 @@ not, the objects lacking one of them are generated: a subset, over- never under-
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 from .errors import InvalidConstraintError, UnsupportedSchemaError
 from .fsm import ByteDFA, determinize, trim_and_minimize
@@ -30,6 +31,7 @@ from .json_merge import (
     NOT_PATTERNS,
     declared_types,
     exclusive_branches,
+    free_types,
     merge_schemas,
     type_list,
     without_types,
@@ -336,7 +338,6 @@ def _distribute(ctx, rest: dict, neg: dict, where: str, key: str = "anyOf") -> d
         merged_branches.append(False if branch is False else base if branch is True
                                else merge_schemas(base, branch, f"{where}/{key}/{i}"))
     if key == "oneOf" and not ctx.lenient:
-        from .json_schema import exclusive_one_of  # (json_schema imports this module)
         merged_branches = exclusive_one_of(ctx, merged_branches, raw, where)
     out = []
     for merged in merged_branches:
@@ -347,6 +348,54 @@ def _distribute(ctx, rest: dict, neg: dict, where: str, key: str = "anyOf") -> d
         if narrowed is not False:
             out.append(narrowed)
     return _bounded({"anyOf" if key == "oneOf" and not ctx.lenient else key: out}, where) if out else False
+
+
+def exclusive_one_of(ctx, branches: list, raw: list, ptr: str) -> list:
+    """oneOf ``branches`` (each merged with what is beside the oneOf; ``raw`` as written) as
+    alternatives no two of which share a value: an anyOf that is exactly the oneOf."""
+    return _one_of_disjoint(ctx, _without_shared_free_types(branches), raw, ptr)
+
+
+def _without_shared_free_types(branches: list) -> list:
+    """oneOf branches without the types that two of them accept whole: every value of such a
+    type matches both, so none is valid (branches of object keywords alone, say, leave
+    every non-object to both)."""
+    counts = Counter(t for b in branches for t in free_types(b))
+    shared = {t for t, n in counts.items() if n >= 2}
+    if not shared:
+        return branches
+    return [b if b is False else without_types({} if b is True else b, shared) for b in branches]
+
+
+def _one_of_disjoint(ctx, branches: list, raw: list, ptr: str) -> list:
+    """oneOf generated as anyOf, exactly: branches provably disjoint stay as they are; a
+    branch that may overlap another is narrowed by `not` of it (branch i and not branch j:
+    i's own part beside the oneOf already holds j's), exact where narrow_not is."""
+    shapes = [shape(ctx, b) for b in branches]
+    apart = {(i, j) for i in range(len(shapes)) for j in range(i)  # exclusive_branches is symmetric
+             if exclusive_branches(shapes[i], shapes[j])}
+    out = list(branches)
+    for i in range(len(branches)):
+        for j in range(len(branches)):
+            if i == j or out[i] is False or (max(i, j), min(i, j)) in apart:
+                continue
+            try:
+                out[i] = _narrow_by_not(ctx, out[i], raw[j], f"{ptr}/oneOf/{i}")
+            except UnsupportedSchemaError as e:
+                raise UnsupportedSchemaError.at(
+                    "oneOf", f"{ptr}/oneOf", f"branches {min(i, j)} and {max(i, j)} may overlap, and "
+                    f"branch {i} without branch {j} cannot be enforced ({e})") from e
+    return out
+
+
+def _narrow_by_not(ctx, branch, other, ptr: str):
+    if not isinstance(branch, dict) or isinstance(other, RefCall):
+        raise UnsupportedSchemaError.at("not", f"{ptr}/not", "of a recursive $ref is not supported")
+    if "not" in branch:  # (not A) and (not B) is not (A or B)
+        both = {**branch, "not": {"anyOf": [branch["not"], other]}}
+        # Listed values are each validated against the whole schema: both nots hold.
+        return both if {"enum", "const"} & branch.keys() else narrow_not(ctx, both, ptr)
+    return narrow_not(ctx, {**branch, "not": other}, ptr)
 
 
 def _member_schema(rest: dict, name: str):

@@ -13,7 +13,6 @@ shared DFAs, see emit_leaf); a schema that calls nothing stays one DFA.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 
@@ -38,7 +37,6 @@ from .json_context import (
     merge_or_fail,
     punct,
     resolve_ref,
-    shape,
 )
 from .json_drafts import normalize_drafts
 from .json_keywords import UNSUPPORTED
@@ -59,12 +57,9 @@ from .json_merge import (
     NOT_PATTERNS,
     TYPES,
     branch_if,
-    exclusive_branches,
-    free_types,
     type_list,
-    without_types,
 )
-from .json_not import excluded, narrow_not, spellings_dfa
+from .json_not import excluded, exclusive_one_of, narrow_not, spellings_dfa
 from .json_presence import lift_presence
 from .leaves import CountedLeaf, walk_whole
 from .nfa import NFA, emit_alt, emit_bytes, emit_call, emit_nothing, emit_repeat
@@ -230,54 +225,6 @@ def _emit_branches(ctx: Ctx, nfa: NFA, start: int, schema: dict, key: str, ptr: 
     emits = [partial(emit_schema, ctx, schema=b, ptr=f"{ptr}/{key}/{i}", refs=r)
              for i, (b, r) in enumerate(zip(branches, branch_refs))]
     return emit_alt(nfa, start, [lambda n, s, e=e: e(n, s) for e in emits])
-
-
-def exclusive_one_of(ctx: Ctx, branches: list, raw: list, ptr: str) -> list:
-    """oneOf ``branches`` (each merged with what is beside the oneOf; ``raw`` as written) as
-    alternatives no two of which share a value: an anyOf that is exactly the oneOf."""
-    return _one_of_disjoint(ctx, _without_shared_free_types(branches), raw, ptr)
-
-
-def _without_shared_free_types(branches: list) -> list:
-    """oneOf branches without the types that two of them accept whole: every value of such a
-    type matches both, so none is valid (branches of object keywords alone, say, leave
-    every non-object to both)."""
-    counts = Counter(t for b in branches for t in free_types(b))
-    shared = {t for t, n in counts.items() if n >= 2}
-    if not shared:
-        return branches
-    return [b if b is False else without_types({} if b is True else b, shared) for b in branches]
-
-
-def _one_of_disjoint(ctx: Ctx, branches: list, raw: list, ptr: str) -> list:
-    """oneOf generated as anyOf, exactly: branches provably disjoint stay as they are; a
-    branch that may overlap another is narrowed by `not` of it (branch i and not branch j:
-    i's own part beside the oneOf already holds j's), exact where narrow_not is."""
-    shapes = [shape(ctx, b) for b in branches]
-    apart = {(i, j) for i in range(len(shapes)) for j in range(i)  # exclusive_branches is symmetric
-             if exclusive_branches(shapes[i], shapes[j])}
-    out = list(branches)
-    for i in range(len(branches)):
-        for j in range(len(branches)):
-            if i == j or out[i] is False or (max(i, j), min(i, j)) in apart:
-                continue
-            try:
-                out[i] = _narrow_by_not(ctx, out[i], raw[j], f"{ptr}/oneOf/{i}")
-            except UnsupportedSchemaError as e:
-                raise UnsupportedSchemaError.at(
-                    "oneOf", f"{ptr}/oneOf", f"branches {min(i, j)} and {max(i, j)} may overlap, and "
-                    f"branch {i} without branch {j} cannot be enforced ({e})") from e
-    return out
-
-
-def _narrow_by_not(ctx: Ctx, branch, other, ptr: str):
-    if not isinstance(branch, dict) or isinstance(other, RefCall):
-        raise UnsupportedSchemaError.at("not", f"{ptr}/not", "of a recursive $ref is not supported")
-    if "not" in branch:  # (not A) and (not B) is not (A or B)
-        both = {**branch, "not": {"anyOf": [branch["not"], other]}}
-        # Listed values are each validated against the whole schema: both nots hold.
-        return both if {"enum", "const"} & branch.keys() else narrow_not(ctx, both, ptr)
-    return narrow_not(ctx, {**branch, "not": other}, ptr)
 
 
 LEAF_LITERAL_BYTES = 4096  # an enum of more text is a leaf (json_leaves.literals_dfa)

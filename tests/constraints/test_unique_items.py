@@ -442,16 +442,45 @@ def _bounded_items(rng) -> dict:
     return {"type": "object", "additionalProperties": False, "properties": props, "required": required}
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_random_bounded_items_never_dead_end_nor_repeat(byte_compiler, seed):
-    """Random closed objects of bounded strings, walked byte by byte with a strong pull toward
-    repeating the items already written (the byte that continues one of them): the mask is
-    never empty before the output ends, and every output validates (uniqueItems included)."""
+def _nested_items(rng) -> dict:
+    """As _bounded_items, with members that are closed objects, arrays (unique or not) or a
+    oneOf of a string and an object, a level or two deep: values compared as texts
+    (json_compound.canonical)."""
+    small = [{"type": "string", "maxLength": 1}, {"enum": ["a", "b"]}, {"type": "boolean"},
+             {"enum": ["x", None, True]}]
+
+    def member(depth: int = 0) -> dict:
+        r = rng.random()
+        if depth < 2 and r < 0.2:
+            return {"type": "object", "additionalProperties": False,
+                    "properties": {"s": member(depth + 1), "t": member(depth + 1)}}
+        if depth < 2 and r < 0.35:
+            return {"type": "array", "maxItems": 2, "items": member(depth + 1),
+                    **({"uniqueItems": True} if rng.random() < 0.5 else {})}
+        if depth < 2 and r < 0.5:
+            return {"oneOf": [{"type": "string", "maxLength": 1}, {"type": "object", "additionalProperties": False,
+                                                                  "properties": {"s": {"enum": ["a", "b"]}}}]}
+        return small[int(rng.integers(len(small)))]
+
+    names = ["k", "v", "w"][:int(rng.integers(1, 4))]
+    props = {n: member() for n in names}
+    props[names[int(rng.integers(len(names)))]] = {"type": "string", "maxLength": int(rng.integers(1, 3))}
+    required = [n for n in names if rng.random() < 0.6]
+    return {"type": "object", "additionalProperties": False, "properties": props, "required": required}
+
+
+@pytest.mark.parametrize("make_items,seed", [(_bounded_items, s) for s in range(6)] + [(_nested_items, s) for s in range(4)],
+                         ids=[f"bounded{s}" for s in range(6)] + [f"nested{s}" for s in range(4)])
+def test_random_bounded_items_never_dead_end_nor_repeat(byte_compiler, make_items, seed):
+    """Random closed objects of bounded strings (and of nested closed objects and arrays of
+    them), walked byte by byte with a strong pull toward repeating the items already written
+    (the byte that continues one of them): the mask is never empty before the output ends, and
+    every output validates (uniqueItems included, nested ones too)."""
     rng = np.random.default_rng(seed)
     vocab = byte_compiler.compile_json_schema({"type": "string"}).vocab_size
     items = 0
     for _ in range(4):
-        schema = {"type": "array", "uniqueItems": True, "items": _bounded_items(rng)}
+        schema = {"type": "array", "uniqueItems": True, "items": make_items(rng)}
         grammar = byte_compiler.compile_json_schema(schema)
         bm = allocate_token_bitmask(1, vocab)
         for _ in range(3):
