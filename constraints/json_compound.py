@@ -579,8 +579,9 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
             f"values: strings every prefix of which goes on endlessly (no maxLength or enum), numbers "
             f"with lower bounds only, arrays without maxItems, objects open to further members (no "
             f"maxProperties or propertyNames) or whose last member is such; or strings with maxLength "
-            f"or a pattern (a million of them, or as many as minItems) and closed objects of strings, "
-            f"one member of a million; with prefixItems, open values only")
+            f"or a pattern (a million of them, or as many as minItems) and closed objects of such "
+            f"values, booleans, null, closed objects and arrays of them (one spelling each, one "
+            f"member of a million)")
     k = len(texts)
     hi = k if hi is None else min(hi, k)
     cap = hi if hi < k else max(lo, 1)  # counts past cap are all alike

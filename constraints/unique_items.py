@@ -27,8 +27,10 @@ true never equal to 1.
 
 Bounded items (kind "value+texts", ":string" where strings are items): strings with maxLength
 or a pattern, and closed objects of strings, string enums, booleans and null (CloudFormation's
-Tags with maxLength). Our grammar spells each such value one way (no whitespace, members in
-schema order, one escape per character), so two items are equal exactly where their texts are,
+Tags with maxLength), of closed objects and arrays of those, and of a oneOf of them with one
+container per branch (Travis's webhooks; json_compound.canonical). Our grammar spells each such
+value one way (no whitespace, members in schema order, one escape per character), so two items
+are equal exactly where their texts are,
 and a prefix no finished item's text starts with has a new completion. Where the item written
 so far is such a prefix, a search along the finished texts (the automaton's next bytes, off
 them at the first chance) decides whether a new completion is left; the token that leaves none
@@ -57,7 +59,7 @@ _ZEROS = (b"0", b"-0")
 _LITERALS = (b"true", b"false", b"null")
 _MAX_CACHED = 4096
 _SEARCH_NODES = 50_000
-TEXTS = "value+texts"  # bounded strings, closed objects of strings: compared by their one spelling
+TEXTS = "value+texts"  # bounded strings, closed objects of them: compared by their one spelling
 
 
 @dataclass(frozen=True, slots=True)
