@@ -421,25 +421,21 @@ def _rich_member(ctx, obj: dict, ptr: str, refs: tuple, depth: int = 0) -> bool:
 
 
 def _rich_value(ctx, flat, ptr: str, refs: tuple, depth: int) -> bool:
-    if not isinstance(flat, dict) or depth > _CANONICAL_DEPTH:
+    if depth > _CANONICAL_DEPTH:
         return False
-    for key in ("anyOf", "oneOf"):
-        if isinstance(flat.get(key), list):
-            rest = {k: v for k, v in flat.items() if k != key}
-            for i, branch in enumerate(flat[key]):
-                merged = merge_or_fail(ctx, rest, branch, f"{ptr}/{key}/{i}")
-                merged, mrefs = flatten(ctx, merged, ptr, refs) if isinstance(merged, dict) else (merged, refs)
-                if _rich_value(ctx, merged, f"{ptr}/{key}/{i}", mrefs, depth):
-                    return True
-            return False
-    types = type_list(flat)
-    if "string" in types and _rich_string(flat):
-        return True
-    if "object" in types and _closed_properties(ctx, flat, ptr) is not None:
-        return _rich_member(ctx, flat, ptr, refs, depth + 1)
-    if "array" in types and isinstance(flat.get("items"), dict) and flat.get("maxItems", 1) != 0:
-        items, irefs = flatten(ctx, flat["items"], f"{ptr}/items", refs)
-        return _rich_value(ctx, items, f"{ptr}/items", irefs, depth + 1)
+    for alt, arefs, aptr in _alternatives(ctx, [(flat, refs, ptr)]):  # each anyOf / oneOf branch
+        if not isinstance(alt, dict):
+            continue
+        types = type_list(alt)
+        if "string" in types and _rich_string(alt):
+            return True
+        if ("object" in types and _closed_properties(ctx, alt, aptr) is not None
+                and _rich_member(ctx, alt, aptr, arefs, depth + 1)):
+            return True
+        if "array" in types and isinstance(alt.get("items"), dict) and alt.get("maxItems", 1) != 0:
+            items, irefs = flatten(ctx, alt["items"], f"{aptr}/items", arefs)
+            if _rich_value(ctx, items, f"{aptr}/items", irefs, depth + 1):
+                return True
     return False
 
 

@@ -12,6 +12,10 @@ could fail). Any other `not` is an UnsupportedSchemaError: subtracting an over-c
 automaton would let through values the negated schema matches but we do not spell. Where an
 exact complement is beyond us (or larger) and the negated schema requires names ``rest`` does
 not, the objects lacking one of them are generated: a subset, over- never under-constrained.
+
+A oneOf is generated as the anyOf of its branches each less the others (exclusive_one_of),
+which emission and a `not` beside a oneOf share: the `not` is distributed over those branches,
+never over the branches as written (a subset of a branch would widen its complement).
 """
 
 from __future__ import annotations
