@@ -6,7 +6,9 @@
  * projection will do); out: [B, Hq, D]; k, v: [slots, Hkv, D] (one layer); pages: [B, max_pages]
  * int64 page numbers (slot = page * page_size + offset); lens: [B] int64. fp32 or bf16 (q, out
  * and the pool in one dtype). Chunks of a row's positions x kv heads are split between OpenMP
- * threads (torch's runtime), then merged (CHUNK, below).
+ * threads (torch's runtime), then merged (CHUNK, below). Where the CPU has AVX-512 or AVX2 with
+ * FMA and the head size is a whole number of vectors, a chunk runs in vector code
+ * (attend_chunk_vec); else, and for chunks of a few positions, in plain loops (attend_chunk).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -95,11 +97,28 @@ static void attend_chunk(const void *q, Py_ssize_t q_stride, const void *k, cons
 }
 
 
-#if defined(__AVX512F__)
+/* attend_chunk in vectors of LANES floats (AVX-512: 16, AVX2 with FMA: 8) where the head
+ * size is a whole number of them: each position's key and value read once for all the kv
+ * head's q heads, the scores of LANES positions summed together (sum_lanes) instead of one
+ * reduction each, the weighed values accumulated in vectors, each position's page looked up
+ * once per page (no division per position). */
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
+#define VECTOR_PATH 1
+/* Chunks of this many positions or fewer stay on the scalar loops: at a position or two, the
+ * vector path's fixed work (a sum tree over mostly empty lanes) costs more than it saves. */
+#define VECTOR_FROM 4
 
-/* 16 lanes of a row from `base` at element `at`, as fp32. */
-static inline __m512 load16(const void *base, int dtype, Py_ssize_t at) {
+#if defined(__AVX512F__)
+#define LANES 16
+typedef __m512 vec;
+#define vzero _mm512_setzero_ps
+#define vset1 _mm512_set1_ps
+#define vmul _mm512_mul_ps
+#define vfma _mm512_fmadd_ps
+#define vstore _mm512_storeu_ps
+
+static inline vec vload(const void *base, int dtype, Py_ssize_t at) { /* LANES of a row as fp32 */
     if (dtype == BF16) {
         __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + at));
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -109,7 +128,7 @@ static inline __m512 load16(const void *base, int dtype, Py_ssize_t at) {
 
 /* The lane sums of 16 vectors as one vector (lane j: the sum of x[j]'s lanes): a tree of
  * shuffles and adds, about three instructions a sum where a reduction of each costs eight. */
-static inline __m512 sum16(const __m512 *x) {
+static inline vec sum_lanes(const vec *x) {
     __m512 y[8], z[4], w[2];
     for (int i = 0; i < 8; i++) /* per 128-bit lane: x[2i], x[2i+1], x[2i], x[2i+1] */
         y[i] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]), _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]));
@@ -121,81 +140,100 @@ static inline __m512 sum16(const __m512 *x) {
                              _mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], 0xDD));
     return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xDD));
 }
+#else
+#define LANES 8
+typedef __m256 vec;
+#define vzero _mm256_setzero_ps
+#define vset1 _mm256_set1_ps
+#define vmul _mm256_mul_ps
+#define vfma _mm256_fmadd_ps
+#define vstore _mm256_storeu_ps
 
-/* attend_chunk for a head size of whole 16-lane vectors, in AVX-512: each position's key and
- * value read once for all the kv head's q heads, the scores of 16 positions summed together
- * (sum16), the weighed values accumulated in vectors. */
-static void attend_chunk16(const void *q, Py_ssize_t q_stride, const void *k, const void *v, const int64_t *pages,
-                           int64_t t0, int64_t t1, int max_pages, int page_size, int hq, int hkv, int d, float scale,
-                           int dtype, int b, int h, float *part) {
-    int group = hq / hkv, n = (int)(t1 - t0), nv = d / 16;
-    __m512 qv[MAX_GROUP * (MAX_DIM / 16)], acc[MAX_GROUP * (MAX_DIM / 16)], pv[MAX_GROUP][16];
-    float scores[MAX_GROUP][CHUNK + 16];
-    Py_ssize_t at[CHUNK]; /* each position's row, in elements: the page looked up once per page */
+static inline vec vload(const void *base, int dtype, Py_ssize_t at) {
+    if (dtype == BF16) {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + at));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return _mm256_loadu_ps((const float *)base + at);
+}
+
+static inline vec sum_lanes(const vec *x) { /* as above, for 8 vectors of 8 */
+    __m256 y[4], z[2];
+    for (int i = 0; i < 4; i++)
+        y[i] = _mm256_add_ps(_mm256_unpacklo_ps(x[2 * i], x[2 * i + 1]), _mm256_unpackhi_ps(x[2 * i], x[2 * i + 1]));
+    for (int i = 0; i < 2; i++)
+        z[i] = _mm256_add_ps(_mm256_shuffle_ps(y[2 * i], y[2 * i + 1], 0x44),
+                             _mm256_shuffle_ps(y[2 * i], y[2 * i + 1], 0xEE));
+    return _mm256_add_ps(_mm256_permute2f128_ps(z[0], z[1], 0x20), _mm256_permute2f128_ps(z[0], z[1], 0x31));
+}
+#endif
+
+static void attend_chunk_vec(const void *q, Py_ssize_t q_stride, const void *k, const void *v, const int64_t *pages,
+                             int64_t t0, int64_t t1, int max_pages, int page_size, int hq, int hkv, int d, float scale,
+                             int dtype, int b, int h, float *part) {
+    int group = hq / hkv, n = (int)(t1 - t0), nv = d / LANES;
+    vec qv[MAX_GROUP * (MAX_DIM / LANES)], acc[MAX_GROUP * (MAX_DIM / LANES)], pv[MAX_GROUP][LANES];
+    float scores[MAX_GROUP][CHUNK + LANES];
+    Py_ssize_t at[CHUNK]; /* each position's row, in elements */
     float *m = part_m(part), *l = part_l(part, group);
     for (int64_t pos = t0; pos < t1;) {
         Py_ssize_t first = (Py_ssize_t)pages[(Py_ssize_t)b * max_pages + pos / page_size] * page_size;
         for (int64_t off = pos % page_size; off < page_size && pos < t1; off++, pos++)
             at[pos - t0] = ((first + off) * hkv + h) * d;
     }
-    __m512 vscale = _mm512_set1_ps(scale);
+    vec vscale = vset1(scale);
     for (int g = 0; g < group; g++)
         for (int j = 0; j < nv; j++) {
-            qv[g * nv + j] = _mm512_mul_ps(load16(q, dtype, b * q_stride + (Py_ssize_t)(h * group + g) * d + 16 * j), vscale);
-            acc[g * nv + j] = _mm512_setzero_ps();
+            qv[g * nv + j] = vmul(vload(q, dtype, b * q_stride + (Py_ssize_t)(h * group + g) * d + LANES * j), vscale);
+            acc[g * nv + j] = vzero();
         }
-    __m512 top[MAX_GROUP];
-    for (int g = 0; g < group; g++)
-        top[g] = _mm512_set1_ps(-INFINITY);
-    for (int t0b = 0; t0b < n; t0b += 16) { /* scores, 16 positions at a time */
-        int cnt = n - t0b < 16 ? n - t0b : 16;
-        for (int u = 0; u < 16; u++) {
-            if (u >= cnt) {
+    for (int tb = 0; tb < n; tb += LANES) { /* scores, LANES positions at a time */
+        int cnt = n - tb < LANES ? n - tb : LANES;
+        for (int u = 0; u < LANES; u++) {
+            if (u >= cnt) { /* past the chunk's end: sums of zeros, never read */
                 for (int g = 0; g < group; g++)
-                    pv[g][u] = _mm512_setzero_ps();
+                    pv[g][u] = vzero();
                 continue;
             }
-            __m512 kr[MAX_DIM / 16];
+            vec kr[MAX_DIM / LANES];
             for (int j = 0; j < nv; j++)
-                kr[j] = load16(k, dtype, at[t0b + u] + 16 * j);
+                kr[j] = vload(k, dtype, at[tb + u] + LANES * j);
             for (int g = 0; g < group; g++) {
-                __m512 s = _mm512_mul_ps(qv[g * nv], kr[0]);
+                vec s = vmul(qv[g * nv], kr[0]);
                 for (int j = 1; j < nv; j++)
-                    s = _mm512_fmadd_ps(qv[g * nv + j], kr[j], s);
+                    s = vfma(qv[g * nv + j], kr[j], s);
                 pv[g][u] = s;
             }
         }
-        __mmask16 live = (__mmask16)((1u << cnt) - 1);
-        for (int g = 0; g < group; g++) {
-            __m512 s = sum16(pv[g]);
-            _mm512_storeu_ps(scores[g] + t0b, s);
-            top[g] = _mm512_mask_max_ps(top[g], live, top[g], s);
-        }
+        for (int g = 0; g < group; g++)
+            vstore(scores[g] + tb, sum_lanes(pv[g]));
     }
-    for (int g = 0; g < group; g++)
-        m[g] = _mm512_reduce_max_ps(top[g]);
-    for (int g = 0; g < group; g++) { /* the weights, unnormalized, and their sum */
-        float *row = scores[g], mg = m[g], sum = 0.0f;
+    for (int g = 0; g < group; g++) { /* each q head's largest score, the weights, their sum */
+        float *row = scores[g], mg = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : mg)
+        for (int t = 0; t < n; t++)
+            mg = row[t] > mg ? row[t] : mg;
 #pragma omp simd reduction(+ : sum)
         for (int t = 0; t < n; t++) {
             row[t] = exp_approx(row[t] - mg);
             sum += row[t];
         }
+        m[g] = mg;
         l[g] = sum;
     }
     for (int t = 0; t < n; t++) { /* the values they weigh */
-        __m512 vr[MAX_DIM / 16];
+        vec vr[MAX_DIM / LANES];
         for (int j = 0; j < nv; j++)
-            vr[j] = load16(v, dtype, at[t] + 16 * j);
+            vr[j] = vload(v, dtype, at[t] + LANES * j);
         for (int g = 0; g < group; g++) {
-            __m512 w = _mm512_set1_ps(scores[g][t]);
+            vec w = vset1(scores[g][t]);
             for (int j = 0; j < nv; j++)
-                acc[g * nv + j] = _mm512_fmadd_ps(w, vr[j], acc[g * nv + j]);
+                acc[g * nv + j] = vfma(w, vr[j], acc[g * nv + j]);
         }
     }
     for (int g = 0; g < group; g++)
         for (int j = 0; j < nv; j++)
-            _mm512_storeu_ps(part_acc(part, group, d, g) + 16 * j, acc[g * nv + j]);
+            vstore(part_acc(part, group, d, g) + LANES * j, acc[g * nv + j]);
 }
 #endif
 
@@ -270,11 +308,11 @@ static PyObject *decode_attention(PyObject *self, PyObject *args) {
             int64_t n = first[b + 1] - first[b], local = job - first[b] * hkv, c = local % n;
             int h = (int)(local / n);
             int64_t t0 = c * CHUNK, t1 = t0 + CHUNK < lens[b] ? t0 + CHUNK : lens[b];
-#if defined(__AVX512F__)
-            if (d % 16 == 0)
-                attend_chunk16((const void *)q_ptr, q_stride, (const void *)k_ptr, (const void *)v_ptr,
-                               (const int64_t *)pages_ptr, t0, t1 > t0 ? t1 : t0, max_pages, page_size, hq, hkv, d,
-                               scale, dtype, b, h, parts + job * stride);
+#ifdef VECTOR_PATH
+            if (d % LANES == 0 && t1 - t0 > VECTOR_FROM)
+                attend_chunk_vec((const void *)q_ptr, q_stride, (const void *)k_ptr, (const void *)v_ptr,
+                                 (const int64_t *)pages_ptr, t0, t1 > t0 ? t1 : t0, max_pages, page_size, hq, hkv, d,
+                                 scale, dtype, b, h, parts + job * stride);
             else
 #endif
             attend_chunk((const void *)q_ptr, q_stride, (const void *)k_ptr, (const void *)v_ptr,
