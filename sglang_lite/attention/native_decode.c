@@ -331,10 +331,172 @@ static PyObject *decode_attention(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+
+#ifdef VECTOR_PATH
+/* Extend (prefill) attention: the n new tokens of one sequence, at positions total - n ..
+ * total - 1, each against the keys up to its own position (causal past a cached prefix),
+ * read in place through the sequence's pool slots. A job is one kv head and a block of
+ * queries (its q heads' vectors, at most QV_MAX); keys come LANES at a time, transposed into
+ * KT so a query's LANES scores are d vector FMAs, softmax online (flash attention), the
+ * weighed values accumulated in fp32. Blocks of keys all past a query are skipped. */
+#define QV_MAX 64
+
+#define QT 4 /* query vectors that share each key and value load (independent FMA chains) */
+
+/* The scores, softmax step and weighed values of up to QT query vectors (qi .. qi + nt - 1)
+ * against one block of keys; nv constant where the caller can make it (the accumulators then
+ * stay in registers). */
+static inline __attribute__((always_inline)) void extend_step(
+    float (*qf)[MAX_DIM], float (*acc)[MAX_DIM], float *m, float *l, float (*kt)[LANES], float (*vb)[MAX_DIM],
+    int qi, int nt, const int *live, int d, const int nv) {
+    vec s[QT], a[QT][MAX_DIM / LANES];
+    float sc[QT][LANES], alpha[QT];
+    for (int r = 0; r < QT; r++)
+        s[r] = vzero();
+    for (int j = 0; j < d; j++) {
+        vec kv = vload(kt[j], F32, 0);
+        for (int r = 0; r < QT; r++)
+            s[r] = vfma(vset1(qf[qi + (r < nt ? r : 0)][j]), kv, s[r]);
+    }
+    int most = 0;
+    for (int r = 0; r < nt; r++) {
+        vstore(sc[r], s[r]);
+        float top = m[qi + r], sum = 0.0f;
+#pragma omp simd reduction(max : top)
+        for (int u = 0; u < LANES; u++) {
+            float x = u < live[r] ? sc[r][u] : -INFINITY;
+            top = x > top ? x : top;
+        }
+        alpha[r] = m[qi + r] == -INFINITY ? 0.0f : exp_approx(m[qi + r] - top);
+#pragma omp simd reduction(+ : sum)
+        for (int u = 0; u < LANES; u++) {
+            sc[r][u] = u < live[r] ? exp_approx(sc[r][u] - top) : 0.0f;
+            sum += sc[r][u];
+        }
+        m[qi + r] = top;
+        l[qi + r] = l[qi + r] * alpha[r] + sum;
+        most = live[r] > most ? live[r] : most;
+        for (int j = 0; j < nv; j++)
+            a[r][j] = vmul(vload(acc[qi + r], F32, LANES * j), vset1(alpha[r]));
+    }
+    for (int u = 0; u < most; u++) { /* weights past a query's live keys are 0 */
+        vec vv[MAX_DIM / LANES];
+        for (int j = 0; j < nv; j++)
+            vv[j] = vload(vb[u], F32, LANES * j);
+        for (int r = 0; r < nt; r++) {
+            vec w = vset1(sc[r][u]);
+            for (int j = 0; j < nv; j++)
+                a[r][j] = vfma(w, vv[j], a[r][j]);
+        }
+    }
+    for (int r = 0; r < nt; r++)
+        for (int j = 0; j < nv; j++)
+            vstore(acc[qi + r] + LANES * j, a[r][j]);
+}
+
+static void extend_job(const void *q, Py_ssize_t q_stride, const void *k, const void *v, const int64_t *slots,
+                       int n, int64_t total, int hq, int hkv, int d, float scale, int dtype, int i0, int i1, int h,
+                       void *out) {
+    int group = hq / hkv, nv = d / LANES, nq = (i1 - i0) * group;
+    int64_t prefix = total - n, kend = prefix + i1; /* keys [0, kend) are seen by some query */
+    float qf[QV_MAX][MAX_DIM], acc[QV_MAX][MAX_DIM], m[QV_MAX], l[QV_MAX];
+    float kt[MAX_DIM][LANES], vb[LANES][MAX_DIM];
+    for (int qi = 0; qi < nq; qi++) {
+        int i = i0 + qi / group, g = qi % group;
+        Py_ssize_t at = (Py_ssize_t)i * q_stride + (Py_ssize_t)(h * group + g) * d;
+        for (int j = 0; j < d; j++)
+            qf[qi][j] = load_value(q, dtype, at + j) * scale;
+        memset(acc[qi], 0, sizeof(float) * d);
+        m[qi] = -INFINITY;
+        l[qi] = 0.0f;
+    }
+    for (int64_t kb = 0; kb < kend; kb += LANES) {
+        int cnt = kend - kb < LANES ? (int)(kend - kb) : LANES;
+        for (int u = 0; u < LANES; u++) { /* the block's keys transposed, its values as rows */
+            if (u < cnt) {
+                Py_ssize_t row = ((Py_ssize_t)slots[kb + u] * hkv + h) * d;
+                for (int j = 0; j < d; j++)
+                    kt[j][u] = load_value(k, dtype, row + j);
+                for (int j = 0; j < nv; j++)
+                    vstore(vb[u] + LANES * j, vload(v, dtype, row + LANES * j));
+            } else {
+                for (int j = 0; j < d; j++)
+                    kt[j][u] = 0.0f;
+            }
+        }
+        /* queries in position order: those before the block's first key are a prefix */
+        int first = kb > prefix + i0 ? (int)(kb - prefix - i0) * group : 0;
+        for (int qi = first; qi < nq; qi += QT) {
+            int nt = nq - qi < QT ? nq - qi : QT, live[QT];
+            for (int r = 0; r < nt; r++) {
+                int64_t pos = prefix + i0 + (qi + r) / group;
+                live[r] = pos - kb + 1 < cnt ? (int)(pos - kb + 1) : cnt;
+            }
+            switch (nv) {
+            case 2: extend_step(qf, acc, m, l, kt, vb, qi, nt, live, d, 2); break;
+            case 4: extend_step(qf, acc, m, l, kt, vb, qi, nt, live, d, 4); break;
+            case 8: extend_step(qf, acc, m, l, kt, vb, qi, nt, live, d, 8); break;
+            default: extend_step(qf, acc, m, l, kt, vb, qi, nt, live, d, nv); break;
+            }
+        }
+    }
+    for (int qi = 0; qi < nq; qi++) {
+        int i = i0 + qi / group, g = qi % group;
+        float inv = l[qi] > 0.0f ? 1.0f / l[qi] : 0.0f;
+        Py_ssize_t at = ((Py_ssize_t)i * hq + h * group + g) * d;
+        for (int j = 0; j < d; j++)
+            store_value(out, dtype, at + j, acc[qi][j] * inv);
+    }
+}
+#endif
+
+static PyObject *extend_attention(PyObject *self, PyObject *args) {
+    Py_ssize_t q_ptr, k_ptr, v_ptr, slots_ptr, out_ptr, q_stride;
+    int n, hq, hkv, d, dtype;
+    long long total;
+    float scale;
+    if (!PyArg_ParseTuple(args, "nnnnniLiiifin", &q_ptr, &k_ptr, &v_ptr, &slots_ptr, &out_ptr, &n, &total, &hq,
+                          &hkv, &d, &scale, &dtype, &q_stride))
+        return NULL;
+#ifdef VECTOR_PATH
+    if (n < 0 || total < n || hkv < 1 || hq % hkv || hq / hkv > MAX_GROUP || d < 1 || d > MAX_DIM || d % LANES) {
+#else
+    if (1) {
+#endif
+        PyErr_Format(PyExc_ValueError, "extend_attention: unsupported shape (Hq %d, Hkv %d, D %d)", hq, hkv, d);
+        return NULL;
+    }
+#ifdef VECTOR_PATH
+    int block = QV_MAX / (hq / hkv), blocks = (n + block - 1) / block, jobs = blocks * hkv;
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel for schedule(dynamic, 1) /* later blocks see more keys: deal them out */
+    for (int job = 0; job < jobs; job++) {
+        int blk = blocks - 1 - job / hkv, h = job % hkv; /* the longest first */
+        int i0 = blk * block, i1 = i0 + block < n ? i0 + block : n;
+        extend_job((const void *)q_ptr, q_stride, (const void *)k_ptr, (const void *)v_ptr,
+                   (const int64_t *)slots_ptr, n, total, hq, hkv, d, scale, dtype, i0, i1, h, (void *)out_ptr);
+    }
+    Py_END_ALLOW_THREADS
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *extend_lanes(PyObject *self, PyObject *noargs) {
+#ifdef VECTOR_PATH
+    return PyLong_FromLong(LANES);
+#else
+    return PyLong_FromLong(0);
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"decode_attention", decode_attention, METH_VARARGS,
      "decode_attention(q, k, v, pages, lens, out, rows, Hq, Hkv, D, max_pages, page_size, scale, dtype, "
      "q_row_stride)"},
+    {"extend_attention", extend_attention, METH_VARARGS,
+     "extend_attention(q, k, v, slots, out, n, total, Hq, Hkv, D, scale, dtype, q_row_stride)"},
+    {"extend_lanes", extend_lanes, METH_NOARGS,
+     "the head sizes extend_attention takes are multiples of this (0: none, no vector code here)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,7 +5,8 @@ Rows with one new token (decode) are batched into one padded gather; rows with s
 (prefill / chunk) are processed one request at a time with a causal mask offset by the
 cached prefix. On a CPU, eager, decode rows whose layer the C kernel takes (a pool in the
 model's fp32 / bf16, no window, no soft-cap: ``native_decode.py``) attend in place through
-their page tables, each to its own length; otherwise a decode batch whose lengths differ
+their page tables, each to its own length, and extend rows through their slots where its
+vector code takes the head size; otherwise a decode batch whose lengths differ
 widely is cut into a few batches of similar lengths (by length rank), so the padding gathered
 and attended shrinks.
 Grouped-query attention never repeats k/v: decode folds the q heads of a kv head into the
@@ -125,9 +126,15 @@ class TorchAttentionBackend(AttentionBackend):
         else:
             for rows in parts or ([d] if d is not None else []):
                 out[rows.token_rows] = _decode_attention(q[rows.token_rows], pool, layer_id, rows, how)
+        native_extend = (self._extend and how.window is None and how.softcap is None and not pool.format.scaled
+                         and native_decode.extend_usable(q, pool.k_buffers[layer_id], pool.dtype))
         for row in self._extend:
             qs = q[row.start : row.start + row.length]
-            out[row.start : row.start + row.length] = _extend_attention(qs, pool, layer_id, row, how)
+            if native_extend:
+                out[row.start : row.start + row.length] = native_decode.extend_attention(
+                    qs, pool.k_buffers[layer_id], pool.v_buffers[layer_id], row.slots, how.sm_scale)
+            else:
+                out[row.start : row.start + row.length] = _extend_attention(qs, pool, layer_id, row, how)
         return out
 
     def _parts(self) -> list[_DecodeRows]:

@@ -83,3 +83,62 @@ def test_the_torch_backend_takes_it_only_for_what_it_supports():
     assert native_decode.usable(q, k, torch.float32)
     assert not native_decode.usable(q, k.to(torch.bfloat16), torch.float32)  # a pool of another dtype
     assert not native_decode.usable(q.to(torch.float16), k.to(torch.float16), torch.float16)
+
+
+def _extend_reference(q, k, v, slots, scale):
+    """The last n of len(slots) positions, each against the keys up to its own, in float64."""
+    n, hq, d = q.shape
+    total, group = len(slots), hq // k.shape[1]
+    kr, vr = k[slots].double(), v[slots].double()  # [L, Hkv, D]
+    out = torch.empty(n, hq, d, dtype=torch.float64)
+    for i in range(n):
+        seen = total - n + i + 1
+        for h in range(hq):
+            s = (kr[:seen, h // group] @ q[i, h].double()) * scale
+            out[i, h] = torch.softmax(s, 0) @ vr[:seen, h // group]
+    return out
+
+
+extend_builds = pytest.mark.skipif(native_decode.module() is None or not native_decode.module().extend_lanes(),
+                                   reason="no vector code for the C extend attention here")
+
+
+@extend_builds
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hq,hkv,d", [(9, 3, 64), (4, 4, 32), (8, 1, 128)])
+@pytest.mark.parametrize("n,total", [(2, 2), (37, 37), (70, 70), (50, 260), (130, 131)])
+def test_extend_attention_is_causal_attention_past_the_cached_prefix(n, total, hq, hkv, d, dtype):
+    """New tokens after a prefix (total - n positions) on scattered slots, query blocks of
+    several jobs (70 rows), key blocks cut by the causal edge: softmax attention over each
+    token's own past, as computed in float64."""
+    g = torch.Generator().manual_seed(n * total + d)
+    k = torch.randn(400, hkv, d, generator=g).to(dtype)
+    v = torch.randn(400, hkv, d, generator=g).to(dtype)
+    slots = torch.randperm(400, generator=g)[:total]
+    q = (torch.randn(n, hq, d, generator=g) * 2).to(dtype)
+    scale = d ** -0.5
+    got = native_decode.extend_attention(q, k, v, slots, scale)
+    want = _extend_reference(q, k, v, slots, scale)
+    assert got.dtype == dtype and got.shape == want.shape
+    tol = 1e-5 if dtype == torch.float32 else 2**-7
+    assert ((got.double() - want).abs() <= tol * (1 + want.abs())).all()
+    if total == n:  # the first token sees only itself: its value
+        assert torch.allclose(got[0].double(), v[slots[0]].double().repeat_interleave(hq // hkv, 0), atol=tol)
+
+
+@extend_builds
+def test_extend_attention_is_the_same_on_one_thread_or_two():
+    hq, hkv, d = 9, 3, 64
+    g = torch.Generator().manual_seed(3)
+    k, v = torch.randn(300, hkv, d, generator=g), torch.randn(300, hkv, d, generator=g)
+    slots = torch.randperm(300, generator=g)[:200]
+    q = torch.randn(150, hq, d, generator=g)
+    threads = torch.get_num_threads()
+    try:
+        outs = []
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            outs.append(native_decode.extend_attention(q, k, v, slots, 0.125))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(outs[0], outs[1])

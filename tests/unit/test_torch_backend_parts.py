@@ -105,3 +105,24 @@ def test_similar_lengths_stay_one_batch():
     backend = TorchAttentionBackend(pool)
     backend.init_forward_metadata(batch)
     assert backend._parts() == []
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_extend_rows_take_the_c_kernel_with_the_same_output(native, monkeypatch):
+    """Prefill rows, one after a cached prefix, beside decode rows: with the C kernels the
+    extend rows attend in place through their slots (no gather, no SDPA), with the output of
+    attention over each request's own tokens."""
+    if native and (native_decode.module() is None or not native_decode.module().extend_lanes()):
+        pytest.skip("no C extend attention here")
+    if not native:
+        monkeypatch.setattr(native_decode, "_loaded", [None])
+    calls = []
+    real = native_decode.extend_attention
+    monkeypatch.setattr(native_decode, "extend_attention", lambda *a: calls.append(a[0].shape[0]) or real(*a))
+    prefix_lens, extend_lens = [0, 40, 130, 12], [20, 7, 1, 33]
+    pool, batch, (q, k, v), dense = _setup(prefix_lens, extend_lens, seed=2)
+    backend = TorchAttentionBackend(pool)
+    backend.init_forward_metadata(batch)
+    out = backend.forward(q, k, v, 0, batch, 0.3)
+    torch.testing.assert_close(out, _dense(q, dense, prefix_lens, extend_lens, 0.3), atol=1e-5, rtol=1e-5)
+    assert calls == ([20, 7, 33] if native else [])
