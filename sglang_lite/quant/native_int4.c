@@ -152,17 +152,19 @@ static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk,
 }
 #endif
 
-#if defined(__AVX2__) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__)) && !defined(__AVXVNNI__)
-/* Several rows without VNNI (a prefill's, a batch's): a group's codes are unpacked once per
- * pass into group_sums' 4-column interleave (q[8] per 4 columns, qbuf, in L1), and each row
- * reads them from there as maddubs's memory operand; maddubs's pairs are added in int16 over
+#if defined(__AVX2__)
+/* Several rows (a prefill's, a batch's): a group's codes are unpacked once per pass into
+ * group_sums' 4-column interleave (q[8] per 4 columns, qbuf, in L1), and each row (with VNNI,
+ * each pair of rows: row_sums2) reads them from there. Without VNNI, as maddubs's memory operand; maddubs's pairs are added in int16 over
  * up to 8 steps of 4 columns (|8 * 2 * 15 * 127| = 30480 fits) and widened once (madd), where
  * group_sums widens at every step and keeps TILE rows' 64 accumulators, more than AVX2's 16
  * registers. The same integer sums, so the same results. An AVX2-only EPYC (Zen 3), fp32,
  * 2 threads, the embedded model's four layer shapes, this path and group_sums' alone taking
  * turns in one process: 1.2-1.4x from 32 to 144 rows, 1.0-1.3x from 3 to 16 (the 192-wide
  * layer least), the same at 1 and 2 (which keep group_sums); the unroll by 4 measured 1.2x
- * the full unroll by 8. */
+ * the full unroll by 8. With VNNI (an AVX512-VNNI EPYC, Zen 4, bf16, 2 threads, the same
+ * shapes, against group_sums' tiles, whose 64 accumulators spilled): 1.25-1.45x at 8 and 16
+ * rows, the Q8_0 head's 49152x576 halves 1.37x; identical sums. */
 #define ROWS_FROM_L1 3       /* rows from which block_rows takes this path */
 #define UNPACKED_GROUP 256   /* the largest group qbuf holds */
 
@@ -179,6 +181,62 @@ static inline void store_half(const __m256i *a, int32_t *out) {
     _mm256_storeu_si256((__m256i *)(out + 24), _mm256_permute2x128_si256(a[2], a[3], 0x31));
 }
 
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+/* With VNNI: the same from the unpacked codes, each product added into 32-bit lanes at once
+ * (no int16 stage). Where group_sums keeps TILE rows' 64 accumulators (more than the 32
+ * registers: they spill), a row here keeps 8. */
+static inline __attribute__((always_inline)) void row_sums(const __m256i *qbuf, int steps, const int8_t *x,
+                                                           int32_t *out) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int st = 0; st < steps; st++) {
+        const __m256i *q = qbuf + st * 8;
+        int32_t four;
+        memcpy(&four, x + 4 * st, 4);
+        __m256i xb = _mm256_set1_epi32(four);
+        a0 = dot4(a0, q[0], xb);
+        a1 = dot4(a1, q[1], xb);
+        a2 = dot4(a2, q[2], xb);
+        a3 = dot4(a3, q[3], xb);
+        a4 = dot4(a4, q[4], xb);
+        a5 = dot4(a5, q[5], xb);
+        a6 = dot4(a6, q[6], xb);
+        a7 = dot4(a7, q[7], xb);
+    }
+    __m256i w[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    store_half(w, out);
+    store_half(w + 4, out + 32);
+}
+
+static inline __attribute__((always_inline)) void row_sums32(const __m256i *qbuf, const int8_t *x, int32_t *out) {
+    row_sums(qbuf, 8, x, out);
+}
+
+/* row_sums of two rows at once: each code vector loaded once for both (16 accumulators; with
+ * AVX-512's 32 registers they stay in registers). */
+static inline __attribute__((always_inline)) void row_sums2(const __m256i *qbuf, int steps, const int8_t *x0,
+                                                            const int8_t *x1, int32_t *out0, int32_t *out1) {
+    __m256i a[8], b[8];
+    for (int i = 0; i < 8; i++)
+        a[i] = b[i] = _mm256_setzero_si256();
+    for (int st = 0; st < steps; st++) {
+        const __m256i *q = qbuf + st * 8;
+        int32_t f0, f1;
+        memcpy(&f0, x0 + 4 * st, 4);
+        memcpy(&f1, x1 + 4 * st, 4);
+        __m256i xb0 = _mm256_set1_epi32(f0), xb1 = _mm256_set1_epi32(f1);
+        for (int i = 0; i < 8; i++) {
+            __m256i qi = _mm256_loadu_si256(q + i);
+            a[i] = dot4(a[i], qi, xb0);
+            b[i] = dot4(b[i], qi, xb1);
+        }
+    }
+    store_half(a, out0);
+    store_half(a + 4, out0 + 32);
+    store_half(b, out1);
+    store_half(b + 4, out1 + 32);
+}
+#define ROW_PAIRS 1
+#else
 /* row_sums of a group of 32 columns (GGUF's Q4 blocks): 8 steps (unrolled by 4), no widening
  * until the end. */
 static inline __attribute__((always_inline)) void row_sums32(const __m256i *qbuf, const int8_t *x, int32_t *out) {
@@ -232,6 +290,7 @@ static inline __attribute__((always_inline)) void row_sums(const __m256i *qbuf, 
     store_half(w, out);
     store_half(w + 4, out + 32);
 }
+#endif
 #endif
 
 /* 64 fp16 values as floats (F16C where the CPU has it; else bit by bit, subnormals included). */
@@ -299,7 +358,19 @@ static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dty
 #ifdef ROWS_FROM_L1
         if (m_rows >= ROWS_FROM_L1 && group <= UNPACKED_GROUP) {
             unpack_group(blk, g * group, group, qbuf);
-            for (int m = 0; m < m_rows; m++) {
+            int m = 0;
+#ifdef ROW_PAIRS
+            for (; m + 1 < m_rows; m += 2) {
+                const int8_t *xr = xq + (Py_ssize_t)m * k + (Py_ssize_t)g * group;
+                row_sums2(qbuf, group / 4, xr, xr + k, sums[0], sums[1]);
+                for (int e = 0; e < 2; e++) {
+                    float d = dx[(m + e) * groups + g], xs = xsum[(m + e) * groups + g];
+                    for (int r = 0; r < BLOCK; r++)
+                        acc[m + e][r] += s[r] * d * (float)sums[e][r] + c[r] * xs;
+                }
+            }
+#endif
+            for (; m < m_rows; m++) {
                 const int8_t *xr = xq + (Py_ssize_t)m * k + (Py_ssize_t)g * group;
                 if (group == 32) row_sums32(qbuf, xr, sums[0]);
                 else row_sums(qbuf, group / 4, xr, sums[0]);
