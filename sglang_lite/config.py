@@ -21,16 +21,20 @@ QUANTIZATIONS = ("none", "int8", "int4", "fp8", "gguf")
 # embedded model (README: Quantized weights)
 DEFAULT_GGUF_QUANTIZATION = "gguf"
 DEFAULT_DENSE_WEIGHTS_ABOVE = 8
-# ... and where our C int4 kernel runs them (int8 activations, quant/native_int4.py): the
-# decoder's 120 linears of the embedded model, bf16, 2 threads, C kernel against the dense copy:
-# 8 rows 9.4 / 18.4 ms, 16 rows 16.1 / 20.9, 24 rows 21.5 / 20.4, 32 rows 26.9 / 22.1
+# ... and where our C int4 kernel runs them (int8 activations, quant/native_int4.py) on a CPU
+# with AMX (bf16 GEMMs in tiles): the decoder's 120 linears of the embedded model, bf16, 2
+# threads, an AMX Xeon, C kernel against the dense copy: 8 rows 9.4 / 18.4 ms, 16 rows 16.1 /
+# 20.9, 24 rows 21.5 / 20.4, 32 rows 26.9 / 22.1
 DEFAULT_DENSE_ABOVE_C_KERNEL = 16
-# ... and in fp32 (the dtype of a CPU without native bf16) no dense copy at all: the fp32 GEMM
-# runs at half bf16's rate, and the C kernel, which takes any number of rows, is faster up to
-# about 128 rows and even past them (prefill), without the copy's memory: an AVX2-only EPYC,
+# ... and without AMX no dense copy at all, so no copy's memory: the C kernel, which takes any
+# number of rows, is faster up to about 128 rows, about as fast past them (prefill). In fp32
+# (the dtype of a CPU without native bf16) the GEMM runs at half bf16's rate: an AVX2-only EPYC,
 # the same 120 linears, fp32, 2 threads, one quiet run: 1 row 15.8 / 29.3 ms, 8 rows 32.0 / 68.9,
-# 32 rows 77.7 / 107.9, 64 rows 138 / 158, 128 rows 267 / 280, 256 rows 500 / 484
-DEFAULT_DENSE_ABOVE_C_KERNEL_FP32 = 0
+# 32 rows 77.7 / 107.9, 64 rows 138 / 158, 128 rows 267 / 280, 256 rows 500 / 484. In bf16 on an
+# AVX512-BF16 EPYC (Zen 4, no AMX), one layer's four linears: 8 rows 190 / 334 us, 32 rows
+# 586 / 727, 64 rows 1213 / 1542, 128 rows 2445 / 2581, 256 rows 5054 / 4688; the offline mixed
+# workload with a copy above 16 rows 7.5-8.3 s, above 128 6.5-7.2, none 6.6-8.0.
+DEFAULT_DENSE_ABOVE_C_KERNEL_NO_AMX = 0
 # torch's weight-only int4 / int8 CPU kernels are fast in bf16 / fp16 only. One 1536x576 layer,
 # one thread, on an AMX/AVX512-BF16 Xeon: int4 89 / 244 us at 1 / 8 rows in bf16, 2,152 /
 # 16,955 us in fp32, where the dense fp32 GEMM takes 278 / 571 us (int8 alike: 84 / 274 bf16,
@@ -62,6 +66,18 @@ def native_cpu_bf16() -> bool:
     an AVX2-only CPU), so "auto" means fp32 (and fp32 where /proc/cpuinfo is not there)."""
     flags = {f for value in cpuinfo_values("flags", "Features") for f in value.split()}
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+@lru_cache(maxsize=1)
+def cpu_amx() -> bool:
+    """Whether this CPU multiplies bf16 in AMX tiles (Sapphire Rapids and later) and the OS lets
+    this process use them (torch asks it, ``_init_amx``): there a bf16 GEMM of many rows beats
+    our int4 kernel (DEFAULT_DENSE_ABOVE_C_KERNEL)."""
+    flags = {f for value in cpuinfo_values("flags") for f in value.split()}
+    if "amx_bf16" not in flags:
+        return False
+    init = getattr(torch._C._cpu, "_init_amx", None)
+    return bool(init()) if init is not None else True
 
 
 def packs_in_fp32() -> bool:
@@ -179,7 +195,8 @@ class EngineConfig:
                 dense_above = DEFAULT_DENSE_WEIGHTS_ABOVE
                 if c_kernel:
                     fp32 = _DTYPES.get(dtype) == torch.float32
-                    dense_above = DEFAULT_DENSE_ABOVE_C_KERNEL_FP32 if fp32 else DEFAULT_DENSE_ABOVE_C_KERNEL
+                    dense_above = (DEFAULT_DENSE_ABOVE_C_KERNEL if not fp32 and cpu_amx()
+                                   else DEFAULT_DENSE_ABOVE_C_KERNEL_NO_AMX)
         backend = cfg.attention_backend
         if backend == "auto":  # the triton kernels read every KV format (8-bit codes with scales too)
             backend = "invariant" if cfg.deterministic else "triton" if on_gpu else "torch"

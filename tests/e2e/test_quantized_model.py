@@ -28,7 +28,7 @@ import torch
 from sglang_lite import Engine, config
 from sglang_lite.config import (
     DEFAULT_DENSE_ABOVE_C_KERNEL,
-    DEFAULT_DENSE_ABOVE_C_KERNEL_FP32,
+    DEFAULT_DENSE_ABOVE_C_KERNEL_NO_AMX,
     DEFAULT_DENSE_WEIGHTS_ABOVE,
     EngineConfig,
 )
@@ -158,8 +158,8 @@ def test_auto_packs_fp32_weights_where_the_c_kernel_builds(monkeypatch):
     a dtype asked for as float32, int8_activations off, or deterministic keep dense."""
     monkeypatch.setattr("sglang_lite.config.packs_in_fp32", lambda: True)
     cpu = EngineConfig.create(device="cpu")
-    assert (cpu.dtype, cpu.quantization, cpu.dense_weights_above) == ("float32", "gguf", DEFAULT_DENSE_ABOVE_C_KERNEL_FP32)
-    assert DEFAULT_DENSE_ABOVE_C_KERNEL_FP32 == 0 < DEFAULT_DENSE_ABOVE_C_KERNEL
+    assert (cpu.dtype, cpu.quantization, cpu.dense_weights_above) == ("float32", "gguf", DEFAULT_DENSE_ABOVE_C_KERNEL_NO_AMX)
+    assert DEFAULT_DENSE_ABOVE_C_KERNEL_NO_AMX == 0 < DEFAULT_DENSE_ABOVE_C_KERNEL
     for dense in ({"dtype": "float32"}, {"int8_activations": False}, {"deterministic": True}):
         assert EngineConfig.create(device="cpu", **dense).quantization == "none", dense
     monkeypatch.setattr("sglang_lite.config.packs_in_fp32", lambda: False)  # no compiler: torch's kernel is slow in fp32
@@ -170,8 +170,13 @@ def test_auto_quantization_and_the_dense_copy_default(engine, monkeypatch):
     cpu = EngineConfig.create(device="cpu", dtype="bfloat16")  # the embedded GGUF model
     assert (cpu.quantization, cpu.dense_weights_above) == ("gguf", DEFAULT_DENSE_WEIGHTS_ABOVE)
     with monkeypatch.context() as m:  # where our C int4 kernel builds, it takes steps of up to 16 rows
-        m.setattr(config, "packs_in_fp32", lambda: True)
+        m.setattr(config, "packs_in_fp32", lambda: True)  # with AMX, every step without
+        m.setattr(config, "cpu_amx", lambda: True)
         assert EngineConfig.create(device="cpu", dtype="bfloat16").dense_weights_above == DEFAULT_DENSE_ABOVE_C_KERNEL
+        m.setattr(config, "cpu_amx", lambda: False)
+        assert EngineConfig.create(device="cpu", dtype="bfloat16").dense_weights_above == \
+            DEFAULT_DENSE_ABOVE_C_KERNEL_NO_AMX == 0
+        m.setattr(config, "cpu_amx", lambda: True)
         assert EngineConfig.create(device="cpu", dtype="bfloat16", int8_activations=False).dense_weights_above == \
             DEFAULT_DENSE_WEIGHTS_ABOVE  # torch's kernel: 8
     gguf = EngineConfig.create(device="cpu", dtype="bfloat16", model=str(embedded_gguf_path()))  # a llama GGUF file
