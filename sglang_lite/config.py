@@ -80,6 +80,15 @@ def cpu_amx() -> bool:
     return bool(init()) if init is not None else True
 
 
+def int4_kernel_vectorized() -> bool:
+    """Whether our C int4 kernel built with vector code (AVX2, VNNI), the build the no-copy
+    measurements above were made with; its plain-C build (other CPUs) is far slower per row."""
+    from sglang_lite.quant import native_int4
+
+    mod = native_int4.module()
+    return mod is not None and mod.features()[0] != "scalar"
+
+
 def packs_in_fp32() -> bool:
     """Whether packed weights beat dense ones in fp32 on this CPU: where our C int4 kernel
     builds (quant/native_int4.py), which multiplies fp32 activations as fast as bf16 ones (it
@@ -193,10 +202,10 @@ class EngineConfig:
             if cfg.quantization == "auto" and quantization != "none":
                 c_kernel = cfg.int8_activations and not on_gpu and packs_in_fp32()  # (it builds)
                 dense_above = DEFAULT_DENSE_WEIGHTS_ABOVE
-                if c_kernel:
+                if c_kernel:  # bf16 keeps the copy where AMX or a kernel without vectors beats it
                     fp32 = _DTYPES.get(dtype) == torch.float32
-                    dense_above = (DEFAULT_DENSE_ABOVE_C_KERNEL if not fp32 and cpu_amx()
-                                   else DEFAULT_DENSE_ABOVE_C_KERNEL_NO_AMX)
+                    copy = not fp32 and (cpu_amx() or not int4_kernel_vectorized())
+                    dense_above = DEFAULT_DENSE_ABOVE_C_KERNEL if copy else DEFAULT_DENSE_ABOVE_C_KERNEL_NO_AMX
         backend = cfg.attention_backend
         if backend == "auto":  # the triton kernels read every KV format (8-bit codes with scales too)
             backend = "invariant" if cfg.deterministic else "triton" if on_gpu else "torch"

@@ -10,7 +10,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from sglang_lite import Engine  # noqa: E402
-from sglang_lite.config import cpuinfo_values  # noqa: E402
 from sglang_lite.model.loader import embedded_model_dir  # noqa: E402
 
 
@@ -68,8 +67,3 @@ def assert_no_leak(eng: Engine) -> None:
     stats = eng.get_stats()
     assert stats["num_running_reqs"] == 0 and stats["num_queue_reqs"] == 0
     assert stats["num_free_pages"] == stats["num_usable_pages"], stats
-
-
-def cpu_vendor() -> str:
-    """The CPU's vendor_id ("GenuineIntel", "AuthenticAMD"; "" where /proc/cpuinfo has none)."""
-    return next(iter(cpuinfo_values("vendor_id")), "")

@@ -7,8 +7,8 @@ row to its own length. It takes fp32 / bf16 pools in the model's dtype, without 
 windows or soft-capped scores; anything else (and a step torch.compile traces) stays on the
 torch path. Extend rows (a prompt, a chunk of one, after a cached prefix) go through
 ``extend_attention`` where the CPU has the kernel's vector code (AVX-512 or AVX2 with FMA) and
-the head size is a whole number of its vectors: torch's SDPA with the causal mask ran about
-40 GFLOP/s here. Built like the int4 kernel (``quant/native_int4.py``); ``SGLANG_LITE_NATIVE=0``
+the head size is a whole number of its vectors: torch's SDPA with the causal mask ran 40-60
+GFLOP/s on a 2-core AVX512-BF16 EPYC, the C kernel 1.4-2x faster (README, twenty-sixth session). Built like the int4 kernel (``quant/native_int4.py``); ``SGLANG_LITE_NATIVE=0``
 turns it off.
 """
 

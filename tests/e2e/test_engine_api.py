@@ -9,7 +9,7 @@ import torch
 
 from sglang_lite import Engine
 from sglang_lite.config import native_cpu_bf16
-from tests.conftest import assert_no_leak, cpu_vendor
+from tests.conftest import assert_no_leak
 
 
 def test_single_and_list_inputs(engine):
@@ -127,13 +127,11 @@ def test_bf16_on_a_cpu_with_native_bf16(engine, model_dir):
 
 
 @pytest.mark.skipif(not native_cpu_bf16(), reason="this CPU has no native bf16 (emulated bf16 is very slow)")
-@pytest.mark.xfail(cpu_vendor() == "AuthenticAMD", strict=False,
-                   reason="on an AVX512-BF16 EPYC (no AMX) the bf16 int4 path answered "
-                          "\"L'Etoile, la Marseillaise,\" (2026-12-02) where fp32, fp32 gguf and dense bf16 "
-                          "answer Paris; its GEMM error there is dense bf16's (0.24% against 0.30% on random "
-                          "data), so greedy flips on this prompt rather than a kernel being wrong")
 def test_auto_on_a_cpu_with_native_bf16_answers_like_fp32(engine, monkeypatch):
-    """What "auto" picks on such a CPU (bf16, the GGUF's int4 weights kept packed)."""
+    """What "auto" picks on such a CPU (bf16, the GGUF's int4 weights kept packed). On an
+    AVX512-BF16 EPYC (no AMX) this was an expected failure while auto kept a dense bf16 copy for
+    steps above 16 rows (it answered "L'Etoile, la Marseillaise,", 2026-12-02); with no copy
+    there (config.cpu_amx) it answers Paris, as fp32 does (2026-12-07), so it is checked again."""
     # The real probe, past the session's fp32 pin (tests/conftest.py) that "auto" reads.
     monkeypatch.setattr("sglang_lite.config.native_cpu_bf16", native_cpu_bf16)
     auto = Engine()

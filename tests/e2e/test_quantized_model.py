@@ -174,8 +174,11 @@ def test_auto_quantization_and_the_dense_copy_default(engine, monkeypatch):
         m.setattr(config, "cpu_amx", lambda: True)
         assert EngineConfig.create(device="cpu", dtype="bfloat16").dense_weights_above == DEFAULT_DENSE_ABOVE_C_KERNEL
         m.setattr(config, "cpu_amx", lambda: False)
+        m.setattr(config, "int4_kernel_vectorized", lambda: True)
         assert EngineConfig.create(device="cpu", dtype="bfloat16").dense_weights_above == \
             DEFAULT_DENSE_ABOVE_C_KERNEL_NO_AMX == 0
+        m.setattr(config, "int4_kernel_vectorized", lambda: False)  # its plain-C build: the copy stays
+        assert EngineConfig.create(device="cpu", dtype="bfloat16").dense_weights_above == DEFAULT_DENSE_ABOVE_C_KERNEL
         m.setattr(config, "cpu_amx", lambda: True)
         assert EngineConfig.create(device="cpu", dtype="bfloat16", int8_activations=False).dense_weights_above == \
             DEFAULT_DENSE_WEIGHTS_ABOVE  # torch's kernel: 8
