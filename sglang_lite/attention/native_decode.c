@@ -168,10 +168,11 @@ static inline vec sum_lanes(const vec *x) { /* as above, for 8 vectors of 8 */
 }
 #endif
 
-static void attend_chunk_vec(const void *q, Py_ssize_t q_stride, const void *k, const void *v, const int64_t *pages,
-                             int64_t t0, int64_t t1, int max_pages, int page_size, int hq, int hkv, int d, float scale,
-                             int dtype, int b, int h, float *part) {
-    int group = hq / hkv, n = (int)(t1 - t0), nv = d / LANES;
+static inline __attribute__((always_inline)) void attend_chunk_body(
+    const void *q, Py_ssize_t q_stride, const void *k, const void *v, const int64_t *pages, int64_t t0, int64_t t1,
+    int max_pages, int page_size, int hq, int hkv, int d, float scale, int dtype, int b, int h, float *part,
+    const int nv, const int group) {
+    int n = (int)(t1 - t0);
     vec qv[MAX_GROUP * (MAX_DIM / LANES)], acc[MAX_GROUP * (MAX_DIM / LANES)], pv[MAX_GROUP][LANES];
     float scores[MAX_GROUP][CHUNK + LANES];
     Py_ssize_t at[CHUNK]; /* each position's row, in elements */
@@ -234,6 +235,22 @@ static void attend_chunk_vec(const void *q, Py_ssize_t q_stride, const void *k, 
     for (int g = 0; g < group; g++)
         for (int j = 0; j < nv; j++)
             vstore(part_acc(part, group, d, g) + LANES * j, acc[g * nv + j]);
+}
+
+/* attend_chunk_body with the head size in vectors and the group constant where they are
+ * common (the accumulators then stay in registers), else as they come. */
+static void attend_chunk_vec(const void *q, Py_ssize_t q_stride, const void *k, const void *v, const int64_t *pages,
+                             int64_t t0, int64_t t1, int max_pages, int page_size, int hq, int hkv, int d, float scale,
+                             int dtype, int b, int h, float *part) {
+    int nv = d / LANES, group = hq / hkv;
+#define BODY(NV, G) attend_chunk_body(q, q_stride, k, v, pages, t0, t1, max_pages, page_size, hq, hkv, d, scale, \
+                                      dtype, b, h, part, NV, G)
+    if (nv == 4 && group == 3) BODY(4, 3); /* SmolLM2: 9 / 3 heads of 64, AVX-512 */
+    else if (nv == 8 && group == 3) BODY(8, 3); /* ... AVX2 */
+    else if (nv == 4 && group == 4) BODY(4, 4); /* Llama 3.2 1B: 32 / 8 heads of 64 */
+    else if (nv == 8 && group == 4) BODY(8, 4); /* ... AVX2, and heads of 128 on AVX-512 */
+    else BODY(nv, group);
+#undef BODY
 }
 #endif
 
