@@ -475,15 +475,14 @@ static PyObject *extend_attention(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "nnnnniLiiifin", &q_ptr, &k_ptr, &v_ptr, &slots_ptr, &out_ptr, &n, &total, &hq,
                           &hkv, &d, &scale, &dtype, &q_stride))
         return NULL;
-#ifdef VECTOR_PATH
-    if (n < 0 || total < n || hkv < 1 || hq % hkv || hq / hkv > MAX_GROUP || d < 1 || d > MAX_DIM || d % LANES) {
+#ifndef VECTOR_PATH
+    PyErr_SetString(PyExc_ValueError, "extend_attention: no vector code in this build (extend_lanes() is 0)");
+    return NULL;
 #else
-    if (1) {
-#endif
+    if (n < 0 || total < n || hkv < 1 || hq % hkv || hq / hkv > MAX_GROUP || d < 1 || d > MAX_DIM || d % LANES) {
         PyErr_Format(PyExc_ValueError, "extend_attention: unsupported shape (Hq %d, Hkv %d, D %d)", hq, hkv, d);
         return NULL;
     }
-#ifdef VECTOR_PATH
     int block = QV_MAX / (hq / hkv), blocks = (n + block - 1) / block, jobs = blocks * hkv;
     Py_BEGIN_ALLOW_THREADS
 #pragma omp parallel for schedule(dynamic, 1) /* later blocks see more keys: deal them out */
@@ -494,8 +493,8 @@ static PyObject *extend_attention(PyObject *self, PyObject *args) {
                    (const int64_t *)slots_ptr, n, total, hq, hkv, d, scale, dtype, i0, i1, h, (void *)out_ptr);
     }
     Py_END_ALLOW_THREADS
-#endif
     Py_RETURN_NONE;
+#endif
 }
 
 static PyObject *extend_lanes(PyObject *self, PyObject *noargs) {

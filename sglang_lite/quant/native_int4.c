@@ -315,6 +315,13 @@ static inline void half_to_float(const uint16_t *h, float *out) {
 #endif
 }
 
+/* A row's group sums scaled into its accumulators: the weights' s and c, the activations'
+ * dx (d) and dx * sum xq (xs), the header's formula. */
+static inline void add_group(float *acc, const float *s, const float *c, float d, float xs, const int32_t *sums) {
+    for (int r = 0; r < BLOCK; r++)
+        acc[r] += s[r] * d * (float)sums[r] + c[r] * xs;
+}
+
 /* One block of 64 rows: y[m, 64 b + r] for r < 64 (rows past n_out not written). */
 static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dtype, Py_ssize_t n_pad, int k,
                        int group, int b, const int8_t *xq, const float *dx, const float *xsum, int m_rows,
@@ -364,20 +371,15 @@ static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dty
             for (; m + 1 < m_rows; m += 2) {
                 const int8_t *xr = xq + (Py_ssize_t)m * k + (Py_ssize_t)g * group;
                 row_sums2(qbuf, group / 4, xr, xr + k, sums[0], sums[1]);
-                for (int e = 0; e < 2; e++) {
-                    float d = dx[(m + e) * groups + g], xs = xsum[(m + e) * groups + g];
-                    for (int r = 0; r < BLOCK; r++)
-                        acc[m + e][r] += s[r] * d * (float)sums[e][r] + c[r] * xs;
-                }
+                for (int e = 0; e < 2; e++)
+                    add_group(acc[m + e], s, c, dx[(m + e) * groups + g], xsum[(m + e) * groups + g], sums[e]);
             }
 #endif
             for (; m < m_rows; m++) {
                 const int8_t *xr = xq + (Py_ssize_t)m * k + (Py_ssize_t)g * group;
                 if (group == 32) row_sums32(qbuf, xr, sums[0]);
                 else row_sums(qbuf, group / 4, xr, sums[0]);
-                float d = dx[m * groups + g], xs = xsum[m * groups + g];
-                for (int r = 0; r < BLOCK; r++)
-                    acc[m][r] += s[r] * d * (float)sums[0][r] + c[r] * xs;
+                add_group(acc[m], s, c, dx[m * groups + g], xsum[m * groups + g], sums[0]);
             }
             continue;
         }
@@ -391,11 +393,8 @@ static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dty
             case TILE: group_sums(blk, k, g * group, group, xt, TILE, sums); break;
             default: group_sums(blk, k, g * group, group, xt, tile, sums); break;
             }
-            for (int m = 0; m < tile; m++) {
-                float d = dx[(m0 + m) * groups + g], xs = xsum[(m0 + m) * groups + g];
-                for (int r = 0; r < BLOCK; r++)
-                    acc[m0 + m][r] += s[r] * d * (float)sums[m][r] + c[r] * xs;
-            }
+            for (int m = 0; m < tile; m++)
+                add_group(acc[m0 + m], s, c, dx[(m0 + m) * groups + g], xsum[(m0 + m) * groups + g], sums[m]);
         }
     }
     Py_ssize_t first = (Py_ssize_t)b * BLOCK;
