@@ -122,10 +122,10 @@ def use_cpu_kernels(model: nn.Module, quantization: str, dtype: torch.dtype, int
 
 
 def use_int8_activations(model: nn.Module) -> nn.Module:
-    """Let every packed int4 weight of a CPU model (Q8_0's int4 halves too) multiply its
-    steps (up to a dense copy's rows, where it has one) through the C kernel, the activations
-    quantized to int8 per group, its scales in the kernel's block layout
-    (``Int4Weight.for_c_kernel``); builds the kernel now, not on the first step (nor while
+    """Let every packed int4 weight of a CPU model (Q8_0's too: as byte codes where the kernel
+    takes them, else its int4 halves) multiply its steps (up to a dense copy's rows, where it
+    has one) through the C kernel, the activations quantized to int8 per group, its scales in
+    the kernel's block layout (``Int4Weight.for_c_kernel``, ``GroupInt8Weight.for_c_kernel``); builds the kernel now, not on the first step (nor while
     torch.compile traces, which never builds it). A shared weight stays shared."""
     if native_int4.module() is None:
         return model
@@ -135,8 +135,8 @@ def use_int8_activations(model: nn.Module) -> nn.Module:
         if id(weight) not in made:
             if isinstance(weight, Int4Weight):
                 copy = weight.for_c_kernel()
-            elif isinstance(weight, GroupInt8Weight):
-                copy = GroupInt8Weight(flagged(weight.hi), flagged(weight.lo))
+            elif isinstance(weight, GroupInt8Weight):  # one weight of byte codes, or its flagged halves
+                copy = weight.for_c_kernel()
             elif isinstance(weight, ByRowsWeight):
                 copy = dataclasses.replace(weight, packed=flagged(weight.packed))
             else:

@@ -189,12 +189,18 @@ class Int4Weight:
 
 def block_scales_of(scale_zero: torch.Tensor) -> torch.Tensor:
     """torch's ``scale_zero [G, N_pad, 2]`` (s, z) as the C kernel's ``[N_pad / 64, G, 2, 64]``
-    (s, c = z - 8 s, computed in fp32): fp16 where every value rounds there within fp16's
-    precision (half an ulp of a normal number, 2^-11 of it; zeros exact), else fp32."""
+    (s, c = z - 8 s, computed in fp32): ``block_scales_from``."""
     sz = scale_zero.float()
-    groups, n_pad, _ = sz.shape
-    sc = torch.stack([sz[..., 0], sz[..., 1] - 8 * sz[..., 0]])  # [2, G, N_pad]
-    blocks = sc.view(2, groups, n_pad // _BLOCK, _BLOCK).permute(2, 1, 0, 3).contiguous()
+    return block_scales_from(sz[..., 0].t(), (sz[..., 1] - 8 * sz[..., 0]).t())
+
+
+def block_scales_from(s: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Per-row group scales ``w = q s + c`` (``s``, ``c`` [N_pad, G]) as the C kernel's blocks
+    ``[N_pad / 64, G, 2, 64]``: fp16 where every value rounds there within fp16's precision
+    (half an ulp of a normal number, 2^-11 of it; zeros exact), else fp32."""
+    n_pad, groups = s.shape
+    sc = torch.stack([s.float().t(), c.float().t()])  # [2, G, N_pad]
+    blocks = sc.reshape(2, groups, n_pad // _BLOCK, _BLOCK).permute(2, 1, 0, 3).contiguous()
     half = blocks.to(torch.float16)
     exact = bool(((half.float() - blocks).abs() <= blocks.abs() * 2.0 ** -11).all())
     return half if exact else blocks

@@ -21,6 +21,14 @@
  * multiplied with the four activation bytes (vpdpbusd where the CPU has VNNI; maddubs and
  * madd with AVX2; plain C otherwise). The rows of a weight are split between OpenMP threads
  * (the process's runtime: torch's libgomp where torch is loaded, so no second thread pool).
+ *
+ * Byte codes (codes8_mm: GGUF's Q8_0, w = d q with q in -128..127): the codes u = q + 128 are
+ * stored in the kernel's own order, each block of 64 rows as the vectors group_sums would
+ * unpack from nibbles (CODE_STEP bytes per 4 columns: unpack4's 8 vectors, a row's 4 codes to
+ * a 32-bit lane), with block scales s = d, c = -128 d. The same sums then read their vectors
+ * straight from memory: one pass of 8-bit products where the two int4 halves of the same
+ * weight took two passes and an unpacking each. Only where the products add in 32 bits
+ * (VNNI, or plain C): AVX2's maddubs would saturate its int16 pairs (255 * 127 * 2).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,6 +48,10 @@
 enum { F16_BLOCKS = 2, F32_BLOCKS = 3 }; /* the scales' block layout (header comment) */
 #define TILE 8      /* rows whose accumulators stay in registers over one weight group */
 #define MAX_ROWS 32 /* rows a block pass takes: tiles of TILE over each group while it is in L1 */
+#define CODE_STEP 256 /* bytes of a block's byte codes per 4 columns: unpack4's 8 vectors */
+#if !defined(__AVX2__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#define CODES8 1 /* byte codes' products add in 32 bits here (the header) */
+#endif
 
 /* Codes and scales of the activations: xq [M, K], dx and xsum (dx * sum xq) [M, G]. */
 static void quantize_rows(const void *x, int x_dtype, int m_rows, int k, int group, int8_t *xq,
@@ -106,15 +118,24 @@ static inline __attribute__((always_inline)) void unpack4(const uint8_t *blk, in
     }
 }
 
+static inline __attribute__((always_inline)) void load8(const uint8_t *blk, int kk, __m256i *q) {
+    for (int i = 0; i < 8; i++)
+        q[i] = _mm256_loadu_si256((const __m256i *)(blk + (Py_ssize_t)kk / 4 * CODE_STEP + 32 * i));
+}
+
+/* bits: 4 (nibbles, unpacked) or 8 (byte codes, loaded as they are); a constant where inlined. */
 static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk, int k, int kk0, int group, const int8_t *xq, int m_rows,
-                              int32_t sums[TILE][BLOCK]) {
+                              int bits, int32_t sums[TILE][BLOCK]) {
     __m256i acc[TILE][8];
     for (int m = 0; m < m_rows; m++)
         for (int i = 0; i < 8; i++)
             acc[m][i] = _mm256_setzero_si256();
     for (int kk = kk0; kk < kk0 + group; kk += 4) {
         __m256i q[8];
-        unpack4(blk, kk, q);
+        if (bits == 8)
+            load8(blk, kk, q);
+        else
+            unpack4(blk, kk, q);
         for (int m = 0; m < m_rows; m++) {
             int32_t four;
             memcpy(&four, xq + (Py_ssize_t)m * k + kk, 4);
@@ -135,10 +156,28 @@ static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk,
     }
 }
 #else
+/* Where row r of a block's byte codes sits in a step of 4 columns (load8's vectors: unpack4's
+ * order, a row's 4 codes adjacent). */
+static inline int code_at(int r) {
+    int h = r / 32, rr = r % 32;
+    return (4 * h + (rr % 16) / 4) * 32 + ((rr / 16) * 4 + rr % 4) * 4;
+}
+
 static inline __attribute__((always_inline)) void group_sums(const uint8_t *blk, int k, int kk0, int group, const int8_t *xq, int m_rows,
-                              int32_t sums[TILE][BLOCK]) {
+                              int bits, int32_t sums[TILE][BLOCK]) {
     for (int m = 0; m < m_rows; m++)
         memset(sums[m], 0, sizeof(int32_t) * BLOCK);
+    if (bits == 8) {
+        for (int kk = kk0; kk < kk0 + group; kk++) {
+            const uint8_t *step = blk + (Py_ssize_t)kk / 4 * CODE_STEP + kk % 4;
+            for (int m = 0; m < m_rows; m++) {
+                int xv = xq[(Py_ssize_t)m * k + kk];
+                for (int r = 0; r < BLOCK; r++)
+                    sums[m][r] += step[code_at(r)] * xv;
+            }
+        }
+        return;
+    }
     for (int kk = kk0; kk < kk0 + group; kk++) {
         const uint8_t *col = blk + (Py_ssize_t)kk * 32;
         for (int m = 0; m < m_rows; m++) {
@@ -322,12 +361,13 @@ static inline void add_group(float *acc, const float *s, const float *c, float d
         acc[r] += s[r] * d * (float)sums[r] + c[r] * xs;
 }
 
-/* One block of 64 rows: y[m, 64 b + r] for r < 64 (rows past n_out not written). */
-static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dtype, Py_ssize_t n_pad, int k,
-                       int group, int b, const int8_t *xq, const float *dx, const float *xsum, int m_rows,
-                       void *y, int y_dtype, Py_ssize_t n_out) {
+/* One block of 64 rows: y[m, 64 b + r] for r < 64 (rows past n_out not written); bits 4 or 8
+ * (a constant: block_rows4, block_rows8). */
+static inline __attribute__((always_inline)) void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dtype,
+                       Py_ssize_t n_pad, int k, int group, int b, const int8_t *xq, const float *dx,
+                       const float *xsum, int m_rows, void *y, int y_dtype, Py_ssize_t n_out, int bits) {
     int groups = k / group;
-    const uint8_t *blk = packed + (Py_ssize_t)b * k * 32;
+    const uint8_t *blk = packed + (Py_ssize_t)b * k * (bits == 8 ? BLOCK : BLOCK / 2);
     float acc[MAX_ROWS][BLOCK];
     int32_t sums[TILE][BLOCK];
     float s[BLOCK], c[BLOCK];
@@ -364,21 +404,25 @@ static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dty
             }
         }
 #ifdef ROWS_FROM_L1
-        if (m_rows >= ROWS_FROM_L1 && group <= UNPACKED_GROUP) {
-            unpack_group(blk, g * group, group, qbuf);
+        if (m_rows >= ROWS_FROM_L1 && (group <= UNPACKED_GROUP || bits == 8)) {
+            const __m256i *qg = qbuf; /* the group's vectors: unpacked into qbuf, or byte codes in place */
+            if (bits == 8)
+                qg = (const __m256i *)(blk + (Py_ssize_t)g * group / 4 * CODE_STEP);
+            else
+                unpack_group(blk, g * group, group, qbuf);
             int m = 0;
 #ifdef ROW_PAIRS
             for (; m + 1 < m_rows; m += 2) {
                 const int8_t *xr = xq + (Py_ssize_t)m * k + (Py_ssize_t)g * group;
-                row_sums2(qbuf, group / 4, xr, xr + k, sums[0], sums[1]);
+                row_sums2(qg, group / 4, xr, xr + k, sums[0], sums[1]);
                 for (int e = 0; e < 2; e++)
                     add_group(acc[m + e], s, c, dx[(m + e) * groups + g], xsum[(m + e) * groups + g], sums[e]);
             }
 #endif
             for (; m < m_rows; m++) {
                 const int8_t *xr = xq + (Py_ssize_t)m * k + (Py_ssize_t)g * group;
-                if (group == 32) row_sums32(qbuf, xr, sums[0]);
-                else row_sums(qbuf, group / 4, xr, sums[0]);
+                if (group == 32) row_sums32(qg, xr, sums[0]);
+                else row_sums(qg, group / 4, xr, sums[0]);
                 add_group(acc[m], s, c, dx[m * groups + g], xsum[m * groups + g], sums[0]);
             }
             continue;
@@ -388,10 +432,10 @@ static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dty
             int tile = m_rows - m0 < TILE ? m_rows - m0 : TILE;
             const int8_t *xt = xq + (Py_ssize_t)m0 * k;
             switch (tile) { /* constant row counts: the accumulators stay in registers */
-            case 1: group_sums(blk, k, g * group, group, xt, 1, sums); break;
-            case 2: group_sums(blk, k, g * group, group, xt, 2, sums); break;
-            case TILE: group_sums(blk, k, g * group, group, xt, TILE, sums); break;
-            default: group_sums(blk, k, g * group, group, xt, tile, sums); break;
+            case 1: group_sums(blk, k, g * group, group, xt, 1, bits, sums); break;
+            case 2: group_sums(blk, k, g * group, group, xt, 2, bits, sums); break;
+            case TILE: group_sums(blk, k, g * group, group, xt, TILE, bits, sums); break;
+            default: group_sums(blk, k, g * group, group, xt, tile, bits, sums); break;
             }
             for (int m = 0; m < tile; m++)
                 add_group(acc[m0 + m], s, c, dx[(m0 + m) * groups + g], xsum[(m0 + m) * groups + g], sums[m]);
@@ -410,7 +454,23 @@ static void block_rows(const uint8_t *packed, const void *scale_zero, int sz_dty
     }
 }
 
-static PyObject *int4_mm(PyObject *self, PyObject *args) {
+static void block_rows4(const uint8_t *packed, const void *scale_zero, int sz_dtype, Py_ssize_t n_pad, int k,
+                        int group, int b, const int8_t *xq, const float *dx, const float *xsum, int m_rows,
+                        void *y, int y_dtype, Py_ssize_t n_out) {
+    block_rows(packed, scale_zero, sz_dtype, n_pad, k, group, b, xq, dx, xsum, m_rows, y, y_dtype, n_out, 4);
+}
+
+#ifdef CODES8
+static void block_rows8(const uint8_t *packed, const void *scale_zero, int sz_dtype, Py_ssize_t n_pad, int k,
+                        int group, int b, const int8_t *xq, const float *dx, const float *xsum, int m_rows,
+                        void *y, int y_dtype, Py_ssize_t n_out) {
+    block_rows(packed, scale_zero, sz_dtype, n_pad, k, group, b, xq, dx, xsum, m_rows, y, y_dtype, n_out, 8);
+}
+#endif
+
+/* int4_mm and codes8_mm: the same arguments, the weight's codes as nibbles or bytes. */
+static PyObject *weight_mm(PyObject *args, int bits) {
+    const char *name = bits == 8 ? "codes8_mm" : "int4_mm";
     Py_ssize_t x_ptr, packed_ptr, sz_ptr, y_ptr, n_pad, n_out;
     int m_rows, k, group, x_dtype, sz_dtype, y_dtype;
     if (!PyArg_ParseTuple(args, "niiinnniinni", &x_ptr, &x_dtype, &m_rows, &k, &packed_ptr, &n_pad, &sz_ptr,
@@ -418,14 +478,31 @@ static PyObject *int4_mm(PyObject *self, PyObject *args) {
         return NULL;
     if (m_rows < 1 || group < 4 || group % 4 || k % group || n_pad % BLOCK ||
         n_out > n_pad || n_out < 0) {
-        PyErr_Format(PyExc_ValueError, "int4_mm: unsupported shape (rows %d, K %d, group %d, N %zd of %zd)",
-                     m_rows, k, group, n_out, n_pad);
+        PyErr_Format(PyExc_ValueError, "%s: unsupported shape (rows %d, K %d, group %d, N %zd of %zd)",
+                     name, m_rows, k, group, n_out, n_pad);
         return NULL;
     }
-    if (sz_dtype < F32 || sz_dtype > F32_BLOCKS) {
-        PyErr_Format(PyExc_ValueError, "int4_mm: no scale layout %d (0-3: native_int4.c's header)", sz_dtype);
+    if (sz_dtype < F32 || sz_dtype > F32_BLOCKS || (bits == 8 && sz_dtype < F16_BLOCKS)) {
+        PyErr_Format(PyExc_ValueError, "%s: no scale layout %d (0-3: native_int4.c's header; byte codes: 2-3)",
+                     name, sz_dtype);
         return NULL;
     }
+#ifndef CODES8
+    if (bits == 8) {
+        PyErr_SetString(PyExc_ValueError, "codes8_mm: this build has no byte-code path (AVX2 without VNNI)");
+        return NULL;
+    }
+#endif
+    if (bits == 8 && packed_ptr % 32) {
+        PyErr_SetString(PyExc_ValueError, "codes8_mm: the codes must be 32-byte aligned");
+        return NULL;
+    }
+    void (*rows_of_block)(const uint8_t *, const void *, int, Py_ssize_t, int, int, int, const int8_t *,
+                          const float *, const float *, int, void *, int, Py_ssize_t) = block_rows4;
+#ifdef CODES8
+    if (bits == 8)
+        rows_of_block = block_rows8;
+#endif
     int groups = k / group;
     int8_t *xq = malloc((size_t)m_rows * k);
     float *dx = malloc(sizeof(float) * (size_t)m_rows * groups * 2);
@@ -443,7 +520,7 @@ static PyObject *int4_mm(PyObject *self, PyObject *args) {
     for (int b = 0; b < blocks; b++) /* MAX_ROWS rows at a time over a block kept in L2: each
                                       * row's sums are the same whatever rows share its call */
         for (int m0 = 0; m0 < m_rows; m0 += MAX_ROWS)
-            block_rows((const uint8_t *)packed_ptr, (const void *)sz_ptr, sz_dtype, n_pad, k, group, b,
+            rows_of_block((const uint8_t *)packed_ptr, (const void *)sz_ptr, sz_dtype, n_pad, k, group, b,
                        xq + (size_t)m0 * k, dx + (size_t)m0 * groups, xsum + (size_t)m0 * groups,
                        m_rows - m0 < MAX_ROWS ? m_rows - m0 : MAX_ROWS,
                        (char *)y_ptr + (size_t)m0 * n_out * y_size, y_dtype, n_out);
@@ -452,6 +529,10 @@ static PyObject *int4_mm(PyObject *self, PyObject *args) {
     free(dx);
     Py_RETURN_NONE;
 }
+
+static PyObject *int4_mm(PyObject *self, PyObject *args) { return weight_mm(args, 4); }
+
+static PyObject *codes8_mm(PyObject *self, PyObject *args) { return weight_mm(args, 8); }
 
 static PyObject *features(PyObject *self, PyObject *noargs) {
 #if defined(__AVX2__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -468,13 +549,20 @@ static PyObject *features(PyObject *self, PyObject *noargs) {
 #else
     int threads = 1;
 #endif
-    return Py_BuildValue("(si)", simd, threads);
+#ifdef CODES8
+    int codes8 = 1;
+#else
+    int codes8 = 0;
+#endif
+    return Py_BuildValue("(sii)", simd, threads, codes8);
 }
 
 static PyMethodDef methods[] = {
     {"int4_mm", int4_mm, METH_VARARGS,
      "int4_mm(x, x_dtype, rows, K, packed, N_pad, scale_zero, sz_dtype, group, y, N, y_dtype): pointers as ints"},
-    {"features", features, METH_NOARGS, "(SIMD path, OpenMP threads)"},
+    {"codes8_mm", codes8_mm, METH_VARARGS,
+     "codes8_mm(...): int4_mm's arguments, the codes bytes in the kernel's order (header)"},
+    {"features", features, METH_NOARGS, "(SIMD path, OpenMP threads, whether codes8_mm runs)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -28,7 +28,9 @@ MAX_ROWS = 32  # rows the C kernel takes in one pass over a weight block (MAX_RO
 # rows take more passes, each row's result the same whatever rows share its call
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 _BLOCK_SCALES = {torch.float16: 2, torch.float32: 3}  # native_int4.c's F16_BLOCKS, F32_BLOCKS
+_BLOCK = 64  # rows of a weight block (native_int4.c's BLOCK)
 _loaded: list = []
+_codes8: list = []  # [whether the built kernel takes byte codes], set by _load
 
 
 def module():
@@ -39,7 +41,8 @@ def module():
 def _load():
     mod = build_native(_SOURCE, _NAME, "native int4 kernel", "torch's kernel runs")
     if mod is not None:
-        simd, threads = mod.features()
+        simd, threads, codes8 = mod.features()
+        _codes8.append(bool(codes8))
         log.info("quantization: native int4 kernel (%s, %d OpenMP threads)", simd, threads)
     return mod
 
@@ -65,37 +68,47 @@ def supports(x: torch.Tensor, scales: torch.Tensor) -> bool:
     return module() is not None
 
 
+def codes8() -> bool:
+    """Whether the built kernel multiplies byte codes (``codes8_mm``: VNNI or plain C); read
+    from its features once, at load (torch.compile traces this: no call into the module)."""
+    if not torch.compiler.is_compiling():
+        module()
+    return bool(_codes8) and _codes8[0]
+
+
 def mm(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, group: int,
-       out_features: int) -> torch.Tensor:
+       out_features: int, bits: int = 4) -> torch.Tensor:
     """``x`` [M, K] (``supports``) times the int4 weight in torch's CPU layout (``packed``
     [N_pad, K / 2], ``scale_zero`` in either layout ``scales_code`` names): [M, out_features]
-    in x's dtype.
+    in x's dtype. ``bits`` 8: ``packed`` holds byte codes in the kernel's order and the scales
+    are blocks (native_int4.c's header; ``quant.int8.Int8BlockWeight``).
     Eagerly a direct call; under torch.compile the custom op ``sglang_lite::int4_mm``, so the
     step stays one graph."""
     if torch.compiler.is_compiling():
-        return torch.ops.sglang_lite.int4_mm(x, packed, scale_zero, group, out_features)
-    return _call(x, packed, scale_zero, group, out_features)
+        return torch.ops.sglang_lite.int4_mm(x, packed, scale_zero, group, out_features, bits)
+    return _call(x, packed, scale_zero, group, out_features, bits)
 
 
 def _call(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, group: int,
-          out_features: int) -> torch.Tensor:
+          out_features: int, bits: int = 4) -> torch.Tensor:
     x = x.contiguous()
     m, k = x.shape
     y = torch.empty(m, out_features, dtype=x.dtype)
-    _loaded[0].int4_mm(x.data_ptr(), _DTYPES[x.dtype], m, k, packed.data_ptr(), packed.shape[0],
-                       scale_zero.data_ptr(), scales_code(scale_zero), group, y.data_ptr(), out_features,
-                       _DTYPES[x.dtype])
+    kernel = _loaded[0].codes8_mm if bits == 8 else _loaded[0].int4_mm
+    n_pad = packed.shape[0] * (_BLOCK if bits == 8 else 1)  # byte codes: [N_pad / 64, K / 4, 8, 32]
+    kernel(x.data_ptr(), _DTYPES[x.dtype], m, k, packed.data_ptr(), n_pad, scale_zero.data_ptr(),
+           scales_code(scale_zero), group, y.data_ptr(), out_features, _DTYPES[x.dtype])
     return y
 
 
 @torch.library.custom_op("sglang_lite::int4_mm", mutates_args=())
 def _int4_mm_op(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, group: int,
-                out_features: int) -> torch.Tensor:
-    return _call(x, packed, scale_zero, group, out_features)
+                out_features: int, bits: int = 4) -> torch.Tensor:
+    return _call(x, packed, scale_zero, group, out_features, bits)
 
 
 @_int4_mm_op.register_fake
-def _(x, packed, scale_zero, group, out_features):
+def _(x, packed, scale_zero, group, out_features, bits=4):
     return x.new_empty(x.shape[0], out_features)
 
 

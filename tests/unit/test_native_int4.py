@@ -142,6 +142,21 @@ def test_other_simd_paths_give_the_same_sums(march, path, tmp_path, monkeypatch)
             assert blocks.block_scales.dtype == torch.float16
             ref = native_int4.quantize_activations(x, 32).double() @ blocks.dequantize(torch.float64).t()
             _check(blocks.mm(x), ref, dtype)
+    monkeypatch.setattr(native_int4, "codes8", lambda: bool(mod.features()[2]))
+    if path == "scalar":  # byte codes' plain loops: the same sums
+        assert mod.features()[2] == 1
+        for m in (1, 3, 20):
+            w, q, d = _q8_case(130, 128, 32)
+            _check_codes8(w, q, d, m, torch.float32)
+    else:  # maddubs would saturate: no byte codes, and Q8_0 keeps its int4 halves
+        assert mod.features()[2] == 0
+        from sglang_lite.quant.int8 import GroupInt8Weight
+
+        halves = GroupInt8Weight.from_codes(torch.randint(-128, 128, (64, 64), dtype=torch.int8),
+                                            torch.full((64, 2), 0.01), torch.float32)
+        assert isinstance(halves.for_c_kernel(), GroupInt8Weight)
+        with pytest.raises(ValueError, match="no byte-code path"):
+            mod.codes8_mm(0, 0, 1, 64, 0, 64, 0, 2, 32, 0, 64, 0)
     # fp16 subnormals held exactly (d = 2^-20, m = -3 * 2^-24) stay fp16: converted alike
     sub = _gguf_like(64, 64, 32, torch.float32)
     sub = Int4Weight.from_codes(cpu_layout_codes(sub.packed)[:64], torch.full((64, 2), 2.0**-20),
@@ -153,16 +168,21 @@ def test_other_simd_paths_give_the_same_sums(march, path, tmp_path, monkeypatch)
     _check_extremes(_extremes(20, 64))
 
 
-def test_use_int8_activations_flags_every_int4_weight_and_keeps_shared_ones_shared():
-    """A tied head and embedding share one Q8_0 weight (two int4 halves): flagged once, still
-    one object; ByRowsWeight's packed weight flagged, its dense copy kept; int8 untouched."""
+@pytest.mark.parametrize("codes8", [True, False])
+def test_use_int8_activations_flags_every_int4_weight_and_keeps_shared_ones_shared(codes8, monkeypatch):
+    """A tied head and embedding share one Q8_0 weight: converted once, still one object (byte
+    codes where the kernel takes them, else two flagged int4 halves); ByRowsWeight's packed
+    weight flagged, its dense copy kept; int8 untouched."""
     from torch import nn
 
     from sglang_lite.quant.apply import resident_weight_bytes, use_int8_activations
     from sglang_lite.quant.by_rows import ByRowsWeight
-    from sglang_lite.quant.int8 import GroupInt8Weight, Int8Weight
+    from sglang_lite.quant.int8 import GroupInt8Weight, Int8BlockWeight, Int8Weight
     from sglang_lite.quant.modules import QuantEmbedding, QuantLinear
 
+    if codes8 and not native_int4.codes8():
+        pytest.skip("this build of the kernel takes no byte codes (AVX2 without VNNI)")
+    monkeypatch.setattr(native_int4, "codes8", lambda: codes8)
     w = torch.randn(128, 64)
     head = GroupInt8Weight.from_codes((w * 50).round().clamp(-128, 127).to(torch.int8),
                                       torch.full((128, 2), 0.02), torch.float32)
@@ -173,13 +193,25 @@ def test_use_int8_activations_flags_every_int4_weight_and_keeps_shared_ones_shar
     before = resident_weight_bytes(model)
     use_int8_activations(model)
     assert model["embed"].weight_q is model["head"].weight_q
-    assert model["head"].weight_q.hi.int8_activations and model["head"].weight_q.lo.int8_activations
     assert model["mlp"].weight_q.packed.int8_activations and model["mlp"].weight_q.max_rows == 8
     assert isinstance(model["int8"].weight_q, Int8Weight)
-    # each int4 weight's fp32 scale_zero replaced by fp16 blocks (its scales fit fp16): half the bytes
-    scales = [head.hi.scale_zero, head.lo.scale_zero, model["mlp"].weight_q.packed.block_scales]
-    assert model["head"].weight_q.hi.scale_zero is None and scales[2].dtype == torch.float16
-    assert resident_weight_bytes(model) == before - (scales[0].nbytes + scales[1].nbytes + 2 * scales[2].nbytes) // 2
+    mlp_scales = model["mlp"].weight_q.packed.block_scales
+    assert mlp_scales.dtype == torch.float16  # its fp32 scale_zero replaced by fp16 blocks: half the bytes
+    head_bytes = head.nbytes
+    if codes8:  # a byte a weight, and each block's (s, c) in fp16 (0.02 and -2.56 hold there)
+        new = model["head"].weight_q
+        assert isinstance(new, Int8BlockWeight) and new.block_scales.dtype == torch.float16
+        assert new.nbytes == 128 * 64 + 2 * 2 * 128 * 2 and new.nbytes < head_bytes
+        # the same weight, its scales within fp16's precision (block_scales_from)
+        assert torch.allclose(new.dequantize(), head.dequantize(), rtol=2.0**-11, atol=0)
+        ids = torch.tensor([0, 37, 127])
+        assert torch.equal(new.rows(ids, torch.float32), new.dequantize()[ids])
+        head_bytes -= new.nbytes
+    else:
+        assert model["head"].weight_q.hi.int8_activations and model["head"].weight_q.lo.int8_activations
+        assert model["head"].weight_q.hi.scale_zero is None
+        head_bytes = (head.hi.scale_zero.nbytes + head.lo.scale_zero.nbytes) // 2
+    assert resident_weight_bytes(model) == before - head_bytes - mlp_scales.nbytes
     x = torch.randn(2, 64)
     ref = native_int4.quantize_activations(x, 32).double() @ model["head"].weight_q.dequantize(torch.float64).t()
     _check(model["head"](x), ref, torch.float32)
@@ -205,6 +237,88 @@ def test_a_q8_0_head_takes_the_c_kernel_past_torchs_rows(monkeypatch):
     monkeypatch.setattr(GroupInt8Weight, "dequantize", whole)
     assert x.shape[0] > Int4Weight.KERNEL_MAX_ROWS
     _check(head(x), ref, torch.float32)
+
+
+def _q8_case(n: int, k: int, group: int, extreme: bool = False):
+    """A Q8_0-like weight (codes over all of -128..127, fp32 d) as byte codes: (weight, q, d)."""
+    from sglang_lite.quant.int8 import Int8BlockWeight
+
+    g = torch.Generator().manual_seed(n + 3 * k + group)
+    q = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int16)
+    if extreme:  # the largest sums a group can make: every code at an end of the range
+        q = torch.where(torch.arange(n)[:, None] % 2 == 0, -128, 127).expand(n, k)
+    d = torch.rand(n, k // group, generator=g) * 0.01 + 1e-3
+    return Int8BlockWeight.from_codes(q.to(torch.int8), d, group), q, d
+
+
+def _check_codes8(w, q, d, m: int, dtype: torch.dtype, extreme: bool = False) -> None:
+    g = torch.Generator().manual_seed(m)
+    x = (torch.randn(m, q.shape[1], generator=g) * 3).to(dtype)
+    if extreme:
+        x = torch.ones(m, q.shape[1], dtype=dtype) * torch.tensor([1.0 if r % 2 else -1.0 for r in range(m)],
+                                                                  dtype=dtype)[:, None]
+    dense = q.double() * w.block_scales.double()[:, :, 0].permute(0, 2, 1).reshape(-1, d.shape[1])[: q.shape[0]] \
+        .repeat_interleave(w.group, 1)
+    ref = native_int4.quantize_activations(x, w.group).double() @ dense.t()
+    _check(w.mm(x), ref, dtype)
+
+
+@pytest.mark.parametrize("n,k,group", [(64, 32, 32), (100, 96, 32), (130, 256, 64), (960, 576, 32), (70, 512, 128)])
+def test_byte_codes_match_the_dequantized_weight_times_the_quantized_activations(n, k, group):
+    """Q8_0 as one weight of byte codes in the kernel's order (Int8BlockWeight): every row count
+    up to a pass and past it, both dtypes, against the codes times d in float64; dequantize and
+    rows read the same weight back from that order."""
+    if not native_int4.codes8():
+        pytest.skip("this build of the kernel takes no byte codes (AVX2 without VNNI)")
+    w, q, d = _q8_case(n, k, group)
+    assert w.codes.shape == (-(-n // 64), k // 4, 8, 32) and w.in_features == k
+    dense = q.float() * d.repeat_interleave(group, 1)
+    assert torch.allclose(w.dequantize(), dense, rtol=2.0**-11, atol=0)  # d kept to fp16's precision
+    ids = torch.tensor(sorted({0, 3, 4, 15, 16, 31, 32, 47, 63, n - 1}))
+    assert torch.equal(w.rows(ids, torch.float32), w.dequantize()[ids])
+    for dtype in (torch.float32, torch.bfloat16):
+        for m in (*range(1, 10), 16, native_int4.MAX_ROWS, native_int4.MAX_ROWS + 5):
+            _check_codes8(w, q, d, m, dtype)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 33])
+def test_the_largest_byte_code_sums_do_not_overflow(m):
+    if not native_int4.codes8():
+        pytest.skip("this build of the kernel takes no byte codes (AVX2 without VNNI)")
+    w, q, d = _q8_case(70, 512, 128, extreme=True)
+    _check_codes8(w, q, d, m, torch.float32, extreme=True)
+
+
+def test_byte_codes_give_the_int4_halves_products():
+    """The halves (hi * 16 d + lo * d) and the byte codes are one weight: the same integer sums,
+    so the products agree to float rounding; a kernel without byte codes keeps the halves."""
+    from sglang_lite.quant.int8 import GroupInt8Weight, Int8BlockWeight
+
+    if not native_int4.codes8():
+        pytest.skip("this build of the kernel takes no byte codes (AVX2 without VNNI)")
+    g = torch.Generator().manual_seed(5)
+    q = torch.randint(-128, 128, (200, 128), generator=g).to(torch.int8)
+    d = (torch.rand(200, 4, generator=g) * 0.01 + 1e-3).half().float()  # GGUF's fp16 d: exact in both
+    halves = GroupInt8Weight.from_codes(q, d, torch.float32)
+    flagged = GroupInt8Weight(halves.hi.for_c_kernel(), halves.lo.for_c_kernel())
+    blocks = halves.for_c_kernel()
+    assert isinstance(blocks, Int8BlockWeight) and torch.equal(blocks.dequantize(), halves.dequantize())
+    for m in (1, 5, 40):
+        x = torch.randn(m, 128, generator=g)
+        assert torch.allclose(blocks.mm(x), flagged.mm(x), rtol=1e-5, atol=1e-5 * flagged.mm(x).abs().max())
+
+
+def test_byte_codes_refuse_what_they_cannot_read():
+    if not native_int4.codes8():
+        pytest.skip("this build of the kernel takes no byte codes (AVX2 without VNNI)")
+    w, q, d = _q8_case(64, 64, 32)
+    x, y = torch.randn(1, 64), torch.empty(1, 64)
+    kernel = native_int4.module().codes8_mm
+    with pytest.raises(ValueError, match="byte codes: 2-3"):  # torch's (s, z) layout: not for bytes
+        kernel(x.data_ptr(), 0, 1, 64, w.codes.data_ptr(), 64, w.block_scales.data_ptr(), 0, 32, y.data_ptr(), 64, 0)
+    with pytest.raises(ValueError, match="32-byte aligned"):
+        kernel(x.data_ptr(), 0, 1, 64, w.codes.data_ptr() + 1, 64, w.block_scales.data_ptr(),
+               native_int4.scales_code(w.block_scales), 32, y.data_ptr(), 64, 0)
 
 
 def _gguf_like(n: int, k: int, group: int, dtype: torch.dtype, tiny: bool = False) -> Int4Weight:
