@@ -193,10 +193,14 @@ class Int8BlockWeight:
     def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Rows ``ids`` of the weight, dequantized: the embedding lookup of a tied LM head."""
         k = self.in_features
-        b, r = ids // _BLOCK, ids % _BLOCK
+        count = len(ids)
+        if count == 1 and ids.device.type == "cpu" and not torch.compiler.is_compiling():
+            b, r = divmod(int(ids.reshape(())), _BLOCK)  # a batch-1 step's id: views, not gathers
+        else:
+            b, r = ids // _BLOCK, ids % _BLOCK
         vector = 4 * (r // 32) + (r % 16) // 4
         lane = 4 * ((r % 32) // 16) + r % 4
-        u = self.codes.view(-1, k // 4, 8, 8, 4)[b, :, vector, lane]  # [T, K / 4, 4]
-        s = self.block_scales[b, :, 0, r]  # [T, G]
-        w = (u.reshape(len(ids), -1, self.group).to(torch.float32) - 128) * s.float()[..., None]
-        return w.reshape(len(ids), k).to(dtype)
+        u = self.codes.view(-1, k // 4, 8, 8, 4)[b, :, vector, lane]  # [T, K / 4, 4] ([K / 4, 4]: one id)
+        s = self.block_scales[b, :, 0, r]  # [T, G] ([G])
+        w = (u.reshape(count, -1, self.group).to(torch.float32) - 128) * s.float()[..., None]
+        return w.reshape(count, k).to(dtype)

@@ -276,6 +276,8 @@ def test_byte_codes_match_the_dequantized_weight_times_the_quantized_activations
     assert torch.allclose(w.dequantize(), dense, rtol=2.0**-11, atol=0)  # d kept to fp16's precision
     ids = torch.tensor(sorted({0, 3, 4, 15, 16, 31, 32, 47, 63, n - 1}))
     assert torch.equal(w.rows(ids, torch.float32), w.dequantize()[ids])
+    for i in ids.tolist():  # one id (a batch-1 step's embedding): read through views
+        assert torch.equal(w.rows(torch.tensor([i]), torch.bfloat16), w.dequantize(torch.bfloat16)[i:i + 1])
     for dtype in (torch.float32, torch.bfloat16):
         for m in (*range(1, 10), 16, native_int4.MAX_ROWS, native_int4.MAX_ROWS + 5):
             _check_codes8(w, q, d, m, dtype)
