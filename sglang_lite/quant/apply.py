@@ -125,8 +125,9 @@ def use_int8_activations(model: nn.Module) -> nn.Module:
     """Let every packed int4 weight of a CPU model (Q8_0's too: as byte codes where the kernel
     takes them, else its int4 halves) multiply its steps (up to a dense copy's rows, where it
     has one) through the C kernel, the activations quantized to int8 per group, its scales in
-    the kernel's block layout (``Int4Weight.for_c_kernel``, ``GroupInt8Weight.for_c_kernel``); builds the kernel now, not on the first step (nor while
-    torch.compile traces, which never builds it). A shared weight stays shared."""
+    the kernel's block layout (``Int4Weight.for_c_kernel``, ``GroupInt8Weight.for_c_kernel``);
+    builds the kernel now, not on the first step (nor while torch.compile traces, which never
+    builds it). A shared weight stays shared."""
     if native_int4.module() is None:
         return model
     made: dict[int, tuple[object, object]] = {}  # id -> (the weight, kept alive: no id reused; its copy)

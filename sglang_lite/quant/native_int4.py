@@ -43,7 +43,8 @@ def _load():
     if mod is not None:
         simd, threads, codes8 = mod.features()
         _codes8.append(bool(codes8))
-        log.info("quantization: native int4 kernel (%s, %d OpenMP threads)", simd, threads)
+        log.info("quantization: native int4 kernel (%s, %d OpenMP threads, Q8_0 as %s)", simd, threads,
+                 "byte codes" if codes8 else "int4 halves")
     return mod
 
 
