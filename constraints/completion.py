@@ -133,12 +133,13 @@ class GrammarDistances:
     """Fewest bytes to finish from every global state of a pushdown grammar's table."""
 
     def __init__(self, rules: tuple[ByteDFA, ...], leaf: list[bool], min_chars: list[int],
-                 alphabet: np.ndarray, leaf_cache: dict):
+                 alphabet: np.ndarray, leaf_cache: dict, callees: dict[int, list[int]] | None = None):
         """rules[0] is the main rule, rules[1 + k] rule k (columns CALL_BASE + k call it);
         ``leaf[k]``: rule k is a shared leaf without calls (its distances come from
         ``leaf_cache``, keyed by (dfa, alphabet bytes), shared by the tokenizer's grammars);
         ``min_chars[k]``: characters a counted leaf needs beyond its DFA's shortest string
-        (each at least a byte; the caller adds what is still needed inside it)."""
+        (each at least a byte; the caller adds what is still needed inside it); ``callees``:
+        rule -> the rules it calls, where the caller knows them (else read off the tables)."""
         key = alphabet.tobytes()
         cols: list[np.ndarray | None] = [None] * len(rules)
         for k, d in enumerate(rules):
@@ -157,8 +158,10 @@ class GrammarDistances:
         callers: dict[int, list[int]] = {}
         for k, d in enumerate(rules):
             if cols[k] is None:
-                for c in np.nonzero((d.trans[:, CALL_BASE:] >= 0).any(axis=0))[0].tolist():
-                    callers.setdefault(1 + c, []).append(k)
+                called = (callees.get(k, ()) if callees is not None else
+                          [1 + c for c in np.nonzero((d.trans[:, CALL_BASE:] >= 0).any(axis=0))[0].tolist()])
+                for c in called:
+                    callers.setdefault(c, []).append(k)
         # Callees come after their callers: the reversed order meets them first, and a rule
         # is done again only when a callee's cost drops later (recursion).
         todo = [k for k in range(len(rules)) if cols[k] is None][::-1]

@@ -1475,15 +1475,27 @@ static HeapItem heap_pop(HeapItem *h, int64_t *n) {
  * from the accepting states; a byte column allowed by alphabet[256] costs 1, call column
  * 256 + k costs costs[k] (>= unreachable: no edge). dist[n] gets unreachable where no
  * acceptance is reached. Returns 0, or -1 out of memory. */
+/* The byte columns of row where an edge starts: alphabet bytes whose target is live and
+ * differs from the byte before (or that byte is outside the alphabet), as 1 in edge[256].
+ * Plain loops over the whole row that vectorize: rows are most often dead in all but a few
+ * bytes, and a byte-by-byte walk with a branch per cell cost several times more. */
+static void byte_edges(const int32_t *row, const uint8_t *alphabet, uint8_t *edge) {
+    edge[0] = alphabet[0] & (row[0] >= 0);
+    for (int64_t c = 1; c < 256; c++)
+        edge[c] = alphabet[c] & (row[c] >= 0) & ((row[c] != row[c - 1]) | !alphabet[c - 1]);
+}
+
 static int fewest_bytes(const int32_t *trans, int64_t n, int64_t w, const uint8_t *accept,
                         const uint8_t *alphabet, const int64_t *costs, int64_t n_costs,
                         int64_t unreachable, int64_t *dist) {
     int64_t *off = calloc(n + 1, sizeof(int64_t)), *fill = malloc(sizeof(int64_t) * (n ? n : 1));
     int64_t *src = NULL, *weight = NULL;
     HeapItem *heap = NULL;
+    uint8_t edge[256];
     int ret = -1;
     if (!off || !fill) goto done;
-    /* edges t <- s: a byte run's first byte (runs of one target repeat it), each live call */
+    /* edges t <- s: a byte stretch's first byte of each target (runs of one target repeat
+     * it), each live call */
     for (int pass = 0; pass < 2; pass++) {
         if (pass) {
             for (int64_t q = 0; q < n; q++) off[q + 1] += off[q];
@@ -1494,23 +1506,26 @@ static int fewest_bytes(const int32_t *trans, int64_t n, int64_t w, const uint8_
         }
         for (int64_t s = 0; s < n; s++) {
             const int32_t *row = trans + s * w;
-            int32_t prev = -1;
-            for (int64_t c = 0; c < w; c++) {
-                int32_t t = row[c];
-                int64_t cost = 1;
-                if (c < 256) {
-                    if (!alphabet[c]) { prev = -1; continue; }
-                    if (t == prev) continue;
-                    prev = t;
-                } else {
-                    if (c - 256 >= n_costs) break;
-                    cost = costs[c - 256];
-                    if (cost >= unreachable) continue;
+            byte_edges(row, alphabet, edge);
+            for (int64_t at = 0; at < 256; at += 8) {
+                uint64_t word;  /* eight bytes at once: most are none */
+                memcpy(&word, edge + at, 8);
+                if (!word) continue;
+                for (int64_t c = at; c < at + 8; c++) {
+                    if (!edge[c]) continue;
+                    int64_t t = row[c];
+                    if (t >= n) continue;
+                    if (!pass) { off[t + 1]++; continue; }
+                    src[fill[t]] = s;
+                    weight[fill[t]++] = 1;
                 }
-                if (t < 0 || t >= n) continue;
+            }
+            for (int64_t k = 0; k < n_costs && 256 + k < w; k++) {
+                int32_t t = row[256 + k];
+                if (costs[k] >= unreachable || t < 0 || t >= n) continue;
                 if (!pass) { off[t + 1]++; continue; }
                 src[fill[t]] = s;
-                weight[fill[t]++] = cost;
+                weight[fill[t]++] = costs[k];
             }
         }
     }

@@ -71,13 +71,19 @@ class PushdownAutomaton(TokenAutomaton):
         self._calls: list[tuple[tuple[int, int], ...]] = [()] * len(accept)
         self._return_to: set[int] = set()  # positions calls return to
         calling = np.zeros(len(accept), dtype=bool)
-        for d, off in zip(dfas, offsets.tolist()):
+        # rule -> [(rule it calls, the position that call returns to)]: the call graph that
+        # GrammarDistances and _most_bytes read (rules without calls have no entry)
+        self._rule_calls: dict[int, list[tuple[int, int]]] = {}
+        starts = offsets.tolist()
+        for rule, (d, off) in enumerate(zip(dfas, starts)):
             if not _has_calls(d):
                 continue
             src, k = np.nonzero(d.trans[:, CALL_BASE:] >= 0)
             calls: dict[int, list] = {}
+            edges = self._rule_calls[rule] = []
             for q, c, ret in zip(src.tolist(), k.tolist(), d.trans[src, CALL_BASE + k].tolist()):
-                calls.setdefault(q, []).append((int(offsets[1 + c]), off + ret, counted[1 + c] is not None))
+                calls.setdefault(q, []).append((starts[1 + c], off + ret, counted[1 + c] is not None))
+                edges.append((1 + c, off + ret))
             for q, c in calls.items():
                 self._calls[off + q] = tuple(c)
                 self._return_to.update(ret for _, ret, _ in c)
@@ -303,19 +309,8 @@ class PushdownAutomaton(TokenAutomaton):
 
     def _most_bytes(self, dist: GrammarDistances) -> int | None:
         offsets = self._offsets
-        callers: list[int] = []
-        callees: list[int] = []
-        returns: list[int] = []
-        for g in self._calling:
-            for start, ret, _ in self._calls[g]:
-                callers.append(g)
-                callees.append(start)
-                returns.append(ret)
-        rule_of = (np.searchsorted(offsets, np.array(callers + callees, dtype=np.int64), side="right") - 1).tolist()
-        down: dict[int, list[tuple[int, int]]] = {}  # rule -> (callee rule, return position's cost)
-        dist_of = dist.dist_of
-        for a, b, ret in zip(rule_of, rule_of[len(callers):], returns):
-            down.setdefault(a, []).append((b, dist_of[ret]))
+        dist_of = dist.dist_of  # rule -> (callee rule, return position's cost):
+        down = {a: [(b, dist_of[ret]) for b, ret in edges] for a, edges in self._rule_calls.items()}
         # Rules reachable from the main one, callees after callers (depth first, without
         # recursion in Python: the call graph can be as deep as the rules are many).
         order: list[int] = []
@@ -510,8 +505,9 @@ class PushdownAutomaton(TokenAutomaton):
         if out is None:
             leaf = [bool(k) and not _has_calls(d) for k, d in enumerate(self.rules)]
             chars = [0 if c is None else c.lo for c in self._counted]
+            callees = {k: sorted({b for b, _ in edges}) for k, edges in self._rule_calls.items()}
             out = self._distances[key] = GrammarDistances(self.rules, leaf, chars, alphabet,
-                                                          self.info.leaf_distances)
+                                                          self.info.leaf_distances, callees)
         self._last_distances = (alphabet, out)
         return out
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import math
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -532,3 +534,45 @@ def test_an_automaton_is_freed_once_its_grammar_and_matchers_are_gone(schema):
     finally:
         if enabled:
             gc.enable()
+
+
+DEV_SCHEMAS = Path(__file__).resolve().parents[2].parent / "shared/data/jsonschemabench-dev"
+# Mutual recursion whose costs settle only after a rule is done again: B needs A, and A's
+# way out (an integer) is found after B was first done without it.
+MUTUAL = {"$defs": {"A": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"$ref": "#/$defs/B"}}]},
+                    "B": {"type": "object", "properties": {"x": {"$ref": "#/$defs/A"}}, "required": ["x"],
+                          "additionalProperties": False}},
+          "type": "object", "properties": {"b": {"$ref": "#/$defs/B"}, "a": {"$ref": "#/$defs/A"}},
+          "required": ["b", "a"], "additionalProperties": False}
+
+
+def test_grammar_distances_from_the_kept_call_graph_are_those_from_the_tables(tokenizer_info):
+    """The automaton hands GrammarDistances the call graph it keeps (which rules each rule
+    calls) instead of reading it off the rule tables: the distances at every position are
+    the same, on recursive grammars (a rule whose callee's cost drops is done again) and real
+    schemas. A call graph with a caller left out leaves that caller unreachable here."""
+    from constraints.completion import GrammarDistances
+    from constraints.pushdown import _has_calls
+
+    schemas = [MUTUAL, {"type": "object", "properties": {"n": {"$ref": "#"}, "v": {"type": "integer"}},
+                        "required": ["v"], "additionalProperties": False}]
+    dev = sorted((p for p in DEV_SCHEMAS.glob("*/*.json")), key=str)[::12] if DEV_SCHEMAS.is_dir() else []
+    schemas += [json.loads(p.read_text()) for p in dev]
+    compiler = GrammarCompiler(tokenizer_info, cache_size=0)
+    compared = recursive = 0
+    for schema in schemas:
+        try:
+            auto = compiler.compile_json_schema(schema).automaton
+        except Exception:
+            continue
+        if not hasattr(auto, "_grammar_distances"):
+            continue
+        alphabet = tokenizer_info.single_byte_tokens
+        kept = auto._grammar_distances(alphabet).dist
+        leaf = [bool(k) and not _has_calls(d) for k, d in enumerate(auto.rules)]
+        chars = [0 if c is None else c.lo for c in auto._counted]
+        read = GrammarDistances(auto.rules, leaf, chars, alphabet, {}).dist
+        assert np.array_equal(kept, read), schema
+        compared += len(kept)
+        recursive += auto.max_bytes_to_accept(alphabet) is None
+    assert compared > (1000 if dev else 50) and recursive >= 2
