@@ -17,6 +17,7 @@ vocabulary is walked as a trie. Rows are cached per state and the stack suffix t
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import accumulate
 
 import numpy as np
 import torch
@@ -63,10 +64,12 @@ class PushdownAutomaton(TokenAutomaton):
         dfas = [r.dfa if isinstance(r, CountedLeaf) else r for r in rules]
         self.rules = tuple(dfas)
         sizes = [d.num_states for d in dfas]
-        offsets = np.concatenate(([0], np.cumsum(sizes)))
-        self._trans, one, one_next = _global_table(dfas, offsets.tolist())
+        starts = [0, *accumulate(sizes)]
+        offsets = np.array(starts, dtype=np.int64)
+        self._trans, one, one_next = _global_table(dfas, starts)
         accept = np.concatenate([d.accept for d in dfas])
-        self._final = accept & (np.arange(len(accept)) < sizes[0])  # main accepts, stack empty
+        self._final = np.zeros_like(accept)  # main accepts, stack empty
+        self._final[:sizes[0]] = accept[:sizes[0]]
         self._returns = accept & ~self._final
         self._calls: list[tuple[tuple[int, int], ...]] = [()] * len(accept)
         self._return_to: set[int] = set()  # positions calls return to
@@ -74,7 +77,6 @@ class PushdownAutomaton(TokenAutomaton):
         # rule -> [(rule it calls, the position that call returns to)]: the call graph that
         # GrammarDistances and _most_bytes read (rules without calls have no entry)
         self._rule_calls: dict[int, list[tuple[int, int]]] = {}
-        starts = offsets.tolist()
         for rule, (d, off) in enumerate(zip(dfas, starts)):
             if not _has_calls(d):
                 continue
@@ -129,15 +131,15 @@ class PushdownAutomaton(TokenAutomaton):
         self._is_counted = np.array([c is not None for c in counted], dtype=bool)
         self._count_rise = [1 if c is None else max(int(c.starts_char.max(initial=1)), 1) for c in counted]
         self._counted_any = bool(self._is_counted.any())
-        self._leaf_of = np.full(len(accept), -1, dtype=np.int64)  # global state -> leaf rule
-        for k, d in enumerate(dfas):
-            if k and not _has_calls(d):
-                self._leaf_of[offsets[k]:offsets[k + 1]] = k
+        # global state -> its leaf rule (-1 outside leaves), expanded from one entry a rule
+        leaf_rule = [k if k and not _has_calls(d) else -1 for k, d in enumerate(dfas)]
+        self._leaf_of = np.repeat(np.array(leaf_rule, dtype=np.int64), sizes)
+        in_counted = np.repeat(np.array([k >= 0 and c is not None for k, c in zip(leaf_rule, counted)],
+                                        dtype=bool), sizes)
         # Accepting states of counted leaves: entered only with at least the minimum count.
-        self._closes_counted = accept & (self._leaf_of >= 0) & self._is_counted[np.maximum(self._leaf_of, 0)]
+        self._closes_counted = accept & in_counted
         # Positions a byte leaves with one configuration and the same stack (no call, no
         # return, no character count): the trie walk steps them straight through the table.
-        in_counted = (self._leaf_of >= 0) & self._is_counted[np.maximum(self._leaf_of, 0)]
         self._plain = (~self._branch & ~in_counted).tolist()
         # Python lists of the per-position flags read one position at a time (a list
         # index costs a fraction of a numpy scalar read).
