@@ -1931,10 +1931,10 @@ static int64_t product_pairs(const int32_t *ta, int64_t wa, const uint8_t *acc_a
         }
         int64_t sa = key[d] / span, sb = key[d] % span - 1, m = 0;
         const int32_t *ra = ta + sa * wa, *rb = sb >= 0 ? tb + sb * wb : NULL;
-        for (int c = 0; c < 256; c++) {
+        for (int c = 0; c < 256; c++) { /* a run of one pair is listed once: rows run long */
             int32_t x = ra[c], y = rb ? rb[c] : -1;
             row_keys[c] = x >= 0 && (diff || y >= 0) ? (int64_t)x * span + y + 1 : -1;
-            if (row_keys[c] >= 0) uniq[m++] = row_keys[c];
+            if (row_keys[c] >= 0 && (c == 0 || row_keys[c] != row_keys[c - 1])) uniq[m++] = row_keys[c];
         }
         qsort(uniq, m, sizeof(int64_t), cmp_i64);
         for (int64_t i = 0; i < m; i++) { /* new pairs in ascending order */
@@ -1964,9 +1964,12 @@ static int64_t product_pairs(const int32_t *ta, int64_t wa, const uint8_t *acc_a
                 for (int64_t x = 0; x < n; x++) { int64_t jj; LOOKUP(key[x], jj); slot[jj] = x; }
             }
         }
-        for (int c = 0; c < 256; c++) {
-            int32_t id = -1;
-            if (row_keys[c] >= 0) { int64_t j; LOOKUP(row_keys[c], j); id = (int32_t)slot[j]; }
+        int32_t id = -1;
+        for (int c = 0; c < 256; c++) { /* looked up once a run */
+            if (c == 0 || row_keys[c] != row_keys[c - 1]) {
+                id = -1;
+                if (row_keys[c] >= 0) { int64_t j; LOOKUP(row_keys[c], j); id = (int32_t)slot[j]; }
+            }
             trans[d * 256 + c] = id;
         }
     }
