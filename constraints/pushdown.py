@@ -311,7 +311,8 @@ class PushdownAutomaton(TokenAutomaton):
 
     def _most_bytes(self, dist: GrammarDistances) -> int | None:
         offsets = self._offsets
-        dist_of = dist.dist_of  # rule -> (callee rule, return position's cost):
+        dist_of = dist.dist_of
+        # rule -> (callee rule, the cost of the position that call returns to)
         down = {a: [(b, dist_of[ret]) for b, ret in edges] for a, edges in self._rule_calls.items()}
         # Rules reachable from the main one, callees after callers (depth first, without
         # recursion in Python: the call graph can be as deep as the rules are many).
