@@ -24,6 +24,7 @@ draft's own FORMAT_CHECKER (date-time, uri, hostname, ... need jsonschema[format
 from __future__ import annotations
 
 import json
+import re
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -31,7 +32,9 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-from jsonschema.validators import Draft202012Validator, validator_for
+import regex
+from jsonschema.exceptions import ValidationError
+from jsonschema.validators import Draft202012Validator, extend, validator_for
 
 MAX_TOKENS = 384
 EOS_BONUS = 50.0
@@ -193,12 +196,36 @@ def validate_text(schema_text: str, text: bytes | str) -> str:
     except ValueError:
         return "unparsable"
     schema = json.loads(schema_text)
+    cls = validator_for(schema, default=Draft202012Validator)
     try:
-        cls = validator_for(schema, default=Draft202012Validator)
         ok = cls(schema, format_checker=cls.FORMAT_CHECKER).is_valid(value)
-    except Exception:  # noqa: BLE001 - unresolvable $ref, a pattern `re` cannot parse, ...
+    except re.error:  # a pattern `re` cannot parse (`\p{...}`): checked with `regex` instead
+        try:
+            ok = _with_regex_patterns(cls)(schema, format_checker=cls.FORMAT_CHECKER).is_valid(value)
+        except Exception:  # noqa: BLE001 - e.g. the same pattern under additionalProperties
+            return "validator_error"
+    except Exception:  # noqa: BLE001 - unresolvable $ref, ...
         return "validator_error"
     return "valid" if ok else "invalid"
+
+
+def _with_regex_patterns(cls):
+    r"""``cls`` with ``pattern`` and ``patternProperties`` searched by the ``regex`` module,
+    which reads the Unicode classes (``\p{L}``, ``\p{Cc}``) JSON Schema's ECMA-262 patterns
+    use and Python's ``re`` rejects. Only where ``re`` failed: elsewhere the two agree."""
+    def pattern(validator, patrn, instance, schema):
+        if validator.is_type(instance, "string") and not regex.search(patrn, instance):
+            yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+    def pattern_properties(validator, patterns, instance, schema):
+        if not validator.is_type(instance, "object"):
+            return
+        for patrn, subschema in patterns.items():
+            for key, item in instance.items():
+                if regex.search(patrn, key):
+                    yield from validator.descend(item, subschema, path=key, schema_path=patrn)
+
+    return extend(cls, {"pattern": pattern, "patternProperties": pattern_properties})
 
 
 def schema_seed(schema: Schema) -> int:

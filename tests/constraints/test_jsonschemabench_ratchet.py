@@ -72,3 +72,21 @@ def test_no_split_regresses(results):
     worse = {f"{split}.{k}": (baseline[split][k], c[k]) for split, c in now.items()
              for k in ("declared", "valid") if c[k] < baseline[split][k]}
     assert not worse, f"counts fell below the baseline (baseline, now): {worse}"
+
+
+def test_outputs_are_checked_where_re_cannot_read_the_pattern():
+    r"""The walk's validation (validate_text) reads a ``pattern`` with ``\p{...}`` classes, which
+    Python's ``re`` rejects, through ``regex`` instead of counting a validator error: such an
+    output is checked, a match is valid and a mismatch invalid (in ``pattern`` and in
+    ``patternProperties`` names); a pattern both fail on stays a validator error."""
+    from sglang_lite.bench.schema_walk import validate_text
+
+    schema = json.dumps({"type": "object",
+                         "properties": {"orb": {"type": "string", "pattern": r"^[a-z]+@(dev:[^\s\p{Cc}]+|\d+)$"}},
+                         "patternProperties": {r"^\p{Lu}": {"type": "integer"}}})
+    assert validate_text(schema, json.dumps({"orb": "abc@dev:x1", "Ab": 3})) == "valid"
+    assert validate_text(schema, json.dumps({"orb": "abc@dev:x\u0007"})) == "invalid"  # a Cc character
+    assert validate_text(schema, json.dumps({"orb": "abc@12", "Ab": "x"})) == "invalid"  # \p{Lu} names
+    assert validate_text(schema, json.dumps({"orb": "abc@12", "ab": "x"})) == "valid"
+    broken = json.dumps({"type": "string", "pattern": "(unclosed"})
+    assert validate_text(broken, json.dumps("x")) == "validator_error"
