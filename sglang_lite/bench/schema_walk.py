@@ -196,8 +196,8 @@ def validate_text(schema_text: str, text: bytes | str) -> str:
     except ValueError:
         return "unparsable"
     schema = json.loads(schema_text)
-    cls = validator_for(schema, default=Draft202012Validator)
     try:
+        cls = validator_for(schema, default=Draft202012Validator)
         ok = cls(schema, format_checker=cls.FORMAT_CHECKER).is_valid(value)
     except re.error:  # a pattern `re` cannot parse (`\p{...}`): checked with `regex` instead
         try:
@@ -212,7 +212,8 @@ def validate_text(schema_text: str, text: bytes | str) -> str:
 def _with_regex_patterns(cls):
     r"""``cls`` with ``pattern`` and ``patternProperties`` searched by the ``regex`` module,
     which reads the Unicode classes (``\p{L}``, ``\p{Cc}``) JSON Schema's ECMA-262 patterns
-    use and Python's ``re`` rejects. Only where ``re`` failed: elsewhere the two agree."""
+    use and Python's ``re`` rejects. Used only where ``re`` raised: every other schema is
+    checked by ``re`` as before."""
     def pattern(validator, patrn, instance, schema):
         if validator.is_type(instance, "string") and not regex.search(patrn, instance):
             yield ValidationError(f"{instance!r} does not match {patrn!r}")
