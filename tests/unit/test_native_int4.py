@@ -57,6 +57,30 @@ def test_activations_are_quantized_per_group_to_127_levels():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("group", [4, 12, 32, 64])
+def test_the_kernel_multiplies_exactly_the_quantized_activations(group, dtype):
+    """An identity weight (one code 1 a row, scale 1, no offset) returns the activations as the
+    kernel quantized them: bitwise quantize_activations' values, ties to even included, over
+    groups whose tails the vector loops leave to plain C (4, 12) and rows quantized by one
+    thread first or shared between the threads (QUANTIZE_SPLIT, 8)."""
+    k = 192
+    w = dataclasses.replace(Int4Weight.from_codes(torch.eye(k, dtype=torch.uint8), torch.ones(k, k // group),
+                                                  torch.zeros(k, k // group), torch.float32),
+                            int8_activations=True).for_c_kernel()
+    g = torch.Generator().manual_seed(group)
+    for m in (1, 5, 9, 20):
+        x = torch.randn(m, k, generator=g) * torch.rand(1, k, generator=g) * 3
+        x[:, ::group] = 127.0  # dx = 1: the values below are ties
+        x[:, 1::group] = torch.tensor([2.5, -2.5, 3.5, -0.5])[torch.arange(m) % 4, None]
+        x[0, group:2 * group] = 0  # a group of zeros
+        x = x.to(dtype)
+        want = native_int4.quantize_activations(x, group).to(dtype)
+        got = w.mm(x)
+        assert torch.equal(got, want), (m, (got.float() - want.float()).abs().max().item())
+        assert (got[:, 1::group].abs().float() % 2 == 0).all()  # 2.5 -> 2, 3.5 -> 4: even
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_more_rows_than_a_pass_takes_give_each_row_its_own_result(dtype):
     """Past MAX_ROWS rows (a prefill) the kernel makes more passes over each weight block: the
     reference holds, and every row's result is bitwise the one it gets alone or in any pass."""
