@@ -56,3 +56,10 @@ def test_req_to_token_rows_are_recycled_and_written():
     assert pool.req_to_token[r1, :6].tolist() == [0, 0, 40, 41, 42, 0]
     pool.free(r0)
     assert pool.allocate() == r0
+
+
+def test_req_to_token_write_many_sets_exactly_the_given_entries():
+    pool = ReqToTokenPool(max_reqs=3, max_context_len=6, device="cpu")
+    pool.write(0, 0, [7, 7, 7, 7, 7, 7])
+    pool.write_many([0, 2, 2, 1], [5, 0, 3, 1], [50, 60, 63, 71])
+    assert pool.req_to_token.tolist() == [[7, 7, 7, 7, 7, 50], [0, 71, 0, 0, 0, 0], [60, 0, 0, 63, 0, 0]]
