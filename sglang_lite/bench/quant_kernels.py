@@ -7,9 +7,11 @@ Prints microseconds per call (the fastest of torch.utils.benchmark's blocks) and
 with ``--output``. Where our C kernel builds (``sglang_lite.quant.native_int4``: int8
 activations times the packed int4 codes, what a GGUF Q4 model runs on this CPU), it is a
 column too (``c_int4``), and the last lines sum a decoder layer's four matmuls (qkv, o,
-gate_up, down) per batch size: bf16 against the C kernel, with the ratio. ``KERNEL_MAX_ROWS`` in ``sglang_lite.quant.int4`` / ``int8`` (torch's kernel up
-to that many rows, dequantize + GEMM above) comes from this table; run it again on a new CPU
-before changing them.
+gate_up, down) per batch size: bf16 against the C kernel, with the ratio.
+
+``KERNEL_MAX_ROWS`` in ``sglang_lite.quant.int4`` / ``int8`` (torch's kernel up to that many
+rows, dequantize + GEMM above) comes from this table; run it again on a new CPU before
+changing them.
 """
 
 from __future__ import annotations
