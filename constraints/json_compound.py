@@ -62,7 +62,7 @@ def emit_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tup
         if i:
             s = punct(ctx, nfa, s, b",")
         if item_rule:
-            s = emit_call(nfa, s, ctx.rule_index(ItemRule(sub, f"{ptr}/prefixItems/{i}", refs, _canonical(sub)), ptr))
+            s = emit_call(nfa, s, ctx.rule_index(ItemRule(sub, f"{ptr}/prefixItems/{i}", refs, ctx.canonical(sub)), ptr))
         else:
             s = ctx.emit_schema(nfa, s, sub, f"{ptr}/prefixItems/{i}", refs)
     else:
@@ -93,13 +93,7 @@ class ItemRule:
     schema: object = field(compare=False)
     ptr: str = field(compare=False)
     refs: tuple
-    text: str  # canonical JSON of schema
-
-
-def _canonical(schema) -> str:
-    import json
-
-    return json.dumps(schema, sort_keys=True, default=repr)
+    text: str  # Ctx.canonical of schema: equal for equal JSON
 
 
 def emit_unique_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, kind: str, ptr: str,
@@ -623,7 +617,7 @@ def _emit_rest(ctx, nfa: NFA, s: int, items, done: int, lo: int, hi: int | None,
 
     def item(n, x):
         if as_rule[0]:
-            return emit_call(n, x, ctx.rule_index(ItemRule(items, f"{ptr}/items", refs, _canonical(items)), ptr))
+            return emit_call(n, x, ctx.rule_index(ItemRule(items, f"{ptr}/items", refs, ctx.canonical(items)), ptr))
         size = n.num_states
         end = ctx.emit_schema(n, x, items, f"{ptr}/items", refs)
         # A bounded array repeats its item maxItems times: where the copies would outgrow a

@@ -83,17 +83,17 @@ ANY_DEPTH = 3  # nesting depth of values under an unconstrained schema ({} / tru
 class _SubRule:
     """A nested object emitted as a rule of its own, so the structure's automaton grows by
     the sum of its objects' automata, not by every way of nesting them in one DFA. Equal
-    schemas (by their canonical JSON) are one rule wherever they occur: the $refs being
+    schemas (by their JSON, keys sorted) are one rule wherever they occur: the $refs being
     expanded around a schema decide only whether a $ref inside it is inlined or called,
     never what it accepts, so the rule is emitted afresh (no $refs around it)."""
 
     schema: dict = field(compare=False)
     ptr: str = field(compare=False)  # where it was first met (for errors)
-    text: str  # canonical JSON of schema
+    text: str  # Ctx.canonical of schema: equal for equal JSON
 
 
-def _sub_rule(schema: dict, ptr: str) -> _SubRule:
-    return _SubRule(schema, ptr, json.dumps(schema, sort_keys=True, default=repr))
+def _sub_rule(ctx: Ctx, schema: dict, ptr: str) -> _SubRule:
+    return _SubRule(schema, ptr, ctx.canonical(schema))
 
 
 def json_schema_to_automaton(info: TokenizerInfo, root, whitespace: str, lenient: bool,
@@ -262,7 +262,7 @@ def _emit_typed(nfa: NFA, start: int, ctx: Ctx, schema: dict, t: str, ptr: str,
     if t == "array":
         return emit_array(ctx, nfa, start, schema, ptr, refs)
     if ptr and not ctx.inline_leaves:
-        return emit_call(nfa, start, ctx.rule_index(_sub_rule(schema, ptr), ptr))
+        return emit_call(nfa, start, ctx.rule_index(_sub_rule(ctx, schema, ptr), ptr))
     return emit_object(ctx, nfa, start, schema, ptr, refs)
 
 
