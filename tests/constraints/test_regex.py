@@ -309,3 +309,16 @@ def test_ranges_of_chars_sorts_and_merges_any_set():
         ranges = ranges_of_chars({chr(p) for p in points})
         assert [p for a, b in ranges for p in range(a, b + 1)] == sorted(points)
         assert all(b + 1 < c for (_, b), (c, _) in zip(ranges, ranges[1:]))
+
+
+@pytest.mark.parametrize("lo, hi", [(0x41, 0x5A), (0x70, 0x90), (0x7F0, 0x810), (0xD7F0, 0xE010),
+                                    (0xFFF0, 0x10010), (0x10FF00, 0x10FFFF), (0xE9, 0xE9)])
+def test_utf8_sequences_spell_exactly_the_range(lo, hi):
+    """Every byte string the sequences allow is a code point of lo..hi (surrogates skipped),
+    each once, and asking again (the kept answer) gives the same."""
+    from constraints.utf8 import utf8_sequences
+
+    seqs = utf8_sequences(lo, hi)
+    spelled = [bytes(p) for seq in seqs for p in itertools.product(*(range(a, b + 1) for a, b in seq))]
+    assert sorted(spelled) == sorted(chr(c).encode() for c in range(lo, hi + 1) if not 0xD800 <= c <= 0xDFFF)
+    assert utf8_sequences(lo, hi) == seqs
