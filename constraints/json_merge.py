@@ -210,8 +210,10 @@ def _lcm(a, b, ptr: str):
 
 
 def _and(x, y):
+    """Both of two member schemas, either absent (None) from its part: a `true` one met with
+    an absent one stays `true` (a declared name that takes any value)."""
     if x is None or x is True:
-        return y
+        return True if y is None else y
     if y is None or y is True:
         return x
     return {"allOf": [x, y]}

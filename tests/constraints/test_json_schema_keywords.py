@@ -410,6 +410,27 @@ def test_if_then_else(byte_compiler, schema, valid, invalid):
     _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
 
 
+_TRUE_MEMBER = {"type": "object", "additionalProperties": False,
+                "properties": {"a": {"type": "object", "properties": {"e": {"const": True}}, "required": ["e"]},
+                               "l": True, "r": {"type": "string"}},
+                "allOf": [{"if": {"properties": {"a": {"properties": {"e": {"const": True}}, "required": ["e"]}},
+                                  "required": ["a"]},
+                           "then": {"properties": {"r": {"const": "x"}}, "required": ["r"]}}]}
+
+
+@pytest.mark.parametrize("schema,valid,invalid", [
+    (_TRUE_MEMBER, ['{"a":{"e":true},"l":[1,{"b":null}],"r":"x"}', '{"l":"s","r":"y"}', '{"l":{"z":1}}', "{}"],
+     ['{"a":{"e":true},"r":"y"}', '{"a":{"e":true},"l":1}', '{"q":1}', '{"l":1,"r":2}']),
+    ({"allOf": [{"properties": {"l": True}}, {"properties": {"m": {"type": "integer"}}}], "required": ["l"]},
+     ['{"l":[true]}', '{"l":null,"m":3}', '{"l":{"n":{}},"m":-1}'], ['{"m":1}', '{"l":1,"m":"x"}']),
+])
+def test_a_member_taking_any_value_keeps_it_when_parts_are_merged(byte_compiler, schema, valid, invalid):
+    """A declared member whose schema is `true`, merged with a part that does not declare it
+    (an if/then's branch, an allOf part): it still takes any value (it once came out of the
+    merge as no schema at all, and the compile failed)."""
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
+
+
 def test_if_whose_negation_is_not_exact_is_a_clear_error(byte_compiler):
     with pytest.raises(UnsupportedSchemaError) as err:
         byte_compiler.compile_json_schema({"type": "string", "if": {"format": "date"}, "then": {"maxLength": 5}})
