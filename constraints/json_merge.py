@@ -16,6 +16,9 @@ FRACTIONAL = "x-sglang-lite-fractional"
 NOT_PATTERNS = "x-sglang-lite-not-patterns"
 # Patterns a string must match beside `pattern` (allOf parts with differing patterns).
 ALSO_PATTERNS = "x-sglang-lite-also-patterns"
+# Formats a string must have beside `format` (allOf parts, or a $ref and its siblings, with
+# differing formats: Renovate's "regex" extractVersion under an additionalProperties "uri").
+ALSO_FORMATS = "x-sglang-lite-also-formats"
 # contains / minContains / maxContains of a schema and its allOf parts: (schema, lo, hi) each.
 CONTAINS = "x-sglang-lite-contains"
 # Which of a few names an object may have (json_presence.py): (names, allowed), the names
@@ -50,7 +53,7 @@ ASSERTIONS = {"type", "enum", "const", "properties", "required", "additionalProp
               "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "not", "if",
               "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
               "unevaluatedItems", "$dynamicRef", "$recursiveRef", EXCLUDED, FRACTIONAL, NOT_PATTERNS,
-              ALSO_PATTERNS, CONTAINS, PRESENCE}
+              ALSO_PATTERNS, ALSO_FORMATS, CONTAINS, PRESENCE}
 
 
 def merge_presence(a, b):
@@ -135,6 +138,8 @@ def merge_schemas(a, b, ptr: str) -> dict | bool:
             out[key] = bv
         elif key == "pattern" and out[key] != bv and isinstance(bv, str):
             out[ALSO_PATTERNS] = tuple(dict.fromkeys((*out.get(ALSO_PATTERNS, ()), bv)))  # both must match
+        elif key == "format" and out[key] != bv and isinstance(bv, str):
+            out[ALSO_FORMATS] = tuple(dict.fromkeys((*out.get(ALSO_FORMATS, ()), bv)))  # both must hold
         else:
             out[key] = _merge_key(key, out[key], bv, a, b, ptr)
     _merge_additional(out, a, b, ptr)
@@ -169,7 +174,7 @@ def _merge_key(key: str, av, bv, a: dict, b: dict, ptr: str):
         return _lcm(av, bv, ptr)
     if key == CONTAINS:
         return (*av, *[c for c in bv if c not in av])
-    if key in (EXCLUDED, NOT_PATTERNS, ALSO_PATTERNS):
+    if key in (EXCLUDED, NOT_PATTERNS, ALSO_PATTERNS, ALSO_FORMATS):
         return tuple(dict.fromkeys((*av, *bv)))
     if key == PRESENCE:
         if len(set(av[0]) | set(bv[0])) > MAX_PRESENCE_NAMES:

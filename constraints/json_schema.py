@@ -42,6 +42,7 @@ from .json_drafts import normalize_drafts
 from .json_keywords import UNSUPPORTED
 from .json_leaves import (
     COUNTED_RUN_MIN,
+    FORMATS,
     counted_class_run,
     counted_pattern,
     key_dfa,
@@ -52,6 +53,7 @@ from .json_leaves import (
 )
 from .json_lowering import lower_keywords
 from .json_merge import (
+    ALSO_FORMATS,
     ALSO_PATTERNS,
     FRACTIONAL,
     NOT_PATTERNS,
@@ -328,8 +330,6 @@ def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
     pattern = schema.get("pattern")
     fmt = schema.get("format")
     if fmt is not None and ctx.lenient:
-        from .json_leaves import FORMATS
-
         fmt = fmt if fmt in FORMATS else None
     lo, hi = int(lo), None if hi is None else int(hi)
     if hi is not None and hi < lo:
@@ -372,6 +372,9 @@ def _emit_string(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str) -> int:
         dfa = _minus_pattern(dfa, p, ctx.budget, ptr)
     for p in schema.get(ALSO_PATTERNS, ()):
         dfa = _matching_pattern(dfa, p, ctx.budget, ptr)
+    for f in schema.get(ALSO_FORMATS, ()):
+        if not ctx.lenient or f in FORMATS:
+            dfa = _having_format(dfa, f, ctx.budget, ptr)
     return emit_leaf(ctx, nfa, start, _minus_excluded(dfa, schema, str, ctx.budget), ptr)
 
 
@@ -392,6 +395,15 @@ def _matching_pattern(dfa, pattern: str, budget: CompileBudget, ptr: str):
     except ConstraintError as e:
         raise UnsupportedSchemaError.at("pattern", f"{ptr}/pattern", f"{pattern!r} beside another "
                                         f"pattern cannot be enforced: {e}") from e
+
+
+def _having_format(dfa, fmt: str, budget: CompileBudget, ptr: str):
+    """``dfa`` (quoted strings) less those without format ``fmt`` (a second format)."""
+    try:
+        return trim_and_minimize(product(dfa, string_dfa(0, None, None, fmt, budget.max_states), "and", budget))
+    except ConstraintError as e:
+        raise UnsupportedSchemaError.at("format", f"{ptr}/format", f"{fmt!r} beside another format "
+                                        f"cannot be enforced: {e}") from e
 
 
 def _emit_any(ctx: Ctx, nfa: NFA, start: int) -> int:

@@ -203,6 +203,22 @@ def test_all_of_parts_with_differing_patterns_both_hold(byte_compiler):
     _assert_cases(byte_compiler.compile_json_schema(listed), listed, ['"axb"', "3"], ['"ab"'])
 
 
+@pytest.mark.parametrize("first, second", [("iri", "uri"), ("uri", "iri"), ("regex", "uri")])
+def test_parts_with_differing_formats_both_hold(byte_compiler, first, second):
+    """Two formats on one string (allOf parts, or a $ref's target and its siblings: Renovate's
+    "regex" setting under an additionalProperties "uri") are both enforced, in either order,
+    as the validator with the format checkers has them."""
+    schema = {"allOf": [{"type": "string", "format": first}, {"format": second}]}
+    valid = ['"http://a.b/c"', '"https://x.y/z"']
+    invalid = ['"abc"', '"http://a b"'] + (['"http://a.b/\u00e9"'] if "regex" not in (first, second)
+                                          else ['"http://a.b/c("', '"http://a.b/c?*"'])
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema, valid, invalid)
+    ref = {"type": "object", "properties": {"q": {"$ref": "#/$defs/o", "additionalProperties": {"format": second}}},
+           "$defs": {"o": {"type": "object", "properties": {"p": {"type": "string", "format": first}}}}}
+    _assert_cases(byte_compiler.compile_json_schema(ref), ref, ['{"q":{"p":"http://a.b/c"}}'],
+                  ['{"q":{"p":"abc"}}', '{"q":{"p":"http://a b"}}'])
+
+
 def test_conditionals_in_several_all_of_parts(byte_compiler):
     """allOf parts each with their own if/then/else (gitlab-ci's inputs): both conditions hold."""
     schema = {"type": "object", "properties": {"a": {}, "b": {}, "c": {}, "d": {}}, "additionalProperties": False,
