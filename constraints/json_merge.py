@@ -252,9 +252,14 @@ def _merge_additional(out: dict, a: dict, b: dict, ptr: str) -> None:
             continue
         theirs = other.get("patternProperties")
         if theirs is not None and set(theirs) != set(this.get("patternProperties", {})):
-            # Which names this part's additionalProperties covers depends on its own patterns.
-            raise UnsupportedSchemaError.at("allOf", ptr, "cannot merge additionalProperties with "
-                                            "another part's patternProperties")
+            if this.get("properties") or this.get("patternProperties"):
+                # Which names this part's additionalProperties covers depends on its own names.
+                raise UnsupportedSchemaError.at("allOf", ptr, "cannot merge additionalProperties with "
+                                                "another part's patternProperties")
+            # It covers every name (JReleaser's map of distributions, its keys under a pattern
+            # in one part): the other part's pattern members too.
+            out["patternProperties"] = {p: _and(v, this["additionalProperties"])
+                                        for p, v in out["patternProperties"].items()}
         own = this.get("properties", {})
         for name in other.get("properties", {}):
             if name not in own:

@@ -219,6 +219,22 @@ def test_parts_with_differing_formats_both_hold(byte_compiler, first, second):
                   ['{"q":{"p":"abc"}}', '{"q":{"p":"http://a b"}}'])
 
 
+def test_an_additional_properties_part_covers_the_other_parts_pattern_members(byte_compiler):
+    """allOf of a map with a pattern on its keys and a part whose additionalProperties covers
+    every name (JReleaser's distributions): members matching the pattern take both schemas,
+    the others both additionalProperties."""
+    schema = {"allOf": [{"type": "object", "additionalProperties": {"type": "integer"},
+                         "patternProperties": {"^[a-z]+$": {"type": "integer", "minimum": 0}}},
+                        {"additionalProperties": {"maximum": 10}}]}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema,
+                  ['{"ab":3}', '{"A1":-5}', '{"ab":0,"Q":10}', "{}"],
+                  ['{"ab":-1}', '{"ab":11}', '{"A1":12}', '{"ab":"x"}', '{"A1":1.5}'])
+    named = {"allOf": [schema["allOf"][0], {"properties": {"x": True}, "additionalProperties": {"maximum": 10}}]}
+    with pytest.raises(UnsupportedSchemaError) as err:  # which names it covers depends on its own
+        byte_compiler.compile_json_schema(named)
+    assert err.value.keyword == "allOf"
+
+
 def test_conditionals_in_several_all_of_parts(byte_compiler):
     """allOf parts each with their own if/then/else (gitlab-ci's inputs): both conditions hold."""
     schema = {"type": "object", "properties": {"a": {}, "b": {}, "c": {}, "d": {}}, "additionalProperties": False,
