@@ -197,6 +197,11 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
             except UnsupportedSchemaError:
                 return None
             continue
+        listed = _listed_strings(flat) if isinstance(flat, dict) else None
+        if listed is not None:  # an enum of strings (Chrome's permission names beside any
+            strings += 1  # string): one spelling each, compared as texts
+            values = max(values, listed)
+            continue
         if not isinstance(flat, dict) or {"not", "if", "enum", "const"} & flat.keys():
             return None
         branches = [k for k in ("anyOf", "oneOf") if k in flat]
@@ -236,7 +241,8 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
         # (no output within a context holds that many items), or at least minItems (the
         # array may end once it has them; CFF's two- or three-letter language codes).
         texts += closed
-        if others or ctx.flexible and texts or not canonical(ctx, [(o, refs, ptr) for o in texts]):
+        # true, false and null are one spelling each too (winget's tags: a string or null)
+        if others > literals or ctx.flexible and texts or not canonical(ctx, [(o, refs, ptr) for o in texts]):
             return None
         rich = values >= _RICH or open_strings or any(_rich_member(ctx, o, ptr, refs) for o in texts)
         if rich or not texts and min_items is not None and values >= min_items:
@@ -247,6 +253,17 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
         return None  # only literals: a few values, not an endless start
     return ("value" + ("+ahead" if closed or literals else "")
             + (":number" if "number" in numbers else ":integer" if numbers else ""))
+
+
+def _listed_strings(flat: dict) -> int | None:
+    """How many strings an enum or const of strings alone lists (besides annotations, a type
+    of string and keywords of other types, which strings pass); None for any other schema."""
+    values = flat["enum"] if "enum" in flat else [flat["const"]] if "const" in flat else None
+    if (not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values)
+            or set(flat) - ANNOTATIONS - OTHER_TYPES_ONLY["string"] - {"enum", "const", "type"}
+            or flat.get("type", "string") not in ("string", ["string"])):
+        return None
+    return len(set(values))
 
 
 def _more_required_than_allowed(flat: dict) -> bool:

@@ -360,8 +360,8 @@ class UniqueItems:
             out = self._quote if a.kind.endswith(":string") else self._text_edges_quoted
         else:  # string items begin and end at a quote
             out = self._text_edges | self._quote if a.kind.endswith(":string") else self._text_edges
-        if a.item is None:
-            return out
+        if a.item is None:  # a literal item (null beside strings) begins at its first letter
+            return out if t.in_string else out | self._letter
         out = out.copy()
         info = self.automaton.info
         ids, longest = info.ids_by_bytes, info.layout.max_len

@@ -584,3 +584,64 @@ def test_objects_spelled_in_two_member_orders_are_refused(byte_compiler):
     with pytest.raises(UnsupportedSchemaError) as e:
         byte_compiler.compile_json_schema({"type": "array", "uniqueItems": True, "items": {"anyOf": [ab, ba]}})
     assert e.value.keyword == "uniqueItems"
+
+
+NULLABLE_TAGS = {"type": "array", "uniqueItems": True, "maxItems": 16,
+                 "items": {"type": ["string", "null"], "minLength": 1, "maxLength": 1}}  # winget's tags
+NAMED_OR_ANY = {"type": "array", "uniqueItems": True,  # Chrome's permissions: a listed name or any string
+                "items": {"anyOf": [{"type": "string", "enum": ["ab", "b"]}, {"type": "string"}]}}
+
+
+def test_null_beside_bounded_strings_and_listed_strings_beside_any_are_compared_as_texts(byte_compiler):
+    """A bounded string or null: null once, then refused at its first letter; a string that
+    can only repeat refused where it is decided. A listed string or any string: the listed
+    value written as a string of the other branch is the same item."""
+    m = byte_compiler.compile_json_schema(NULLABLE_TAGS).matcher()
+    assert m.accept_string('[null,"a",')
+    assert not m.accept_string("n")
+    assert m.accept_string('"')
+    assert not m.accept_string("a")
+    assert m.accept_string('b"]') and m.can_terminate()
+    m = byte_compiler.compile_json_schema(NAMED_OR_ANY).matcher()
+    assert m.accept_string('["ab","c",')
+    assert not m.accept_string('"ab"')
+    assert m.accept_string('"abc","b"')
+    assert not m.accept_string(',"b"')
+    assert m.accept_string("]") and m.can_terminate()
+
+
+OBJECT_OR_LITERAL = {"type": "array", "uniqueItems": True, "items": {"anyOf": [
+    {"type": "object", "additionalProperties": False, "required": ["a"],
+     "properties": {"a": {"type": "string", "maxLength": 2}}}, {"type": "null"}, {"type": "boolean"}]}}
+
+
+@pytest.mark.parametrize("schema", [NULLABLE_TAGS, NAMED_OR_ANY, OBJECT_OR_LITERAL],
+                         ids=["nullable", "named-or-any", "object-or-literal"])
+def test_walks_pulled_toward_repeats_never_dead_end_nor_repeat(byte_compiler, schema):
+    """Byte walks that favour the few bytes of the listed and short values (so duplicates are
+    on offer at every item): the mask is never empty before the output ends, and every output
+    validates, uniqueItems included."""
+    rng = np.random.default_rng(7)
+    grammar = byte_compiler.compile_json_schema(schema)
+    vocab = grammar.vocab_size
+    bm = allocate_token_bitmask(1, vocab)
+    items = 0
+    for _ in range(12):
+        m, out = grammar.matcher(), b""
+        for left in range(300, 0, -1):
+            if m.is_terminated():
+                break
+            m.fill_next_token_bitmask(bm, 0, max_tokens=left)
+            allowed = set(np.nonzero(unpack_bitmask(bm[0], vocab))[0].tolist())
+            assert allowed, f"dead end after {out!r}"
+            small = [b for b in b'abntf",{' if b in allowed]
+            tok = int(rng.choice(small)) if small and rng.random() < 0.9 else int(rng.choice(sorted(allowed)))
+            assert m.accept_token(tok)
+            if tok >= 256:
+                break
+            out += bytes((tok,))
+        if m.is_terminated():
+            value = json.loads(out)
+            validate_with_formats(value, schema)
+            items += len(value)
+    assert items >= 40
