@@ -21,6 +21,7 @@ from .json_leaves import json_string, key_dfa, leaf_budget, pattern_matches, str
 from .json_merge import (
     ALSO_PATTERNS,
     CONTAINS,
+    EXCLUDED,
     NOT_PATTERNS,
     OTHER_TYPES_ONLY,
     PRESENCE,
@@ -108,9 +109,10 @@ def emit_unique_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, kind: str, p
 
 _MAX_UNIQUE_VALUES = 64
 # Item schemas whose every prefix has infinitely many completions (unique_items.py), by type:
-# the keywords they may carry beyond annotations.
+# the keywords they may carry beyond annotations. Integers less a few values (`not` of an
+# enum: winget's non-zero exit codes) still go on from every prefix in infinitely many ways.
 _UNIQUE_ITEM_KEYWORDS = {"string": {"type", "minLength"},
-                         "integer": {"type", "minimum", "exclusiveMinimum"},
+                         "integer": {"type", "minimum", "exclusiveMinimum", EXCLUDED},
                          "number": {"type", "minimum", "exclusiveMinimum"}}
 
 

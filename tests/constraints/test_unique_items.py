@@ -29,6 +29,8 @@ TAGS = {"type": "array", "uniqueItems": True, "items": {
 # a path without commas, nor a space at either end (SchemaStore's buildkite checkout paths)
 TRIMMED = {"type": "array", "uniqueItems": True,
            "items": {"type": "string", "pattern": "^[^,]+$", "not": {"pattern": "^ | $"}}}
+# integers less a few values (winget's non-zero installer exit codes)
+NON_ZERO = {"type": "array", "uniqueItems": True, "maxItems": 16, "items": {"type": "integer", "not": {"enum": [0, 7]}}}
 NESTED = {"type": "object", "properties": {
     "tags": {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True},
     "rows": {"type": "array", "items": STRINGS}}, "required": ["tags", "rows"]}
@@ -82,6 +84,11 @@ CASES = [
     (TRIMMED, '["a b","a b"]', False),
     (TRIMMED, '[" a"]', False),
     (TRIMMED, '["a,b"]', False),
+    (NON_ZERO, '[1,-1,10,70,-7000]', True),
+    (NON_ZERO, '[3,-1,3]', False),
+    (NON_ZERO, '[1,0]', False),  # a value the `not` removed
+    (NON_ZERO, '[7]', False),
+    (NON_ZERO, '[-0]', False),
 ]
 
 
@@ -615,8 +622,8 @@ OBJECT_OR_LITERAL = {"type": "array", "uniqueItems": True, "items": {"anyOf": [
      "properties": {"a": {"type": "string", "maxLength": 2}}}, {"type": "null"}, {"type": "boolean"}]}}
 
 
-@pytest.mark.parametrize("schema", [NULLABLE_TAGS, NAMED_OR_ANY, OBJECT_OR_LITERAL],
-                         ids=["nullable", "named-or-any", "object-or-literal"])
+@pytest.mark.parametrize("schema", [NULLABLE_TAGS, NAMED_OR_ANY, OBJECT_OR_LITERAL, NON_ZERO],
+                         ids=["nullable", "named-or-any", "object-or-literal", "non-zero"])
 def test_walks_pulled_toward_repeats_never_dead_end_nor_repeat(byte_compiler, schema):
     """Byte walks that favour the few bytes of the listed and short values (so duplicates are
     on offer at every item): the mask is never empty before the output ends, and every output
@@ -634,7 +641,7 @@ def test_walks_pulled_toward_repeats_never_dead_end_nor_repeat(byte_compiler, sc
             m.fill_next_token_bitmask(bm, 0, max_tokens=left)
             allowed = set(np.nonzero(unpack_bitmask(bm[0], vocab))[0].tolist())
             assert allowed, f"dead end after {out!r}"
-            small = [b for b in b'abntf",{' if b in allowed]
+            small = [b for b in b'abntf",{017-' if b in allowed]
             tok = int(rng.choice(small)) if small and rng.random() < 0.9 else int(rng.choice(sorted(allowed)))
             assert m.accept_token(tok)
             if tok >= 256:
