@@ -322,3 +322,18 @@ def test_utf8_sequences_spell_exactly_the_range(lo, hi):
     spelled = [bytes(p) for seq in seqs for p in itertools.product(*(range(a, b + 1) for a, b in seq))]
     assert sorted(spelled) == sorted(chr(c).encode() for c in range(lo, hi + 1) if not 0xD800 <= c <= 0xDFFF)
     assert utf8_sequences(lo, hi) == seqs
+
+
+@pytest.mark.parametrize("pattern", [r"^Enrich:((?<Env>[a-zA-Z_]\w*)|(?<Index>\d*))$",
+                                     r"^(?P<year>\d{4})-(?<month>0[1-9]|1[0-2])$",
+                                     r"^\(?<a>[(?<b>]x$", r"(?<tag>ab)+c"])
+def test_named_groups_match_as_plain_groups(pattern):
+    """ECMA-262's (?<name>...) and Python's (?P<name>...) match as the group does without
+    its name, as Python's re has it (ECMA's spelled the Python way); an escaped paren or a
+    class holding the same characters is read as written."""
+    python = re.compile(re.sub(r"\(\?<(?=[A-Za-z_])", "(?P<", pattern.replace(r"\(?<a>", r"\(?\<a\>")))
+    dfa = search_dfa(pattern, CompileBudget())
+    texts = ["Enrich:abc", "Enrich:12", "Enrich:", "Enrich:1a", "Enrich:_x9", "2024-01", "2024-13", "2024-1",
+             "(<a>?x", "<a><x", "(<a>bx", "<a>x", "abc", "ababc", "xabcx", "ac", "Enrich:a-b"]
+    for text in texts:
+        assert dfa.matches(text.encode()) == bool(python.search(text)), (pattern, text)
