@@ -254,10 +254,15 @@ def test_property_names_with_a_long_max_length_are_a_subset(byte_compiler):
     assert not _accepts(grammar, json.dumps({"x" * 1000: 1}))  # valid, past the cut
 
 
-def test_conflicting_pattern_merge_is_a_clear_error(byte_compiler):
+def test_conflicting_pattern_merge_is_exact_or_a_clear_error(byte_compiler):
+    """A part closed to every name beside another's pattern: no member at all (the pattern's
+    members are closed too). Closed beside names of its own: which names the closing covers
+    depends on them, a clear error."""
     schema = {"allOf": [{"patternProperties": {"^a": {}}}, {"additionalProperties": False}]}
+    _assert_cases(byte_compiler.compile_json_schema(schema), schema, ["{}"], ['{"a":1}', '{"b":1}'])
+    named = {"allOf": [{"patternProperties": {"^a": {}}}, {"properties": {"x": {}}, "additionalProperties": False}]}
     with pytest.raises(UnsupportedSchemaError) as err:
-        byte_compiler.compile_json_schema(schema)
+        byte_compiler.compile_json_schema(named)
     assert err.value.keyword == "allOf"
 
 
