@@ -45,28 +45,15 @@ _GROUP_NAME = re.compile(r"\?P?<[A-Za-z_][A-Za-z0-9_]*>")
 def _plain_groups(body: str) -> str:
     """``body`` with its named groups, ECMA-262's ``(?<name>...)`` and Python's
     ``(?P<name>...)``, as plain ``(?:...)`` (the name changes nothing a match accepts; only
-    Python's spelling reads in interegular). Escapes and classes are skipped, so ``\\(?<a>``
-    and ``[(?<a>]`` stay, and lookbehinds (``(?<=``, ``(?<!``) are no names."""
-    out, i, in_class = [], 0, False
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            out.append(body[i:i + 2])
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-        elif c == "(":
-            name = _GROUP_NAME.match(body, i + 1)
-            if name:
-                out.append("(?:")
-                i = name.end()
-                continue
-        out.append(c)
-        i += 1
-    return "".join(out)
+    Python's spelling reads in interegular). Escapes and classes are skipped (_scan), so
+    ``\\(?<a>`` and ``[(?<a>]`` stay, and lookbehinds (``(?<=``, ``(?<!``) are no names."""
+    out, last = [], 0
+    for i, c, _ in _scan(body):
+        name = _GROUP_NAME.match(body, i + 1) if c == "(" else None
+        if name:
+            out += [body[last:i + 1], "?:"]
+            last = name.end()
+    return "".join(out) + body[last:]
 
 
 # ECMA-262 (JSON Schema's regex dialect) escapes interegular does not read.

@@ -484,43 +484,54 @@ def test_random_bounded_items_never_dead_end_nor_repeat(byte_compiler, make_item
     (the byte that continues one of them): the mask is never empty before the output ends, and
     every output validates (uniqueItems included, nested ones too)."""
     rng = np.random.default_rng(seed)
-    vocab = byte_compiler.compile_json_schema({"type": "string"}).vocab_size
     items = 0
+
+    def choose(allowed: set, out: bytes) -> int:
+        written = out.split(b"},{")  # earlier items' texts: follow one of them
+        model = written[int(rng.integers(len(written)))] if len(written) > 1 else b""
+        cur = written[-1]
+        nxt = model[len(cur)] if model.startswith(cur) and len(model) > len(cur) else None
+        small = [b for b in b'ab"{}' if b in allowed]  # few values: repeats likely
+        if nxt is not None and nxt in allowed and rng.random() < 0.9:
+            return nxt
+        if ord(",") in allowed and len(written) < 10 and rng.random() < 0.9:
+            return ord(",")
+        if small and rng.random() < 0.8:
+            return int(rng.choice(small))
+        return int(rng.choice(sorted(allowed)))
+
     for _ in range(4):
         schema = {"type": "array", "uniqueItems": True, "items": make_items(rng)}
         grammar = byte_compiler.compile_json_schema(schema)
-        bm = allocate_token_bitmask(1, vocab)
         for _ in range(3):
-            m, out = grammar.matcher(), b""
-            for left in range(400, 0, -1):
-                if m.is_terminated():
-                    break
-                m.fill_next_token_bitmask(bm, 0, max_tokens=left)
-                allowed = set(np.nonzero(unpack_bitmask(bm[0], vocab))[0].tolist())
-                assert allowed, f"dead end after {out!r} ({schema})"
-                written = out.split(b"},{")  # earlier items' texts: follow one of them
-                model = written[int(rng.integers(len(written)))] if len(written) > 1 else b""
-                cur = written[-1]
-                nxt = model[len(cur)] if model.startswith(cur) and len(model) > len(cur) else None
-                small = [b for b in b'ab"{}' if b in allowed]  # few values: repeats likely
-                if nxt is not None and nxt in allowed and rng.random() < 0.9:
-                    tok = nxt
-                elif ord(",") in allowed and len(written) < 10 and rng.random() < 0.9:
-                    tok = ord(",")
-                elif small and rng.random() < 0.8:
-                    tok = int(rng.choice(small))
-                else:
-                    tok = int(rng.choice(sorted(allowed)))
-                assert m.accept_token(tok)
-                if tok >= 256:
-                    break
-                out += bytes((tok,))
-            if not m.is_terminated():
+            out = _byte_walk(grammar, choose, 400)
+            if out is None:
                 continue  # the budget ran out mid-way (rare): nothing to validate
             value = json.loads(out)
             validate_with_formats(value, schema)
             items += len(value)
     assert items >= 40  # the walks wrote many items, so repeats were on offer (80-100 a seed)
+
+
+def _byte_walk(grammar, choose, budget: int) -> bytes | None:
+    """Bytes picked by ``choose(allowed, output so far)`` through the masks (with the tokens
+    left as the budget), each accepted by the matcher; asserts the mask is never empty before
+    the output ends. The output, or None where the budget ran out first."""
+    vocab = grammar.vocab_size
+    bm = allocate_token_bitmask(1, vocab)
+    m, out = grammar.matcher(), b""
+    for left in range(budget, 0, -1):
+        if m.is_terminated():
+            break
+        m.fill_next_token_bitmask(bm, 0, max_tokens=left)
+        allowed = set(np.nonzero(unpack_bitmask(bm[0], vocab))[0].tolist())
+        assert allowed, f"dead end after {out!r}"
+        tok = choose(allowed, out)
+        assert m.accept_token(tok)
+        if tok >= 256:
+            break
+        out += bytes((tok,))
+    return out if m.is_terminated() else None
 
 
 def test_token_features_read_each_tokens_bytes():
@@ -630,24 +641,15 @@ def test_walks_pulled_toward_repeats_never_dead_end_nor_repeat(byte_compiler, sc
     validates, uniqueItems included."""
     rng = np.random.default_rng(7)
     grammar = byte_compiler.compile_json_schema(schema)
-    vocab = grammar.vocab_size
-    bm = allocate_token_bitmask(1, vocab)
+
+    def choose(allowed: set, out: bytes) -> int:
+        small = [b for b in b'abntf",{017-' if b in allowed]
+        return int(rng.choice(small)) if small and rng.random() < 0.9 else int(rng.choice(sorted(allowed)))
+
     items = 0
     for _ in range(12):
-        m, out = grammar.matcher(), b""
-        for left in range(300, 0, -1):
-            if m.is_terminated():
-                break
-            m.fill_next_token_bitmask(bm, 0, max_tokens=left)
-            allowed = set(np.nonzero(unpack_bitmask(bm[0], vocab))[0].tolist())
-            assert allowed, f"dead end after {out!r}"
-            small = [b for b in b'abntf",{017-' if b in allowed]
-            tok = int(rng.choice(small)) if small and rng.random() < 0.9 else int(rng.choice(sorted(allowed)))
-            assert m.accept_token(tok)
-            if tok >= 256:
-                break
-            out += bytes((tok,))
-        if m.is_terminated():
+        out = _byte_walk(grammar, choose, 300)
+        if out is not None:
             value = json.loads(out)
             validate_with_formats(value, schema)
             items += len(value)
