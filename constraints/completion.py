@@ -177,7 +177,9 @@ class GrammarDistances:
                         queued.add(c)
                         todo.append(c)
         self.dist = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
-        self.dist_of = self.dist.tolist()  # the same, read one position at a time
+        # The same, read one position at a time: a tuple, not a list, so the garbage
+        # collector walks it once, not at every collection (see pushdown._int_table).
+        self.dist_of = tuple(self.dist.tolist())
         self._stack_cost: dict[tuple[int, ...], int] = {(): 0}
         self.moves: dict = {}  # (position, counting) -> the next step toward the end (pushdown.py)
         self.steps: np.ndarray | None = None  # the same for native.c's descent: [2 S], -2 unknown

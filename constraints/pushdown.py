@@ -71,7 +71,9 @@ class PushdownAutomaton(TokenAutomaton):
         self._final = np.zeros_like(accept)  # main accepts, stack empty
         self._final[:sizes[0]] = accept[:sizes[0]]
         self._returns = accept & ~self._final
-        self._calls: list[tuple[tuple[int, int], ...]] = [()] * len(accept)
+        # calling position -> its calls (rule start, return position, counted): only the
+        # positions with calls, so no table of every position to walk (see below)
+        self._calls: dict[int, tuple[tuple[int, int, bool], ...]] = {}
         self._return_to: set[int] = set()  # positions calls return to
         calling = np.zeros(len(accept), dtype=bool)
         # rule -> [(rule it calls, the position that call returns to)]: the call graph that
@@ -90,12 +92,17 @@ class PushdownAutomaton(TokenAutomaton):
                 self._calls[off + q] = tuple(c)
                 self._return_to.update(ret for _, ret, _ in c)
             calling[off + src] = True
+        # The per-position tables read one position at a time in Python are bytes and
+        # tuples, not lists: the garbage collector walks a list's every entry at each
+        # collection that reaches it, and every cached grammar kept ten of them (the 240 dev
+        # grammars made a full collection 29 ms, ~5 ms without); it walks a tuple of ints
+        # once (the first collection untracks it) and bytes never.
         self._branch = self._returns | calling
         self._calling = np.nonzero(calling)[0].tolist()  # positions with calls
         # Each position's one live byte, -1 where none or several (the trie walk's runs).
-        self._one_byte = one.tolist()
-        self._one_next = one_next.tolist()  # where one >= 0
-        self._branches = self._branch.tolist()
+        self._one_byte = _int_table(one)
+        self._one_next = _int_table(one_next)  # where one >= 0
+        self._branches = _flag_table(self._branch)
         self._closures: dict[State, frozenset[Config]] = {}
         self._accepting: dict[State, bool] = {}
         self._steps: dict[tuple[State, int], State | None] = {}
@@ -140,22 +147,22 @@ class PushdownAutomaton(TokenAutomaton):
         self._closes_counted = accept & in_counted
         # Positions a byte leaves with one configuration and the same stack (no call, no
         # return, no character count): the trie walk steps them straight through the table.
-        self._plain = (~self._branch & ~in_counted).tolist()
-        # Python lists of the per-position flags read one position at a time (a list
-        # index costs a fraction of a numpy scalar read).
+        self._plain = _flag_table(~self._branch & ~in_counted)
+        # The per-position flags read one position at a time (an index into bytes or a
+        # tuple costs a fraction of a numpy scalar read).
         self._in_counted_mask = in_counted
-        self._in_counted_of = in_counted.tolist()
-        self._returns_of, self._final_of = self._returns.tolist(), self._final.tolist()
-        self._count_lo_of = self._count_lo.tolist()
-        self._leaf_of_g = self._leaf_of.tolist()
+        self._in_counted_of = _flag_table(in_counted)
+        self._returns_of, self._final_of = _flag_table(self._returns), _flag_table(self._final)
+        self._count_lo_of = _int_table(self._count_lo)
+        self._leaf_of_g = _int_table(self._leaf_of)
         # Leaf positions that walk the vocabulary alike share one row (the key of their
         # config rows): a long leaf (a pattern under a maxLength) has few walks of its own.
-        self._row_key = list(range(len(accept)))
+        row_key = np.arange(len(accept), dtype=np.int64)
         reach = info.layout.max_len
         for k, d in enumerate(dfas):
             if k and counted[k] is None and not _has_calls(d) and d.num_states >= SHARED_WALK_STATES:
-                reps = (offsets[k] + equivalent_within(d, reach)).tolist()
-                self._row_key[offsets[k]:offsets[k + 1]] = reps
+                row_key[offsets[k]:offsets[k + 1]] = offsets[k] + equivalent_within(d, reach)
+        self._row_key = _int_table(row_key)
         self._unique = dict(unique or {})
         self.unique_items = UniqueItems(self) if self._unique else None
         self._distances: dict[bytes, GrammarDistances] = {}  # alphabet -> completion distances
@@ -186,7 +193,7 @@ class PushdownAutomaton(TokenAutomaton):
         while todo:
             stack, g = todo.pop()
             nxt = [(stack + ((ret, -1) if counted else (ret,)), start)
-                   for start, ret, counted in self._calls[g]]
+                   for start, ret, counted in self._calls.get(g, ())]
             if self._returns_of[g]:
                 if self._in_counted_of[g]:
                     if -stack[-1] - 1 >= self._count_lo[g]:
@@ -490,7 +497,7 @@ class PushdownAutomaton(TokenAutomaton):
                 ok = np.nonzero(closer)[0]
             move = (int(ok[0]), int(row[ok[0]])) if len(ok) else None
         if move is None and not counting:
-            for start, ret, counted in self._calls[g]:
+            for start, ret, counted in self._calls.get(g, ()):
                 k = int(np.searchsorted(self._offsets, start, side="right")) - 1
                 lo = self._counted[k].lo if counted else 0
                 if dist.dist[start] + lo + dist.dist[ret] == dist.dist[g]:
@@ -777,7 +784,7 @@ class PushdownAutomaton(TokenAutomaton):
         flags = (self._returns * native.RETURNS + in_counted * native.IN_COUNTED
                  + self._closes_counted * native.CLOSES_COUNTED
                  + (in_counted & bounded[np.maximum(self._leaf_of, 0)]) * native.BOUNDED)
-        counts = np.zeros(len(self._calls), dtype=np.int64)
+        counts = np.zeros(len(self._trans), dtype=np.int64)
         counts[self._calling] = [len(self._calls[g]) for g in self._calling]
         calls = [c for g in self._calling for c in self._calls[g]]
         return native.PdaWalker(mod, self._trans, counts, calls, flags, self._count_lo, self._count_cap,
@@ -931,6 +938,18 @@ def _global_table(dfas: list[ByteDFA], offsets: list[int]) -> tuple[np.ndarray, 
     live = out >= 0
     one = np.where(live.sum(axis=1) == 1, live.argmax(axis=1), -1)
     return out, one, out[np.arange(len(one)), np.maximum(one, 0)]
+
+
+def _flag_table(flags: np.ndarray) -> bytes:
+    """Per-position flags as bytes, 0 or 1 at each index (not tracked by the collector)."""
+    return flags.astype(np.uint8).tobytes()
+
+
+def _int_table(values: np.ndarray) -> tuple[int, ...]:
+    """Per-position ints as a tuple: indexed as fast as a list, and untracked by the
+    collector from the first collection that sees it (a tuple of ints holds nothing to
+    collect), where a list is walked again at every one."""
+    return tuple(values.tolist())
 
 
 _ZEROS = np.zeros(0, dtype=np.uint8)
