@@ -15,6 +15,7 @@ class CompileBudget:
     max_states: int = 20_000
     timeout_s: float = 10.0
     deadline: float = field(default=0.0)
+    discarded: int = 0  # NFA states emitted and rolled back (NFA.rollback), over the compile
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.timeout_s
@@ -39,4 +40,15 @@ class CompileBudget:
             raise GrammarTooComplexError(
                 f"constraint expands to more than {self.max_nfa_states} NFA states "
                 "(nested or large repetitions?); simplify it"
+            )
+
+    def discard_nfa_states(self, n: int) -> None:
+        """``n`` NFA states were emitted and rolled back: the work counts against the NFA cap
+        across the whole compile, so trying values inline first (json_compound._emit_member)
+        costs at most one more cap's worth of emission, not one per value tried."""
+        self.discarded += n
+        if self.discarded > self.max_nfa_states:
+            raise GrammarTooComplexError(
+                f"constraint expands to more than {self.max_nfa_states} NFA states, counting "
+                "values tried inline and emitted again as rules of their own; simplify it"
             )

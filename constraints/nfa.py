@@ -60,6 +60,22 @@ class NFA:
         self.eps_src.append(src)
         self.eps_dst.append(dst)
 
+    def mark(self) -> tuple[int, int, int]:
+        """Where the NFA stands (states, edges, epsilon moves), for ``rollback``."""
+        return self.num_states, len(self.edge_src), len(self.eps_src)
+
+    def rollback(self, mark: tuple[int, int, int]) -> None:
+        """Forget every state, edge and epsilon move added since ``mark``: the lists only
+        grow, and what was added after the mark (edges out of older states too) sits past it.
+        The states forgotten still count against the budget (``discard_nfa_states``)."""
+        states, edges, eps = mark
+        self.budget.discard_nfa_states(self.num_states - states)
+        self.num_states = states
+        for column in (self.edge_src, self.edge_lo, self.edge_hi, self.edge_dst):
+            del column[edges:]
+        del self.eps_src[eps:]
+        del self.eps_dst[eps:]
+
     def adjacency(self) -> tuple[list[list[tuple[int, int, int]]], list[list[int]]]:
         """Per state: its edges (lo, hi, dst) and its epsilon targets (the Python walks)."""
         edges: list[list[tuple[int, int, int]]] = [[] for _ in range(self.num_states)]
