@@ -89,7 +89,8 @@ class UniqueArray:
 
 @dataclass(frozen=True, slots=True)
 class ItemRule:
-    """The items of an open-value unique array as a rule of their own."""
+    """A value as a rule of its own: the items of an open-value unique array or of a long
+    bounded array, and a member too big to inline in its object's rule (_emit_member)."""
 
     schema: object = field(compare=False)
     ptr: str = field(compare=False)
@@ -138,10 +139,12 @@ def unique_item_kind(ctx, schema: dict, ptr: str, refs: tuple) -> str | None:
     texts = finite_texts(ctx, items, f"{ptr}/items")
     if texts is not None:
         # A finite domain: distinct values in the domain's order (_emit_unique), or a long
-        # enum of strings (CFF's 459 SPDX licenses) compared as texts, one spelling each:
-        # the array never runs out of new items before minItems while it has that many.
-        many_strings = (len(texts) > _MAX_UNIQUE_VALUES and all(t[:1] == b'"' for t in texts)
-                        and len(texts) >= int(schema.get("minItems", 0)))
+        # enum of strings (CFF's 459 SPDX licenses, JSCS's 62 node types of ~20 letters whose
+        # ordered spelling is 33,000 bytes) compared as texts, one spelling each: the array
+        # never runs out of new items before minItems while it has that many.
+        lo = _count(schema, "minItems", ptr, 0)
+        long = len(texts) > _MAX_UNIQUE_VALUES or _ordered_bytes(texts, lo, _count(schema, "maxItems", ptr, None)) > _MAX_ORDERED_BYTES
+        many_strings = long and all(t[:1] == b'"' for t in texts) and len(texts) >= lo
         return f"value+texts#{len(texts)}:string" if many_strings else None
     return open_value_kind(ctx, open_items(items), f"{ptr}/items", refs, int(schema.get("minItems", 0)))
 
@@ -576,6 +579,18 @@ def endless_everywhere(dfa) -> bool:
     return bool(_on_endless_paths(dfa)[~dfa.accept[:dfa.num_states]].all())
 
 
+_MAX_ORDERED_BYTES = 8192  # bytes _emit_unique may spell for a finite domain of strings
+
+
+def _ordered_bytes(texts: list[bytes], lo: int, hi: int | None) -> int:
+    """The bytes _emit_unique spells: each value after every earlier one (and first), once
+    for each count it tracks."""
+    k = len(texts)
+    hi = k if hi is None else min(hi, k)
+    cap = hi if hi < k else max(lo, 1)
+    return cap * sum((j + 1) * len(t) for j, t in enumerate(texts))
+
+
 def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | None, ptr: str) -> int:
     """uniqueItems over a finite item domain: distinct values, written in the domain's order
     (a valid subset: every set of values has exactly one spelling). States: the index of the
@@ -687,6 +702,7 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
         props = {k: v if names.matches(json_string(k)) else False for k, v in props.items()}
     marks = {name: frozenset(a for a in outs if name not in a[1]) for name in props}  # outside atoms set
     order = list(props)
+    members = _Members(ctx, props)
     cap = hi if hi is not None else max(lo, 1)
     tracks: dict[tuple, int] = {(0, frozenset()): punct(ctx, nfa, start, b"{")}
     for i, (name, sub) in enumerate(props.items()):
@@ -704,7 +720,7 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
             entry = nfa.new_state()
             for c, s in sources:
                 nfa.add_eps(_key(ctx, nfa, s if c == 0 else punct(ctx, nfa, s, b","), name), entry)
-            _join(nfa, new, dest, ctx.emit_schema(nfa, entry, sub, f"{ptr}/properties/{_escape(name)}", refs))
+            _join(nfa, new, dest, members.emit(nfa, entry, sub, f"{ptr}/properties/{_escape(name)}", refs))
         tracks = new
         if presence is not None and name in presence[0]:
             tracks, presence = _presence_passed(nfa, tracks, presence, set(order[:i + 1]), presence_only)
@@ -721,6 +737,48 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
         if c >= lo and (presence is None or _pattern(presence, present) in presence[1]):
             nfa.add_eps(s, end)
     return punct(ctx, nfa, end, b"}")
+
+
+_INLINE_MEMBER_STATES = 1024  # NFA states the copies of a member's value may spend inline
+_COUNTED_MEMBERS = 16  # objects with more members count the members of each value
+
+
+class _Members:
+    """The values of one object's members, each inline in the object's rule or a call of a
+    rule of its own (ItemRule): a rule where inline its copies would take more than
+    _INLINE_MEMBER_STATES NFA states, one big value (an array of a long enum, a $ref to a
+    big definition) or one value of many members (putout's 475 rules, each a $ref to one
+    definition). The object's rule then holds calls and the rules' sizes add, instead of one
+    rule holding every member's automaton (a config file's 163 members made one rule of
+    over 20,000 states). A value is tried inline first, and rolled back where it is too big
+    (the rules it met are the ones its rule of its own calls); a value found too big is
+    called at once wherever the object meets it again."""
+
+    def __init__(self, ctx: Ctx, props: dict):
+        self.ctx = ctx
+        self.copies: dict[str, int] | None = None  # canonical value -> members with it
+        if len(props) > _COUNTED_MEMBERS and not ctx.inline_leaves:
+            self.copies = {}
+            for sub in props.values():
+                key = ctx.canonical(sub)
+                self.copies[key] = self.copies.get(key, 0) + 1
+        self.called: set[str] = set()
+
+    def emit(self, nfa: NFA, entry: int, sub, ptr: str, refs: tuple) -> int:
+        ctx = self.ctx
+        if ctx.inline_leaves:
+            return ctx.emit_schema(nfa, entry, sub, ptr, refs)
+        key = ctx.canonical(sub) if self.copies is not None else None
+        if key is None or key not in self.called:
+            mark = nfa.mark()
+            end = ctx.emit_schema(nfa, entry, sub, ptr, refs)
+            copies = 1 if key is None else self.copies.get(key, 1)
+            if (nfa.num_states - mark[0]) * copies <= _INLINE_MEMBER_STATES:
+                return end
+            nfa.rollback(mark)
+            key = key if key is not None else ctx.canonical(sub)
+            self.called.add(key)
+        return emit_call(nfa, entry, ctx.rule_index(ItemRule(sub, ptr, refs, key), ptr))
 
 
 def _pattern(presence, present: frozenset) -> tuple:

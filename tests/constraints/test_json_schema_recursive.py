@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from schema_suite_runner import accepted_by_masks, accepted_by_tokens, byte_vocab_info
 
-from constraints import GrammarCompiler, UnsupportedSchemaError
+from constraints import GrammarCompiler, GrammarTooComplexError, UnsupportedSchemaError
+from constraints.nfa import CALL_BASE
 from constraints.pushdown import PushdownAutomaton
 from tests.json_validation import format_validator
 
@@ -230,6 +231,65 @@ def test_leaves_are_shared_rules_whose_sizes_add(byte_compiler):
                       separators=(",", ":"))
     assert accepted_by_masks(wide, good.encode())
     assert not accepted_by_masks(wide, b'{"p0":"2024-13-02T03:04:05Z"}')
+
+
+def _words(seed: int, n: int, length: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), length)) for _ in range(n)]
+
+
+def test_members_too_big_to_inline_are_rules_of_their_own(byte_compiler):
+    """Twenty members, each an enum of 80 words of its own: inline, the object's rule held
+    every enum's automaton (over 20,000 states: refused); each is a call of a rule now, and
+    a value stays checked against its own member's enum."""
+    enums = {f"m{i}": {"enum": _words(i, 80, 16)} for i in range(20)}
+    grammar = byte_compiler.compile_json_schema({"type": "object", "properties": enums})
+    assert grammar.automaton.rules[0].num_states < 2_000
+    first, other = enums["m3"]["enum"][5], enums["m4"]["enum"][5]
+    assert accepted_by_masks(grammar, json.dumps({"m3": first, "m7": enums["m7"]["enum"][79]},
+                                                 separators=(",", ":")).encode())
+    assert not accepted_by_masks(grammar, json.dumps({"m3": other}, separators=(",", ":")).encode())
+
+
+def test_a_value_many_members_share_is_one_rule_they_call(byte_compiler):
+    """300 members with one value (putout's rules: each a $ref to one definition): one rule
+    of that value, called by each member, not 300 copies of it in the object's rule."""
+    rule = {"enum": ["off", "on", "warn", "error", 0, 1, 2]}
+    names = [f"rule-{i:03d}" for i in range(300)]
+    schema = {"$defs": {"rule": rule}, "type": "object",
+              "properties": {n: {"$ref": "#/$defs/rule"} for n in names}}
+    grammar = byte_compiler.compile_json_schema(schema)
+    main = grammar.automaton.rules[0]
+    calls = (main.trans[:, CALL_BASE:] >= 0).sum(axis=0)  # positions calling each rule
+    called = grammar.automaton.rules[1 + int(calls.argmax())]
+    assert calls.max() >= 300  # every member calls it (the rule's tracks may call it twice)
+    assert called.matches(b'"warn"') and called.matches(b"2") and not called.matches(b'"maybe"')
+    assert accepted_by_masks(grammar, b'{"rule-000":"warn","rule-123":2,"rule-299":"off"}')
+    assert not accepted_by_masks(grammar, b'{"rule-000":"maybe"}')
+    assert not accepted_by_masks(grammar, b'{"rule-123":2,"rule-000":"warn"}')  # schema order
+
+
+def test_unique_items_of_a_finite_domain_too_long_to_spell_in_order_are_checked_as_texts(byte_compiler):
+    """uniqueItems over 62 words of 20 letters: every subset in the domain's order would be
+    33,000 bytes of automaton (refused); the items are compared as texts in the matcher."""
+    words = _words(7, 62, 20)
+    grammar = byte_compiler.compile_json_schema({"type": "array", "items": {"enum": words}, "uniqueItems": True})
+    assert accepted_by_masks(grammar, json.dumps([words[9], words[2], words[61]], separators=(",", ":")).encode())
+    assert not accepted_by_masks(grammar, json.dumps([words[9], words[2], words[9]], separators=(",", ":")).encode())
+    assert not accepted_by_masks(grammar, json.dumps([words[9], "x"], separators=(",", ":")).encode())
+
+
+def test_values_tried_inline_again_and_again_stay_within_the_nfa_cap(byte_compiler):
+    """Members that each reach a 100,000-item array (workflows.json's steps): every inline
+    try is rolled back and the value emitted again as a rule, and those tries count against
+    the NFA cap, so the compile is refused at once instead of running into its time limit."""
+    steps = {"type": "array", "maxItems": 100_000, "items": {"type": "object", "properties": {
+        "call": {"type": "string"}, "next": {"type": "string"}}}}
+    schema = {"$defs": {"steps": steps}, "type": "object",
+              "properties": {f"branch{i}": {"$ref": "#/$defs/steps", "description": f"branch {i}"} for i in range(6)}}
+    compiler = GrammarCompiler(byte_vocab_info(), compile_timeout_s=8.0)
+    with pytest.raises(GrammarTooComplexError, match="tried inline"):
+        compiler.compile_json_schema(schema)
 
 
 def test_a_grammars_per_position_tables_are_not_walked_by_the_garbage_collector(byte_compiler):
