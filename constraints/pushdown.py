@@ -27,7 +27,7 @@ from .automaton import SPARSE_WORDS, TokenAutomaton, group_bytes, write_kept
 from .bitmask import pack_token_ids, unpack_bitmask
 from .budget import CompileBudget
 from .completion import UNREACHABLE, GrammarDistances, rule_distances
-from .errors import UnsupportedSchemaError
+from .errors import GrammarTooComplexError, UnsupportedSchemaError
 from .fsm import ALL_BYTES, DEAD, ByteDFA, determinize, equivalent_within, trim_and_minimize
 from .leaves import CountedLeaf, leaf_walk, walk_marked_leaves
 from .nfa import CALL_BASE
@@ -911,12 +911,22 @@ def build_pushdown(info: TokenizerInfo, fragments: list, pointers: list[str],
     an NFA fragment like the main one, or a leaf's ByteDFA (trimmed, no calls) used as it is."""
     width = CALL_BASE + len(fragments) - 1
     dfas = [f.dfa if isinstance(f, CountedLeaf) else f if isinstance(f, ByteDFA)
-            else determinize(*f, budget, width=width) for f in fragments]
+            else _determinized(f, budget, width, "" if k == 0 else pointers[k - 1])
+            for k, f in enumerate(fragments)]
     _check_not_left_recursive(dfas, pointers)
     dfas = _drop_empty_calls(dfas)
     walk_marked_leaves(info, dfas)
     return PushdownAutomaton(info, [f if isinstance(f, CountedLeaf) else d
                                     for f, d in zip(fragments, dfas)], unique)
+
+
+def _determinized(fragment: tuple, budget: CompileBudget, width: int, pointer: str) -> ByteDFA:
+    """A rule's DFA; past the state cap, the error names where the rule is in the schema."""
+    try:
+        return determinize(*fragment, budget, width=width)
+    except GrammarTooComplexError as e:
+        raise GrammarTooComplexError(f"the rule at {pointer or '/'} (the schema there with every "
+                                     f"value it holds inline): {e}") from None
 
 
 def _global_table(dfas: list[ByteDFA], offsets: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -292,6 +292,14 @@ def test_values_tried_inline_again_and_again_stay_within_the_nfa_cap(byte_compil
         compiler.compile_json_schema(schema)
 
 
+def test_a_rule_past_the_state_cap_is_named_by_its_pointer(byte_compiler):
+    """700 optional members in a fixed order make a rule of more states than the cap (after
+    each member, a trie of every name that may follow): the refusal names that rule's place."""
+    rules = {"type": "object", "properties": {f"{w}-{i}": {"type": "boolean"} for i, w in enumerate(_words(3, 700, 12))}}
+    with pytest.raises(GrammarTooComplexError, match="rule at /properties/rules "):
+        byte_compiler.compile_json_schema({"type": "object", "properties": {"name": {"type": "string"}, "rules": rules}})
+
+
 def test_a_grammars_per_position_tables_are_not_walked_by_the_garbage_collector(byte_compiler):
     """A cached grammar keeps tables of one entry per position (its own and its completion
     distances'): as lists the collector would walk every entry at each collection reaching
