@@ -247,18 +247,27 @@ def _inner_anchors(pattern: str) -> str:
     """``^(^a)$`` and ``^(a$)$`` (AWS): an anchor inside the groups that open right after the
     leading ``^`` (close right before the trailing ``$``) repeats it: dropped. A pattern that
     is one group anchored inside, ``(^a$)``, is anchored outside first."""
-    if pattern.startswith("(") and not pattern.startswith(("(?=", "(?!")) and _group_end(pattern) == len(pattern):
-        # (^a$): one group, the whole pattern, anchored inside on every alternative
-        head = 3 if pattern.startswith("(?:") else 1
-        inner = pattern[head:-1]
-        if inner.startswith("^") and len(_top_level_alternatives(inner)) == 1:
-            end = inner.endswith("$") and not _escaped_at(inner, len(inner) - 1)
-            pattern = "^" + pattern[:head] + inner[1:len(inner) - end] + ")" + "$" * end
+    pattern = _anchored_outside(pattern)
     pattern = _OPENS.sub(r"^\1", pattern, count=1) if pattern.startswith("^(") else pattern
     found = _CLOSES.search(pattern)
     if found and not _escaped_at(pattern, found.start()):
         pattern = pattern[:found.start()] + found.group(1) + "$"
     return pattern
+
+
+def _anchored_outside(alternative: str) -> str:
+    """``(^a$)`` as ``^(a)$`` (and ``(^a)``, ``(a$)`` alike): one group, the whole pattern or
+    one of its top-level alternatives, anchored inside (Unreal's ``(^([0-9]+)\\.([0-9]+)$)|(^\\{...\\}$)|^$``) is
+    anchored outside, where ``^`` and ``$`` are read."""
+    if not alternative.startswith("(") or alternative.startswith(("(?=", "(?!")) or _group_end(alternative) != len(alternative):
+        return alternative
+    head = 3 if alternative.startswith("(?:") else 1
+    inner = alternative[head:-1]
+    start = inner.startswith("^")
+    end = inner.endswith("$") and not _escaped_at(inner, len(inner) - 1)
+    if not (start or end) or len(_top_level_alternatives(inner)) != 1:
+        return alternative
+    return "^" * start + alternative[:head] + inner[start:len(inner) - end] + ")" + "$" * end
 
 
 def regex_to_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
@@ -350,7 +359,7 @@ def search_dfa(pattern: str, budget: CompileBudget) -> ByteDFA:
     full match): an unanchored start or end is padded with any text; lookaheads right after
     ``^`` test the string from its start."""
     pattern = python_anchors(pattern)
-    alternatives = [_anchor_first(a) for a in _top_level_alternatives(pattern)]
+    alternatives = [_anchor_first(_anchored_outside(a)) for a in _top_level_alternatives(pattern)]
     pattern = "|".join(alternatives)
     if pattern.startswith(("(?=", "(?!")) and len(alternatives) == 1:
         return _unanchored_lookaheads(pattern, budget)
