@@ -717,9 +717,14 @@ def emit_object(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tu
                 dest = (min(c + 1, cap), (present | {name} if name in watched else present) | marks[name])
                 dests.setdefault(dest, []).append((c, s))
         for dest, sources in dests.items():
-            entry = nfa.new_state()
+            # One spelling of the key for every track that writes it, a comma before it where
+            # something was written: the tracks' states after its first byte are one (two
+            # copies of every name in the subset construction made an object of 475 optional
+            # members pass the state cap before minimization could merge them).
+            key_start = nfa.new_state()
             for c, s in sources:
-                nfa.add_eps(_key(ctx, nfa, s if c == 0 else punct(ctx, nfa, s, b","), name), entry)
+                nfa.add_eps(s if c == 0 else punct(ctx, nfa, s, b","), key_start)
+            entry = _key(ctx, nfa, key_start, name)
             _join(nfa, new, dest, members.emit(nfa, entry, sub, f"{ptr}/properties/{_escape(name)}", refs))
         tracks = new
         if presence is not None and name in presence[0]:

@@ -292,10 +292,23 @@ def test_values_tried_inline_again_and_again_stay_within_the_nfa_cap(byte_compil
         compiler.compile_json_schema(schema)
 
 
+def test_hundreds_of_optional_members_spell_each_name_once(byte_compiler):
+    """475 optional members (putout's rules): the two tracks (nothing written yet, or a comma
+    first) share one spelling of each name, so the rule is one state per byte of the names,
+    not two (which passed the state cap before minimization could merge them)."""
+    names = [f"{w}/{v}" for w, v in zip(_words(5, 475, 14), _words(6, 475, 14))]
+    schema = {"type": "object", "properties": {n: {"enum": ["off", "on", 0, 1]} for n in names}}
+    grammar = byte_compiler.compile_json_schema(schema)
+    assert grammar.automaton.rules[0].num_states < 1.3 * sum(len(n) + 3 for n in names)
+    text = json.dumps({names[3]: "on", names[200]: 1, names[474]: "off"}, separators=(",", ":"))
+    assert accepted_by_masks(grammar, text.encode())
+    assert not accepted_by_masks(grammar, json.dumps({names[200]: 1, names[3]: "on"}, separators=(",", ":")).encode())
+
+
 def test_a_rule_past_the_state_cap_is_named_by_its_pointer(byte_compiler):
-    """700 optional members in a fixed order make a rule of more states than the cap (after
-    each member, a trie of every name that may follow): the refusal names that rule's place."""
-    rules = {"type": "object", "properties": {f"{w}-{i}": {"type": "boolean"} for i, w in enumerate(_words(3, 700, 12))}}
+    """900 optional members of 28-letter names make a rule of more states than the cap (a
+    state for each byte of each name at least): the refusal names that rule's place."""
+    rules = {"type": "object", "properties": {f"{w}-{i}": {"type": "boolean"} for i, w in enumerate(_words(3, 900, 24))}}
     with pytest.raises(GrammarTooComplexError, match="rule at /properties/rules "):
         byte_compiler.compile_json_schema({"type": "object", "properties": {"name": {"type": "string"}, "rules": rules}})
 
