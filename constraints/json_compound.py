@@ -16,10 +16,10 @@ from .errors import (
 from .fsm import determinize, product, trim_and_minimize
 from .json_contains import emit_contains
 from .json_context import Ctx, emit_leaf, finite_texts, flatten, merge_or_fail, punct
-from .json_keywords import ANNOTATIONS
 from .json_leaves import json_string, key_dfa, leaf_budget, pattern_matches, string_dfa
 from .json_merge import (
     ALSO_PATTERNS,
+    ASSERTIONS,
     CONTAINS,
     EXCLUDED,
     NOT_PATTERNS,
@@ -134,7 +134,7 @@ def unique_item_kind(ctx, schema: dict, ptr: str, refs: tuple) -> str | None:
     if not isinstance(flat, dict):
         return None
     kind = flat.get("type")
-    if isinstance(kind, str) and kind in _UNIQUE_ITEM_KEYWORDS and set(flat) - ANNOTATIONS <= _UNIQUE_ITEM_KEYWORDS[kind]:
+    if isinstance(kind, str) and kind in _UNIQUE_ITEM_KEYWORDS and _asserted(flat) <= _UNIQUE_ITEM_KEYWORDS[kind]:
         return kind
     texts = finite_texts(ctx, items, f"{ptr}/items")
     if texts is not None:
@@ -225,7 +225,7 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
                 continue
             if t == "object" and _closed_of_texts(ctx, flat, ptr, srefs, texts):
                 continue
-            if t in ("boolean", "null") and not set(flat) - ANNOTATIONS - {"type", "nullable"} - OTHER_TYPES_ONLY[t]:
+            if t in ("boolean", "null") and not _asserted(flat) - {"type", "nullable"} - OTHER_TYPES_ONLY[t]:
                 literals += 1
                 others += 1
                 continue
@@ -260,12 +260,19 @@ def open_value_kind(ctx, items, ptr: str, refs: tuple, min_items: int | None = N
             + (":number" if "number" in numbers else ":integer" if numbers else ""))
 
 
+def _asserted(flat: dict) -> set[str]:
+    """The keywords of ``flat`` that assert something: not its annotations, nor an ``x-``
+    extension or another keyword no validator reads (cargo-make's ``x-taplo`` on a closed
+    object of unique items), which the shapes read here never turn on."""
+    return flat.keys() & ASSERTIONS
+
+
 def _listed_strings(flat: dict) -> int | None:
     """How many strings an enum or const of strings alone lists (besides annotations, a type
     of string and keywords of other types, which strings pass); None for any other schema."""
     values = flat["enum"] if "enum" in flat else [flat["const"]] if "const" in flat else None
     if (not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values)
-            or set(flat) - ANNOTATIONS - OTHER_TYPES_ONLY["string"] - {"enum", "const", "type"}
+            or _asserted(flat) - OTHER_TYPES_ONLY["string"] - {"enum", "const", "type"}
             or flat.get("type", "string") not in ("string", ["string"])):
         return None
     return len(set(values))
@@ -364,7 +371,7 @@ def canonical(ctx, schemas: list[tuple], depth: int = 0) -> bool:
                 return False
             continue
         types = set(type_list(flat))
-        keys = set(flat) - ANNOTATIONS - {"type", "nullable"} - _STRING_KEYWORDS - TYPE_ONLY["number"]  # no numbers
+        keys = _asserted(flat) - {"type", "nullable"} - _STRING_KEYWORDS - TYPE_ONLY["number"]  # no numbers
         if not types <= _TEXT_TYPES | {"object", "array"} or not keys <= TYPE_ONLY["object"] | _CANONICAL_ARRAY_KEYWORDS:
             return False
         if "object" in types:
@@ -464,11 +471,11 @@ def _string_count(flat: dict) -> int:
     """How many strings a string schema (lengths, patterns, format) takes, counted up to a
     million over its texts of up to 64 bytes that maxLength allows (a lower bound: a text's
     bytes are at least its characters); 0 where it is not such a schema."""
-    if set(flat) - ANNOTATIONS - OTHER_TYPES_ONLY["string"] <= {"type", "nullable", "minLength", "maxLength"}:
+    if _asserted(flat) - OTHER_TYPES_ONLY["string"] <= {"type", "nullable", "minLength", "maxLength"}:
         # over a million characters (counted in bytes below: far fewer)
         if flat.get("maxLength", 1) >= max(1, flat.get("minLength", 0)):
             return _RICH
-    if {"enum", "const"} & flat.keys() or not set(flat) - ANNOTATIONS - OTHER_TYPES_ONLY["string"] <= _STRING_KEYWORDS | {"type"}:
+    if {"enum", "const"} & flat.keys() or not _asserted(flat) - OTHER_TYPES_ONLY["string"] <= _STRING_KEYWORDS | {"type"}:
         return 0
     try:
         dfa = _string_body(flat)
@@ -491,7 +498,7 @@ def count_strings(dfa, max_bytes: int, cap: int) -> int:
 
 
 def _open_alternative(ctx, flat: dict, t: str, ptr: str) -> bool:
-    keys = set(flat) - ANNOTATIONS - {"type", "nullable"} - OTHER_TYPES_ONLY[t]
+    keys = _asserted(flat) - {"type", "nullable"} - OTHER_TYPES_ONLY[t]
     if t in ("integer", "number"):
         return keys <= _UNIQUE_ITEM_KEYWORDS[t]
     if t == "string":

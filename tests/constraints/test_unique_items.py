@@ -583,6 +583,22 @@ def test_closed_objects_with_nested_values_are_compared_as_texts(byte_compiler, 
     assert accepted_by_masks(grammar, text.encode()) == valid
 
 
+@pytest.mark.parametrize("text", [
+    '[{"path":"a"},{"path":"a","optional":true},{"path":"b","relative":"git"}]',
+    '[{"path":"a","relative":"git"},{"path":"b"},{"path":"a","relative":"git"}]',
+])
+def test_keywords_no_validator_reads_leave_a_unique_item_shape_alone(byte_compiler, text):
+    """cargo-make's extends: closed objects of texts that carry an editor's ``x-taplo``
+    (and an unknown keyword in a member) are compared as texts, as without them."""
+    schema = {"type": "array", "uniqueItems": True, "items": {
+        "type": "object", "x-taplo": {"initKeys": ["optional"]}, "required": ["path"], "additionalProperties": False,
+        "properties": {"path": {"type": "string", "markdownDescription": "the file"}, "optional": {"type": "boolean"},
+                       "relative": {"oneOf": [{"const": "git"}, {"const": "crate", "x-order": 2}]}}}}
+    grammar = byte_compiler.compile_json_schema(schema)
+    valid = jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))
+    assert accepted_by_masks(grammar, text.encode()) == valid
+
+
 def test_prefix_items_compared_as_texts_with_the_rest(byte_compiler):
     """A first item of its own schema (a oneOf's `not` leaves one, as in Travis's webhooks)
     and more of the same kind: the first is compared with the rest as text."""
