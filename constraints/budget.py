@@ -44,7 +44,7 @@ class CompileBudget:
 
     def discard_nfa_states(self, n: int) -> None:
         """``n`` NFA states were emitted and rolled back: the work counts against the NFA cap
-        across the whole compile, so trying values inline first (json_compound._emit_member)
+        across the whole compile, so trying values inline first (json_compound._Members)
         costs at most one more cap's worth of emission, not one per value tried."""
         self.discarded += n
         if self.discarded > self.max_nfa_states:

@@ -90,7 +90,7 @@ class UniqueArray:
 @dataclass(frozen=True, slots=True)
 class ItemRule:
     """A value as a rule of its own: the items of an open-value unique array or of a long
-    bounded array, and a member too big to inline in its object's rule (_emit_member)."""
+    bounded array, and a member too big to inline in its object's rule (_Members)."""
 
     schema: object = field(compare=False)
     ptr: str = field(compare=False)
