@@ -63,7 +63,7 @@ def emit_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, ptr: str, refs: tup
         if i:
             s = punct(ctx, nfa, s, b",")
         if item_rule:
-            s = emit_call(nfa, s, ctx.rule_index(ItemRule(sub, f"{ptr}/prefixItems/{i}", refs, ctx.canonical(sub)), ptr))
+            s = _call_item_rule(ctx, nfa, s, sub, f"{ptr}/prefixItems/{i}", refs)
         else:
             s = ctx.emit_schema(nfa, s, sub, f"{ptr}/prefixItems/{i}", refs)
     else:
@@ -96,6 +96,13 @@ class ItemRule:
     ptr: str = field(compare=False)
     refs: tuple
     text: str  # Ctx.canonical of schema: equal for equal JSON
+
+
+def _call_item_rule(ctx, nfa: NFA, start: int, schema, ptr: str, refs: tuple, text: str | None = None) -> int:
+    """A call of ``schema``'s ItemRule (one rule per JSON and refs in a compile); ``text``:
+    its canonical key where the caller has it."""
+    key = ItemRule(schema, ptr, refs, ctx.canonical(schema) if text is None else text)
+    return emit_call(nfa, start, ctx.rule_index(key, ptr))
 
 
 def emit_unique_array(ctx: Ctx, nfa: NFA, start: int, schema: dict, kind: str, ptr: str,
@@ -592,10 +599,14 @@ _MAX_ORDERED_BYTES = 8192  # bytes _emit_unique may spell for a finite domain of
 def _ordered_bytes(texts: list[bytes], lo: int, hi: int | None) -> int:
     """The bytes _emit_unique spells: each value after every earlier one (and first), once
     for each count it tracks."""
-    k = len(texts)
+    return _ordered_counts(len(texts), lo, hi)[1] * sum((j + 1) * len(t) for j, t in enumerate(texts))
+
+
+def _ordered_counts(k: int, lo: int, hi: int | None) -> tuple[int, int]:
+    """For a domain of ``k`` values: the most items (``hi`` within ``k``), and the counts
+    _emit_unique tells apart (past the cap they are all alike)."""
     hi = k if hi is None else min(hi, k)
-    cap = hi if hi < k else max(lo, 1)
-    return cap * sum((j + 1) * len(t) for j, t in enumerate(texts))
+    return hi, hi if hi < k else max(lo, 1)
 
 
 def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | None, ptr: str) -> int:
@@ -614,8 +625,7 @@ def _emit_unique(ctx, nfa: NFA, start: int, schema: dict, lo: int, hi: int | Non
             f"values, booleans, null, closed objects and arrays of them (one spelling each, one "
             f"member of a million)")
     k = len(texts)
-    hi = k if hi is None else min(hi, k)
-    cap = hi if hi < k else max(lo, 1)  # counts past cap are all alike
+    hi, cap = _ordered_counts(k, lo, hi)
     s0 = punct(ctx, nfa, start, b"[")
     end = nfa.new_state()
     if lo == 0:
@@ -658,7 +668,7 @@ def _emit_rest(ctx, nfa: NFA, s: int, items, done: int, lo: int, hi: int | None,
 
     def item(n, x):
         if as_rule[0]:
-            return emit_call(n, x, ctx.rule_index(ItemRule(items, f"{ptr}/items", refs, ctx.canonical(items)), ptr))
+            return _call_item_rule(ctx, n, x, items, f"{ptr}/items", refs)
         size = n.num_states
         end = ctx.emit_schema(n, x, items, f"{ptr}/items", refs)
         # A bounded array repeats its item maxItems times: where the copies would outgrow a
@@ -790,7 +800,7 @@ class _Members:
             nfa.rollback(mark)
             key = key if key is not None else ctx.canonical(sub)
             self.called.add(key)
-        return emit_call(nfa, entry, ctx.rule_index(ItemRule(sub, ptr, refs, key), ptr))
+        return _call_item_rule(ctx, nfa, entry, sub, ptr, refs, key)
 
 
 def _pattern(presence, present: frozenset) -> tuple:
