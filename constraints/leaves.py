@@ -155,7 +155,9 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
     hit = cache.get(key)
     if hit is not None:
         return hit
-    walk = _row_walk(info, dfa, q, starts_char)
+    walk, language = _same_language_walk(info, dfa, q, starts_char)
+    if walk is None:
+        walk = _row_walk(info, dfa, q, starts_char)
     if walk is None:
         members, inside_count, inside_end, exit_members, exit_col, exit_count = _walked(info, dfa, q, starts_char)
         walk = LeafWalk(pack_token_ids(info.layout.token_ids[members], info.vocab_size),
@@ -167,7 +169,45 @@ def leaf_walk(info: TokenizerInfo, dfa: ByteDFA, q: int,
         except (RuntimeError, StopIteration):
             pass
     cache[key] = walk
+    if language is not None:
+        languages = info.leaf_languages
+        if len(languages) >= _LEAF_WALKS_MAX:
+            languages.clear()
+        languages[language[0]] = (dfa, (*language[1], q))
     return walk
+
+
+# Leaf states looked up by their language: those that reach at most this many states (hashing
+# costs what they hold), with at least this many bytes going on (a string's body: its walk
+# keeps most of the vocabulary, ~150 us; a narrower state walks the few tokens its bytes begin,
+# fewer microseconds than the lookup would cost).
+_SHARED_LANGUAGE_STATES = 64
+_SHARED_LIVE_BYTES = 128
+
+
+def _same_language_walk(info: TokenizerInfo, dfa: ByteDFA, q: int, starts_char: np.ndarray | None):
+    """The walk of a state of another leaf that accepts the same language from there (its
+    reachable automaton the same up to renaming, counts included): every walk of the
+    vocabulary from the two is the same. A string's body recurs in many leaves (a plain
+    string, a string that is not one of a few values, a format's free part), each a new
+    ByteDFA whose body state was walked anew (~150-250 us of a fill each). Returns (the walk
+    or None, the key to file this state's walk under where none was found, or None where the
+    state reaches too many states to be looked up: hashing costs what they hold)."""
+    mod = native.module()
+    if mod is None or walked_whole(dfa) or int(np.count_nonzero(dfa.trans[q, :256] >= 0)) < _SHARED_LIVE_BYTES:
+        return None, None
+    tables = (np.ascontiguousarray(dfa.trans, dtype=np.int32), np.ascontiguousarray(dfa.accept, dtype=bool),
+              None if starts_char is None else np.ascontiguousarray(starts_char, dtype=np.uint8))
+    found = mod.right_hash(*tables, q, _SHARED_LANGUAGE_STATES)
+    if found is None:
+        return None, None
+    language = (found[0], starts_char is not None)
+    twin = info.leaf_languages.get(language)
+    if twin is not None:
+        walk = info.leaf_walks.get((twin[0], twin[1][-1], starts_char is not None))
+        if walk is not None and mod.same_right(*tables, q, *twin[1]):
+            return walk, None
+    return None, (language, tables)
 
 
 _WALKED_WHOLE: list[ByteDFA] = []  # leaves whose every state is walked at their first grammar

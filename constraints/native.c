@@ -1440,6 +1440,158 @@ static PyObject *py_stack_rules(PyObject *self, PyObject *const *args, Py_ssize_
     return NULL;
 }
 
+/* ---- leaf states of one language ---------------------------------------------------------- */
+
+/* A DFA as the two functions below read it: trans[s * stride + b] (< 0: dead), accept[s], and
+ * starts[s * 256 + b] (what byte b adds to a count in state s; NULL: no counts). */
+typedef struct { const int32_t *trans; int64_t stride, n; const uint8_t *accept, *starts; } Dfa;
+
+/* args[at..at + 3] = (trans i32 [S, >= 256], accept bool [S], starts u8 [S, 256] or None, q):
+ * views taken into v[0..2] (v[2].obj NULL without starts); 0, or -1 with an error set. */
+static int dfa_views(PyObject *const *args, Py_buffer *v, Dfa *d, int32_t *q) {
+    long long state = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) return -1;
+    v[0].obj = v[1].obj = v[2].obj = NULL;
+    if (row_view(args[0], &v[0], 0, 0) < 0) return -1;
+    if (row_view(args[1], &v[1], 0, 0) < 0) { PyBuffer_Release(&v[0]); return -1; }
+    d->n = v[1].len;
+    d->stride = d->n ? v[0].len / 4 / d->n : 256;
+    int ok = d->stride >= 256 && v[0].len == d->n * d->stride * 4 && state >= 0 && state < d->n;
+    if (ok && args[2] != Py_None) {
+        if (row_view(args[2], &v[2], 0, 0) < 0) { PyBuffer_Release(&v[0]); PyBuffer_Release(&v[1]); return -1; }
+        ok = v[2].len == d->n * 256;
+    }
+    if (!ok) {
+        for (int i = 0; i < 3; i++) if (v[i].obj) PyBuffer_Release(&v[i]);
+        PyErr_SetString(PyExc_ValueError, "a DFA must be trans i32 [S, >= 256], accept bool [S], starts u8 [S, 256] and 0 <= q < S");
+        return -1;
+    }
+    d->trans = v[0].buf;
+    d->accept = v[1].buf;
+    d->starts = v[2].obj ? v[2].buf : NULL;
+    *q = (int32_t)state;
+    return 0;
+}
+
+/* The states reachable from q numbered in breadth-first order, bytes ascending: two states
+ * whose reachable automata are the same up to renaming (in minimal DFAs: the same language
+ * from there) number alike, and every walk of the vocabulary from them is the same. A hash of
+ * that numbered automaton (accepting flags, targets, counts) into *hash; the states reached,
+ * or -1 past `most` (the hash is then not made: hashing costs what the states hold). */
+static int64_t right_hash(const Dfa *d, int32_t q, int64_t most, uint64_t *hash) {
+    int32_t *order = malloc(sizeof *order * (size_t)d->n), *queue = malloc(sizeof *queue * (size_t)d->n);
+    if (!order || !queue) { free(order); free(queue); return -2; }
+    for (int64_t i = 0; i < d->n; i++) order[i] = -1;
+    int64_t head = 0, tail = 0;
+    uint64_t lane[4] = {0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x94d049bb133111ebull, 0x2545f4914f6cdd1dull};
+    order[q] = 0;
+    queue[tail++] = q;
+    while (head < tail) {
+        int32_t s = queue[head++];
+        const int32_t *row = d->trans + (int64_t)s * d->stride;
+        const uint8_t *rise = d->starts ? d->starts + (int64_t)s * 256 : NULL;
+        lane[0] = (lane[0] + (uint64_t)d->accept[s] + 1) * 0x100000001b3ull;
+        for (int b = 0; b < 256; b += 4) { /* four lanes: no chain of multiplies through the row */
+            for (int k = 0; k < 4; k++) {
+                int32_t t = row[b + k];
+                uint64_t x = 0;
+                if (t >= 0) {
+                    if (order[t] < 0) {
+                        if (tail == most) { free(order); free(queue); return -1; }
+                        order[t] = (int32_t)tail;
+                        queue[tail++] = t;
+                    }
+                    x = (uint64_t)order[t] + 1;
+                }
+                if (rise) x |= (uint64_t)rise[b + k] << 40;
+                lane[k] = (lane[k] + x) * 0x100000001b3ull;
+            }
+        }
+    }
+    uint64_t h = 0;
+    for (int k = 0; k < 4; k++) { h = (h ^ lane[k]) * 0xff51afd7ed558ccdull; h ^= h >> 33; }
+    free(order);
+    free(queue);
+    *hash = h;
+    return tail;
+}
+
+/* Whether state qa of a and qb of b number alike (right_hash's order): both breadth-first
+ * walks at once, every pair of states met compared (accepting, counts, which bytes lead where). */
+static int same_right(const Dfa *a, int32_t qa, const Dfa *b, int32_t qb) {
+    int32_t *in_a = malloc(sizeof *in_a * (size_t)a->n), *in_b = malloc(sizeof *in_b * (size_t)b->n);
+    int32_t *queue = malloc(sizeof *queue * (size_t)(a->n < b->n ? a->n : b->n) * 2);
+    int same = in_a && in_b && queue ? 1 : -1;
+    if (same < 0) { free(in_a); free(in_b); free(queue); return same; }
+    for (int64_t i = 0; i < a->n; i++) in_a[i] = -1;
+    for (int64_t i = 0; i < b->n; i++) in_b[i] = -1;
+    int64_t head = 0, tail = 0, cap = a->n < b->n ? a->n : b->n;
+    in_a[qa] = in_b[qb] = 0;
+    queue[0] = qa;
+    queue[1] = qb;
+    tail = 1;
+    while (same && head < tail) {
+        int32_t sa = queue[2 * head], sb = queue[2 * head + 1];
+        head++;
+        const int32_t *ra = a->trans + (int64_t)sa * a->stride, *rb = b->trans + (int64_t)sb * b->stride;
+        same = a->accept[sa] == b->accept[sb]
+            && (!a->starts == !b->starts)
+            && (!a->starts || !memcmp(a->starts + (int64_t)sa * 256, b->starts + (int64_t)sb * 256, 256));
+        for (int c = 0; same && c < 256; c++) {
+            int32_t ta = ra[c], tb = rb[c];
+            if (ta < 0 || tb < 0) { same = ta < 0 && tb < 0; continue; }
+            if (in_a[ta] < 0 && in_b[tb] < 0) {
+                if (tail == cap) { same = 0; break; }
+                in_a[ta] = in_b[tb] = (int32_t)tail;
+                queue[2 * tail] = ta;
+                queue[2 * tail + 1] = tb;
+                tail++;
+            } else {
+                same = in_a[ta] == in_b[tb];
+            }
+        }
+    }
+    free(in_a); free(in_b); free(queue);
+    return same;
+}
+
+/* right_hash(trans, accept, starts or None, q, most) -> (hash, states) or None past `most` states */
+static PyObject *py_right_hash(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "right_hash takes 5 arguments"); return NULL; }
+    long long most = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer v[3];
+    Dfa d;
+    int32_t q;
+    if (dfa_views(args, v, &d, &q) < 0) return NULL;
+    uint64_t h = 0;
+    int64_t n = right_hash(&d, q, most, &h);
+    for (int i = 0; i < 3; i++) if (v[i].obj) PyBuffer_Release(&v[i]);
+    if (n == -2) return PyErr_NoMemory();
+    if (n < 0) Py_RETURN_NONE;
+    return Py_BuildValue("(KL)", (unsigned long long)h, (long long)n);
+}
+
+/* same_right(trans_a, accept_a, starts_a or None, qa, trans_b, accept_b, starts_b or None, qb) -> bool */
+static PyObject *py_same_right(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) { PyErr_SetString(PyExc_TypeError, "same_right takes 8 arguments"); return NULL; }
+    Py_buffer va[3], vb[3];
+    Dfa a, b;
+    int32_t qa, qb;
+    if (dfa_views(args, va, &a, &qa) < 0) return NULL;
+    if (dfa_views(args + 4, vb, &b, &qb) < 0) {
+        for (int i = 0; i < 3; i++) if (va[i].obj) PyBuffer_Release(&va[i]);
+        return NULL;
+    }
+    int same = same_right(&a, qa, &b, qb);
+    for (int i = 0; i < 3; i++) {
+        if (va[i].obj) PyBuffer_Release(&va[i]);
+        if (vb[i].obj) PyBuffer_Release(&vb[i]);
+    }
+    if (same < 0) return PyErr_NoMemory();
+    return PyBool_FromLong(same);
+}
+
 /* ---- fewest bytes to acceptance --------------------------------------------------------- */
 
 typedef struct { int64_t d, q; } HeapItem;
@@ -2449,6 +2601,8 @@ static PyMethodDef methods[] = {
     {"pack_groups", (PyCFunction)(void (*)(void))py_pack_groups, METH_FASTCALL, "token rows by end group"},
     {"trim_minimize", (PyCFunction)(void (*)(void))py_trim_minimize, METH_FASTCALL, "fsm.trim_and_minimize"},
     {"determinize", (PyCFunction)(void (*)(void))py_determinize, METH_FASTCALL, "fsm.determinize"},
+    {"right_hash", (PyCFunction)(void (*)(void))py_right_hash, METH_FASTCALL, "a hash of the automaton from a state"},
+    {"same_right", (PyCFunction)(void (*)(void))py_same_right, METH_FASTCALL, "whether two states number alike"},
     {"stack_rules", (PyCFunction)(void (*)(void))py_stack_rules, METH_FASTCALL, "pushdown._global_table"},
     {"product", (PyCFunction)(void (*)(void))py_product, METH_FASTCALL, "fsm.product"},
     {"fewest_bytes", (PyCFunction)(void (*)(void))py_fewest_bytes, METH_FASTCALL, "completion.rule_distances"},

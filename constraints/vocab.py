@@ -129,6 +129,9 @@ class TokenizerInfo:
     # Token walks through shared leaf automata, reused by every grammar of this tokenizer
     # (see pushdown.LeafWalks); keyed by the leaf's ByteDFA object and state.
     leaf_walks: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # (right_hash of a leaf state, counted) -> (dfa, (its tables, state)) walked: another leaf's state
+    # of the same language takes that walk (leaves._same_language_walk).
+    leaf_languages: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # The vocabulary grouped by what a leaf DFA sees of each token (leaves._Spellings).
     leaf_spellings: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # Fewest bytes to finish from each state of a shared leaf (completion.GrammarDistances).

@@ -982,3 +982,68 @@ def test_the_c_descent_byte_is_the_numpy_one(tokenizer_info):
                     checked += 1
                     moved += want is not None and want[0] >= 0
     assert checked > 1000 and moved > 200
+
+
+def _after(dfa, text: bytes) -> int:
+    q = 0
+    for b in text:
+        q = int(dfa.trans[q, b])
+        assert q >= 0, text
+    return q
+
+
+@needs_c
+def test_leaf_states_of_one_language_share_one_walk(tokenizer_info, monkeypatch):
+    """A plain string's body and the body of a string of at least two characters once two are
+    written accept the same language (any characters, then the closing quote), and so do two
+    patterns' bodies after their different prefixes: numbered alike though their state numbers
+    differ, each pair takes one walk, the walk the second would have computed. A body that
+    forbids one letter, or counts one byte differently, is told apart (exactly, not by the
+    hash)."""
+    from constraints import leaves
+    from constraints.json_leaves import string_dfa
+
+    mod, lex = native.module(), tokenizer_info.layout.lexicographic_arrays()
+    plain, two = string_dfa(0, None, None, None), string_dfa(2, None, None, None)
+    ab, cd, no_z = (string_dfa(0, None, p, None) for p in ("^ab", "^cd", "^ab[^z]*$"))
+    body, body_two = _after(plain, b'"'), _after(two, b'"ab')
+    after_ab, after_cd, after_no_z = _after(ab, b'"ab'), _after(cd, b'"cd'), _after(no_z, b'"ab')
+    assert two.num_states != plain.num_states and body_two != body  # renamed, not copied
+
+    def tables(dfa, starts=None):
+        return (dfa.trans, dfa.accept, starts)
+
+    for (a, qa), (b, qb) in [((plain, body), (two, body_two)), ((ab, after_ab), (cd, after_cd))]:
+        found = mod.right_hash(*tables(a), qa, 64)
+        assert found == mod.right_hash(*tables(b), qb, 64) and found[1] >= 2  # (hash, states reached)
+        assert mod.same_right(*tables(a), qa, *tables(b), qb)
+    assert not mod.same_right(*tables(ab), after_ab, *tables(no_z), after_no_z)
+    assert mod.right_hash(*tables(no_z), after_no_z, 64) != mod.right_hash(*tables(ab), after_ab, 64)
+    assert not mod.same_right(*tables(plain), body, *tables(ab), after_ab)
+    counts = leaves._char_starts(plain).astype(np.uint8)
+    other = counts.copy()
+    other[body, ord("q")] = 2
+    assert mod.same_right(*tables(plain, counts), body, *tables(plain, counts), body)
+    assert not mod.same_right(*tables(plain, counts), body, *tables(plain, other), body)
+    assert not mod.same_right(*tables(plain, counts), body, *tables(plain), body)
+    assert mod.right_hash(*tables(plain), body, 1) is None  # more states than asked for
+
+    monkeypatch.setattr(tokenizer_info, "leaf_walks", {})  # walks of earlier tests aside
+    monkeypatch.setattr(tokenizer_info, "leaf_languages", {})
+    for (a, qa), (b, qb), (c, qc) in [((plain, body), (two, body_two), (ab, after_ab)),
+                                      ((ab, after_ab), (cd, after_cd), (no_z, after_no_z))]:
+        first = leaves.leaf_walk(tokenizer_info, a, qa)
+        shared = leaves.leaf_walk(tokenizer_info, b, qb)
+        assert shared is first
+        row, (exit_pos, exit_col, _) = native.leaf_row(mod, b.trans, b.accept, lex, qb, tokenizer_info.vocab_size)
+        assert np.array_equal(shared.inside, row)
+        assert sorted(zip(shared.exit_pos.tolist(), shared.exit_col.tolist())) == sorted(
+            zip(exit_pos.tolist(), exit_col.tolist()))
+        assert leaves.leaf_walk(tokenizer_info, c, qc) is not first
+    # every hash alike: the exact comparison alone keeps different languages apart
+    monkeypatch.setattr(tokenizer_info, "leaf_walks", {})
+    monkeypatch.setattr(tokenizer_info, "leaf_languages", {})
+    monkeypatch.setattr(mod, "right_hash", lambda *args: (7, 1))
+    first = leaves.leaf_walk(tokenizer_info, ab, after_ab)
+    assert leaves.leaf_walk(tokenizer_info, cd, after_cd) is first
+    assert leaves.leaf_walk(tokenizer_info, no_z, after_no_z) is not first
