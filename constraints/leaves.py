@@ -62,7 +62,7 @@ class LeafWalk:
     inside_count: np.ndarray  # ...and the characters each starts...
     inside_closes: np.ndarray  # ...and whether it ends the leaf (then the minimum applies)
     exit_count: np.ndarray  # characters started before each exit (0 without counts)
-    max_inside_count: int  # (at least the most, until the inside tokens are listed)
+    max_inside_count: int  # (at least the most, until the inside tokens are listed or bucketed)
     _counted_rows: dict = field(default_factory=dict)  # (need, room) -> inside_row's row
     _exits_within: dict = field(default_factory=dict)  # (need, room) -> exits_within's mask
     _by_count: list = field(default_factory=list)  # _rows_by_count, once built
@@ -83,12 +83,12 @@ class LeafWalk:
         """Packed row of the tokens that stay inside a counted leaf with ``need`` characters
         still to come before it may close and ``room`` characters left (both clamped to one
         token's reach by the caller); cached, so every grammar using the leaf shares it."""
-        if need == 0 and room >= (self._listed[3] if self._listed else self.max_inside_count):
+        most = self._by_count[2] if self._by_count else self._listed[3] if self._listed else self.max_inside_count
+        if need == 0 and room >= most:
             return self.inside
         row = self._counted_rows.get((need, room))
         if row is None:
-            inside_pos, inside_count, inside_closes, _ = self._listing(info)
-            by_count = self._rows_by_count(info)
+            by_count = None if room < 0 else self._rows_by_count(info)
             if room < 0:
                 row = np.zeros_like(self.inside)
             elif by_count is not None:  # two or three word operations
@@ -98,6 +98,7 @@ class LeafWalk:
                 if need > 0:  # a token that closes the leaf needs at least ``need`` characters
                     row = row & ~closing_upto[min(need - 1, top)]
             else:
+                inside_pos, inside_count, inside_closes, _ = self._listing(info)
                 fits = (inside_count <= room) & (~inside_closes | (inside_count >= need))
                 row = pack_token_ids(info.layout.token_ids[inside_pos[fits]], info.vocab_size)
             if len(self._counted_rows) >= _COUNTED_ROWS_MAX:
@@ -124,10 +125,17 @@ class LeafWalk:
         """Packed rows [max count + 1, words] of the inside tokens with at most c characters,
         those that leave the leaf open and those that close it, built once per leaf state in
         C (a pass over the ~48k inside tokens of a string state, then every (need, room) row
-        is word operations); None without the extension (each row is then packed alone)."""
+        is word operations); None without the extension (each row is then packed alone). A
+        walk made as a row buckets a listing walk's tokens in C, never listing them here."""
         mod = native.module()
         if mod is None:
             return None
+        if not self._by_count and self._unlisted is not None and not self._listed:
+            dfa, q, starts = self._unlisted
+            found = native.leaf_rows_by_count(mod, dfa.trans, dfa.accept, starts, info.layout.lexicographic_arrays(),
+                                              q, info.vocab_size)
+            if found is not None:
+                self._by_count[:] = found
         if not self._by_count:
             inside_pos, inside_count, inside_closes, most = self._listing(info)
             words = len(self.inside)
@@ -138,7 +146,7 @@ class LeafWalk:
                 mod.rows_by_count(np.ascontiguousarray(info.layout.token_ids[inside_pos[pick]], dtype=np.int64),
                                   np.ascontiguousarray(inside_count[pick], dtype=np.int64), rows, words)
                 found.append(rows)
-            self._by_count[:] = found
+            self._by_count[:] = [*found, most]
         return self._by_count[0], self._by_count[1]
 
 

@@ -542,10 +542,33 @@ static void make_run(Runs *r, int32_t s) {
         if (k >= 1) r->status[r->path[k]] = 0;
 }
 
+/* The rise every byte of state s's run adds to the count, where its run is a loop on s itself
+ * (every byte of its class leads back to s) and all those bytes rise alike; -1 otherwise (a
+ * chain's states may rise differently step by step). */
+static int uniform_rise(const Runs *r, const uint8_t *starts, int32_t s) {
+    const int32_t *t = r->trans + (int64_t)s * r->stride;
+    int rise = -1;
+    for (int b = 0; b < 256; b++) {
+        int in_class = b && b < 128 ? (r->cls[s][b >> 6] >> (b & 63)) & 1 : r->cls[s][0] & 1;
+        if (!in_class) continue;
+        if (t[b] != s) return -1;
+        int here = starts[(int64_t)s * 256 + b];
+        if (rise >= 0 && here != rise) return -1;
+        rise = here;
+    }
+    return rise;
+}
+
+#define COUNT_CLOSES 0x80 /* lex_count: the token ends the leaf (its count in the low 7 bits) */
+
 static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *accept, const uint8_t *starts,
                          const Vocab *v, int32_t q, int64_t *in_i, int64_t *in_count, uint8_t *in_end,
                          int64_t *ex_i, int64_t *ex_col, int64_t *ex_count, int64_t cap, int64_t *n_ex,
-                         uint32_t *row, int64_t n_states) {
+                         uint32_t *row, int64_t n_states, uint8_t *lex_count) {
+    /* lex_count (row mode with starts, or NULL): every inside token's count by its lexicographic
+     * index, COUNT_CLOSES where it ends accepting (tokens not inside are left as they are); a
+     * subtree is taken whole only where its run loops on one state rising alike, each token's
+     * count then its prefix's plus that rise per byte after it. -1 past 127 characters. */
     enum { DEPTH = 512 };
     /* Row mode: a subtree whose bytes below all lie in the run of the (non-accepting) state
      * reached, no deeper than it, with no exit on the way, is inside whole: its tokens are set
@@ -561,6 +584,16 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
         if (!runs.cls || !runs.len || !runs.path || !runs.next || !runs.status) {
             free(runs.cls); free(runs.len); free(runs.path); free(runs.next); free(runs.status);
             runs.status = NULL;
+        }
+    }
+    int16_t *rise_of = NULL; /* lex_count: uniform_rise per state, -2 not found yet */
+    if (lex_count && runs.status) {
+        rise_of = malloc(sizeof *rise_of * (size_t)(n_states ? n_states : 1));
+        if (!rise_of) {
+            free(runs.cls); free(runs.len); free(runs.path); free(runs.next); free(runs.status);
+            runs.status = NULL;
+        } else {
+            for (int64_t s = 0; s < n_states; s++) rise_of[s] = -2;
         }
     }
     /* Most of the vocabulary inside (a string body's state): the row starts full and the walk
@@ -606,8 +639,11 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
                     if (runs.status[next] != 2) make_run(&runs, next);
                     if (runs.len[next] && big->height <= runs.len[next]
                         && !(big->below[0] & ~runs.cls[next][0]) && !(big->below[1] & ~runs.cls[next][1])) {
-                        whole = big->sub_end;
-                        break;
+                        if (rise_of && rise_of[next] == -2) rise_of[next] = (int16_t)uniform_rise(&runs, starts, next);
+                        if (!rise_of || rise_of[next] >= 0) {
+                            whole = big->sub_end;
+                            break;
+                        }
                     }
                 }
             }
@@ -616,6 +652,13 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
                 int64_t end = whole;
                 if (!negative)
                     for (int64_t j = i; j < end; j++) set_bit(row, v->ids[j]);
+                if (lex_count) {
+                    for (int64_t j = i; j < end; j++) {
+                        int64_t c = count[k] + rise_of[state[k]] * (v->off[j + 1] - v->off[j] - k);
+                        if (c > 127) { n_in = -1; goto done; }
+                        lex_count[j] = (uint8_t)c;
+                    }
+                }
                 n_in += end - i;
                 i = end - 1;
                 continue;
@@ -634,6 +677,10 @@ static int64_t leaf_walk(const int32_t *trans, int64_t stride, const uint8_t *ac
             }
             if (k == len && state[len] >= 0 && row) {
                 if (!negative) set_bit(row, v->ids[i]);
+                if (lex_count) {
+                    if (count[len] > 127) { n_in = -1; goto done; }
+                    lex_count[i] = (uint8_t)(count[len] | (accept[state[len]] ? COUNT_CLOSES : 0));
+                }
                 n_in++;
             } else if (k == len && state[len] >= 0) {
                 in_i[n_in] = i;
@@ -657,6 +704,7 @@ done:
     if (runs.status) {
         free(runs.cls); free(runs.len); free(runs.path); free(runs.next); free(runs.status);
     }
+    free(rise_of);
     return n_in;
 }
 
@@ -906,22 +954,25 @@ static PyObject *py_walk_list(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 /* walk_leaf(trans i32 [S, W], accept bool [S], starts bool [S, 256] or None, vocab, q,
  *           in_i i64 [N], in_count i64 [N], in_end bool [N], ex_i i64, ex_col i64, ex_count i64,
- *           row i32 [ceil(V / 32)] or None) -> (n_in, n_ex), or None where the exit buffers
- * are full. With a row (starts None) the inside tokens are set in it, not listed. */
+ *           row i32 [ceil(V / 32)] or None, lex_count u8 [N] or None) -> (n_in, n_ex), or None
+ * where the exit buffers are full (or, with lex_count, a count passes 127). With a row the
+ * inside tokens are set in it, not listed; with lex_count too (and starts) their counts are
+ * written there by lexicographic index (leaf_walk). */
 static PyObject *py_walk_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 12) { PyErr_SetString(PyExc_TypeError, "walk_leaf takes 12 arguments"); return NULL; }
+    if (nargs != 13) { PyErr_SetString(PyExc_TypeError, "walk_leaf takes 13 arguments"); return NULL; }
     const Vocab *v = PyCapsule_GetPointer(args[3], "vocab");
     if (!v) return NULL;
     long q = PyLong_AsLong(args[4]);
     if (PyErr_Occurred()) return NULL;
-    enum { N_VIEWS = 10 };
-    static const int arg_of[N_VIEWS] = {0, 1, 2, 5, 6, 7, 8, 9, 10, 11};
-    static const int writable[N_VIEWS] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
+    enum { N_VIEWS = 11 };
+    static const int arg_of[N_VIEWS] = {0, 1, 2, 5, 6, 7, 8, 9, 10, 11, 12};
+    static const int writable[N_VIEWS] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
     Py_buffer views[N_VIEWS];
-    int has_starts = args[2] != Py_None, has_row = args[11] != Py_None, got = 0;
+    int has_starts = args[2] != Py_None, has_row = args[11] != Py_None, has_counts = args[12] != Py_None, got = 0;
     for (; got < N_VIEWS; got++) {
         views[got].obj = NULL;
-        if ((arg_of[got] == 2 && !has_starts) || (arg_of[got] == 11 && !has_row)) continue;
+        if ((arg_of[got] == 2 && !has_starts) || (arg_of[got] == 11 && !has_row) || (arg_of[got] == 12 && !has_counts))
+            continue;
         if (row_view(args[arg_of[got]], &views[got], 0, writable[got]) < 0) break;
     }
     PyObject *out = NULL;
@@ -931,13 +982,15 @@ static PyObject *py_walk_leaf(PyObject *self, PyObject *const *args, Py_ssize_t 
         int64_t cap = views[6].len / 8, n_ex = 0, n_in = 0;
         if (views[7].len < cap * 8 || views[8].len < cap * 8 || views[3].len / 8 > views[5].len
             || views[4].len < views[3].len || stride < 256 || q < 0 || q >= states
-            || (has_row && views[9].len * 8 < v->id_end)) {
+            || (has_row && views[9].len * 8 < v->id_end)
+            || (has_counts && (!has_row || !has_starts || views[10].len < v->first[256]))) {
             PyErr_SetString(PyExc_ValueError, "walk_leaf: bad table or output buffers");
         } else {
             Py_BEGIN_ALLOW_THREADS
             n_in = leaf_walk(views[0].buf, stride, views[1].buf, has_starts ? views[2].buf : NULL, v,
                              (int32_t)q, views[3].buf, views[4].buf, views[5].buf, views[6].buf,
-                             views[7].buf, views[8].buf, cap, &n_ex, has_row ? views[9].buf : NULL, states);
+                             views[7].buf, views[8].buf, cap, &n_ex, has_row ? views[9].buf : NULL, states,
+                             has_counts ? views[10].buf : NULL);
             Py_END_ALLOW_THREADS
             out = n_in < 0 ? Py_NewRef(Py_None) : Py_BuildValue("LL", (long long)n_in, (long long)n_ex);
         }
@@ -970,6 +1023,42 @@ static PyObject *py_rows_by_count(PyObject *self, PyObject *const *args, Py_ssiz
     }
     PyBuffer_Release(&ids); PyBuffer_Release(&counts); PyBuffer_Release(&rows);
     if (!ok) { PyErr_SetString(PyExc_ValueError, "rows_by_count: a count or id out of range"); return NULL; }
+    Py_RETURN_NONE;
+}
+
+/* bucket_rows(vocab, lex_count u8 [N], open i32 [top + 1, words], closing i32 [top + 1, words],
+ *             words) -> None: walk_leaf's counts (lex_count; 0xff: not inside) as cumulative rows
+ * by count, the inside tokens that leave the leaf open and those that close it: open[c]
+ * gets every open token of at most c characters (the rows come zeroed; counts in 0..top). */
+static PyObject *py_bucket_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "bucket_rows takes 5 arguments"); return NULL; }
+    const Vocab *v = PyCapsule_GetPointer(args[0], "vocab");
+    if (!v) return NULL;
+    long long words = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer views[3];
+    int got = 0;
+    for (; got < 3; got++)
+        if (row_view(args[1 + got], &views[got], 0, got > 0) < 0) break;
+    int64_t n = v->first[256], top = words > 0 && got == 3 ? views[1].len / 4 / words - 1 : -1;
+    int ok = got == 3 && top >= 0 && words * 32 >= v->id_end && views[0].len >= n && views[1].len == views[2].len
+             && views[1].len == (top + 1) * words * 4;
+    const uint8_t *lex_count = ok ? views[0].buf : NULL;
+    for (int64_t i = 0; i < n && ok; i++)
+        ok = lex_count[i] == 0xff || (lex_count[i] & ~COUNT_CLOSES) <= top;
+    if (ok) {
+        uint32_t *rows[2] = {views[1].buf, views[2].buf};
+        for (int64_t i = 0; i < n; i++) {
+            uint8_t c = lex_count[i];
+            if (c != 0xff) set_bit(rows[(c & COUNT_CLOSES) != 0] + (int64_t)(c & ~COUNT_CLOSES) * words, v->ids[i]);
+        }
+        for (int k = 0; k < 2; k++)
+            for (int64_t c = 1; c <= top; c++)
+                for (int64_t w = 0; w < words; w++) rows[k][c * words + w] |= rows[k][(c - 1) * words + w];
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    if (got < 3) return NULL;
+    if (!ok) { PyErr_SetString(PyExc_ValueError, "bucket_rows: bad counts or rows"); return NULL; }
     Py_RETURN_NONE;
 }
 
@@ -2594,6 +2683,7 @@ static PyMethodDef methods[] = {
     {"walk_leaf", (PyCFunction)(void (*)(void))py_walk_leaf, METH_FASTCALL, "walk of a leaf DFA"},
     {"advance_bytes", (PyCFunction)(void (*)(void))py_advance_bytes, METH_FASTCALL, "a state after bytes"},
     {"descent_byte", (PyCFunction)(void (*)(void))py_descent_byte, METH_FASTCALL, "a byte one closer to the end"},
+    {"bucket_rows", (PyCFunction)(void (*)(void))py_bucket_rows, METH_FASTCALL, "a leaf's listing as rows by count"},
     {"rows_by_count", (PyCFunction)(void (*)(void))py_rows_by_count, METH_FASTCALL, "cumulative rows by count"},
     {"spell_after", (PyCFunction)(void (*)(void))py_spell_after, METH_FASTCALL, "spellings after the last"},
     {"segment", (PyCFunction)(void (*)(void))py_segment, METH_FASTCALL, "a frame's way to its end"},

@@ -390,6 +390,18 @@ def test_the_c_row_walk_sets_whole_subtrees_as_the_numpy_walk_finds_them(pattern
             assert np.array_equal(row, pack_token_ids(inside, info.vocab_size)), f"state {q}"
             assert set(zip(exit_pos.tolist(), exit_col.tolist(), exit_count.tolist())) == want[1], f"state {q}"
             inside_total += len(inside)
+            if starts is None:
+                continue
+            # the counts a row walk writes (whole subtrees only where their run rises alike),
+            # bucketed: the listing walk's tokens by count, open and closing apart
+            open_rows, closing_rows, most = native.leaf_rows_by_count(
+                native.module(), dfa.trans, dfa.accept, starts, layout.lexicographic_arrays(), q, info.vocab_size)
+            listed = [(layout.token_ids[p], c, e) for p, c, e in want[0]]
+            assert most == max((c for _, c, _ in listed), default=0), f"state {q}"
+            for c in range(most + 1):
+                for rows, closes in ((open_rows, False), (closing_rows, True)):
+                    ids = np.array(sorted(t for t, n, e in listed if n <= c and e == closes), dtype=np.int64)
+                    assert np.array_equal(rows[c], pack_token_ids(ids, info.vocab_size)), (q, c, closes)
     assert inside_total > 10
 
 
@@ -768,8 +780,9 @@ def test_a_string_reached_under_two_stacks_walks_as_one(tokenizer_info):
 @needs_c
 def test_counted_rows_from_the_rows_by_count_are_the_filtered_walks(tokenizer_info):
     """A counted plain string's inside rows for every (need, room) read from the cumulative
-    rows built in C are the tokens the character counts allow, packed one by one; far from
-    both bounds the row walk's row, the same tokens, without listing them."""
+    rows built in C (a listing walk bucketed there, never listed in Python) are the tokens
+    the character counts allow, packed one by one; far from both bounds the row walk's row,
+    the same tokens, without listing them."""
     from constraints import leaves
     from constraints.json_leaves import string_dfa
 
@@ -780,16 +793,34 @@ def test_counted_rows_from_the_rows_by_count_are_the_filtered_walks(tokenizer_in
     for q in range(counted.dfa.num_states):
         walk = leaves.leaf_walk(tokenizer_info, counted.dfa, q, counted.starts_char)
         far = walk.inside_row(0, layout.columns.shape[0] + 1, tokenizer_info)  # far from both bounds
-        assert not walk._listed  # the row walk alone answered: no per-token lists were built
+        rooms = [-1, 0, 1, 2, 5, 9, 17, 40, 79, 80, 81, walk.max_inside_count]
+        cases = [(need, room) for need in range(0, 19, 3) for room in rooms]
+        got = {case: walk.inside_row(*case, tokenizer_info) for case in cases}
+        assert not walk._listed  # the row walk and the C buckets answered: no per-token lists
         pos, count, closes, most = walk._listing(tokenizer_info)
+        assert not len(count) or most == walk._by_count[2], q
         assert np.array_equal(far, pack_token_ids(layout.token_ids[pos], tokenizer_info.vocab_size)), q
-        for need in range(0, 19, 3):
-            for room in [-1, 0, 1, 2, 5, 9, 17, most + 1]:
-                fits = (count <= room) & (~closes | (count >= need))
-                want = pack_token_ids(layout.token_ids[pos[fits]], tokenizer_info.vocab_size)
-                assert np.array_equal(walk.inside_row(need, room, tokenizer_info), want), (q, need, room)
-                checked += int(fits.sum())
+        for need, room in cases:
+            fits = (count <= room) & (~closes | (count >= need))
+            want = pack_token_ids(layout.token_ids[pos[fits]], tokenizer_info.vocab_size)
+            assert np.array_equal(got[need, room], want), (q, need, room)
+            checked += int(fits.sum())
     assert checked > 100_000
+    # A body whose bytes rise unevenly (random counts): its subtrees cannot be counted whole,
+    # so the row walk counts them byte by byte; the buckets are still the listing's.
+    body = int(counted.dfa.trans[0, ord('"')])
+    uneven = np.random.default_rng(0).integers(0, 2, size=counted.starts_char.shape).astype(np.uint8)
+    lex = layout.lexicographic_arrays()
+    (pos, count, closes), _ = native.leaf_walk(native.module(), counted.dfa.trans, counted.dfa.accept, uneven, lex, body)
+    open_rows, closing_rows, most = native.leaf_rows_by_count(
+        native.module(), counted.dfa.trans, counted.dfa.accept, uneven, lex, body, tokenizer_info.vocab_size)
+    assert most == int(count.max()) and len(count) > 40_000
+    assert native.leaf_rows_by_count(native.module(), counted.dfa.trans, counted.dfa.accept, uneven * 4, lex, body,
+                                     tokenizer_info.vocab_size) is None  # a count past 127: the listing's rows
+    for c in (0, 1, 2, 5, 9, most):
+        for rows, ends in ((open_rows, False), (closing_rows, True)):
+            ids = layout.token_ids[pos[(count <= c) & (closes == ends)]]
+            assert np.array_equal(rows[c], pack_token_ids(ids, tokenizer_info.vocab_size)), (c, ends)
 
 
 @needs_c
