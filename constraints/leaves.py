@@ -126,11 +126,14 @@ class LeafWalk:
         those that leave the leaf open and those that close it, built once per leaf state in
         C (a pass over the ~48k inside tokens of a string state, then every (need, room) row
         is word operations); None without the extension (each row is then packed alone). A
-        walk made as a row buckets a listing walk's tokens in C, never listing them here."""
+        walk made as a row that keeps many tokens (a string's body) has a row walk write their
+        counts and C bucket them, never listing them here: a fixed cost (~0.2 ms) that a
+        listing of a few thousand tokens undercuts."""
         mod = native.module()
         if mod is None:
             return None
-        if not self._by_count and self._unlisted is not None and not self._listed:
+        if (not self._by_count and self._unlisted is not None and not self._listed
+                and _bits(self.inside) >= _BUCKET_FROM):
             dfa, q, starts = self._unlisted
             found = native.leaf_rows_by_count(mod, dfa.trans, dfa.accept, starts, info.layout.lexicographic_arrays(),
                                               q, info.vocab_size)
@@ -148,6 +151,15 @@ class LeafWalk:
                 found.append(rows)
             self._by_count[:] = [*found, most]
         return self._by_count[0], self._by_count[1]
+
+
+_BUCKET_FROM = 8192  # inside tokens from which a counted walk's rows by count are bucketed in C
+
+
+def _bits(row: np.ndarray) -> int:
+    """The tokens a packed row holds."""
+    count = getattr(np, "bitwise_count", None)  # numpy 2
+    return int(count(row.view(np.uint32)).sum()) if count is not None else int(np.unpackbits(row.view(np.uint8)).sum())
 
 
 _LEAF_WALKS_MAX = 8192

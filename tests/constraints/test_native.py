@@ -778,7 +778,7 @@ def test_a_string_reached_under_two_stacks_walks_as_one(tokenizer_info):
 
 
 @needs_c
-def test_counted_rows_from_the_rows_by_count_are_the_filtered_walks(tokenizer_info):
+def test_counted_rows_from_the_rows_by_count_are_the_filtered_walks(tokenizer_info, monkeypatch):
     """A counted plain string's inside rows for every (need, room) read from the cumulative
     rows built in C (a listing walk bucketed there, never listed in Python) are the tokens
     the character counts allow, packed one by one; far from both bounds the row walk's row,
@@ -787,16 +787,19 @@ def test_counted_rows_from_the_rows_by_count_are_the_filtered_walks(tokenizer_in
     from constraints.json_leaves import string_dfa
 
     counted = leaves.CountedLeaf.of_plain_string(string_dfa(0, None, None, None), 1, 4)
-    layout, checked = tokenizer_info.layout, 0
-    for key in [k for k in tokenizer_info.leaf_walks if k[0] is counted.dfa]:  # walked anew here
-        del tokenizer_info.leaf_walks[key]
+    layout, checked, bucketed = tokenizer_info.layout, 0, 0
+    monkeypatch.setattr(tokenizer_info, "leaf_walks", {})  # walked anew here, not shared with
+    monkeypatch.setattr(tokenizer_info, "leaf_languages", {})  # walks of earlier tests
     for q in range(counted.dfa.num_states):
         walk = leaves.leaf_walk(tokenizer_info, counted.dfa, q, counted.starts_char)
         far = walk.inside_row(0, layout.columns.shape[0] + 1, tokenizer_info)  # far from both bounds
         rooms = [-1, 0, 1, 2, 5, 9, 17, 40, 79, 80, 81, walk.max_inside_count]
         cases = [(need, room) for need in range(0, 19, 3) for room in rooms]
         got = {case: walk.inside_row(*case, tokenizer_info) for case in cases}
-        assert not walk._listed  # the row walk and the C buckets answered: no per-token lists
+        # a state that keeps many tokens (the body): the row walk and the C buckets answered,
+        # no per-token lists; one that keeps a few was listed (cheaper there)
+        assert bool(walk._listed) == (leaves._bits(walk.inside) < leaves._BUCKET_FROM), q
+        bucketed += not walk._listed
         pos, count, closes, most = walk._listing(tokenizer_info)
         assert not len(count) or most == walk._by_count[2], q
         assert np.array_equal(far, pack_token_ids(layout.token_ids[pos], tokenizer_info.vocab_size)), q
@@ -805,7 +808,7 @@ def test_counted_rows_from_the_rows_by_count_are_the_filtered_walks(tokenizer_in
             want = pack_token_ids(layout.token_ids[pos[fits]], tokenizer_info.vocab_size)
             assert np.array_equal(got[need, room], want), (q, need, room)
             checked += int(fits.sum())
-    assert checked > 100_000
+    assert checked > 100_000 and bucketed >= 1
     # A body whose bytes rise unevenly (random counts): its subtrees cannot be counted whole,
     # so the row walk counts them byte by byte; the buckets are still the listing's.
     body = int(counted.dfa.trans[0, ord('"')])
