@@ -16,7 +16,15 @@ import numpy as np
 from .budget import CompileBudget
 from .errors import InvalidConstraintError
 from .fsm import ByteDFA, determinize, embed_dfa, product, trim_and_minimize
-from .lookahead import ANY, END_CHAR, has_lookaround, lookahead_dfa
+from .lookahead import (
+    ANY,
+    BOUNDARY_CHAR,
+    END_CHAR,
+    NOT_BOUNDARY_CHAR,
+    has_lookaround,
+    is_boundary,
+    lookahead_dfa,
+)
 from .nfa import NFA, emit_alt, emit_code_point_ranges, emit_nothing, emit_repeat, emit_seq
 from .utf8 import complement_ranges, ranges_of_chars, ranges_of_points
 
@@ -33,6 +41,8 @@ def parse_regex(pattern: str) -> ip.Pattern:
         body = body[:-1]
     if "(?" in body:
         body = _mark_lookahead_ends(_plain_groups(body))
+    if "\\b" in body or "\\B" in body:
+        body = _mark_boundaries(body)
     try:
         return ip.parse_pattern(_unicode_escapes(body))
     except (ip.Unsupported, ip.InvalidSyntax, ValueError, IndexError) as e:
@@ -201,6 +211,9 @@ def emit_regex(nfa: NFA, start: int, node, flags: ip.REFlags = ip.REFlags(0)) ->
         item = partial(emit_regex, node=node.base, flags=flags)
         return emit_repeat(nfa, start, item, node.min, node.max)
     if kind == "_CharGroup":
+        if is_boundary(node):  # read only in a sequence of parts (lookahead.py)
+            raise InvalidConstraintError("a word boundary (\\b, \\B) is supported only where the "
+                                         "pattern's parts around it are read in sequence")
         return emit_code_point_ranges(nfa, start, _char_group_ranges(node, flags))
     if kind == "__DotCls":
         dot = set() if flags & _S else {"\n"}
@@ -317,6 +330,26 @@ def _mark_lookahead_ends(body: str) -> str:
     for i in ends:
         body = body[:i] + END_CHAR + body[i + 1:]
     return body
+
+
+def _mark_boundaries(body: str) -> str:
+    """``body`` with each ``\\b`` and ``\\B`` outside classes as BOUNDARY_CHAR and
+    NOT_BOUNDARY_CHAR (lookahead.py); ``[\\b]`` (a backspace) and ``\\\\b`` stay."""
+    out, i, in_class = [], 0, False
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and not in_class and body[i + 1:i + 2] in ("b", "B"):
+            out.append(BOUNDARY_CHAR if body[i + 1] == "b" else NOT_BOUNDARY_CHAR)
+            i += 2
+            continue
+        if c == "\\":
+            out.append(body[i:i + 2])
+            i += 2
+            continue
+        in_class = c != "]" if in_class else c == "["
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def _scan(text: str):

@@ -125,6 +125,37 @@ def test_leading_lookaheads_match_python_re(pattern):
     assert not wrong, wrong[:5]
 
 
+@pytest.mark.parametrize("pattern", [
+    r"^(?!.*\bnative\b)[a-zA-Z][a-zA-Z0-9_]*(\.[a-zA-Z][a-zA-Z0-9_]*)+$",  # Expo's Android package names
+    r"\bab\b", r"a\b", r"\b", r"\Ba\B", r"x\B.", r"(a|\.)\b(b|\.)", r"^\b(ab|\.)+$", r"[\b]a",
+    r"^(?!.*\bab\b)[abx_. ]+", r"(x|a\b)(\.|b)",
+])
+def test_word_boundaries_match_python_re(pattern):
+    """\\b where the characters either side differ in being word characters (ASCII letters,
+    digits, _; the text's ends and other characters are not), \\B where they do not: full
+    matches and searches as Python's re with ASCII classes (ECMA-262's \\w); inside a
+    class, \\b is a backspace."""
+    full, search = regex_to_dfa(pattern, CompileBudget()), search_dfa(pattern, CompileBudget())
+    want = re.compile(pattern, re.ASCII)
+    rng = random.Random(2)
+    texts = {"", "com.native.app", "my.native", "x.native_b", "native"} | {
+        "".join(rng.choice(["a", "b", "x", "_", ".", " ", "é", "\b", "native"]) for _ in range(rng.randint(0, 6)))
+        for _ in range(4000)}
+    wrong = [t for t in texts if full.matches(t.encode()) != (want.fullmatch(t) is not None)
+             or search.matches(t.encode()) != (want.search(t) is not None)]
+    assert not wrong, wrong[:5]
+
+
+@pytest.mark.parametrize("pattern", [r"(\ba)+", r"x(?=.*\bq)", r"x(?=a)b\b", r"(?!.*\bab\b)[ab]+"])
+def test_word_boundaries_we_cannot_read_exactly_are_a_clear_error(pattern):
+    """Under a quantifier, or in or after a lookahead past the text's start (whose product
+    does not see the characters before it; an unanchored search tests its lookaheads
+    wherever a match starts)."""
+    with pytest.raises(InvalidConstraintError, match="word boundary"):
+        regex_to_dfa(pattern, CompileBudget())
+        search_dfa(pattern, CompileBudget())
+
+
 def test_pathological_regex_fails_fast():
     alternation = "|".join("a" * i for i in range(1, 200))
     pattern = f"((({alternation}){{1,60}}b){{1,60}})*"
