@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .automaton import State, TokenAutomaton
@@ -100,6 +101,8 @@ class GrammarMatcher:
                 return
         allowed = narrowed if narrowed is not None else self._automaton.mask_row(state)
         if self._unique is not None:
+            if narrowed is not None:
+                allowed = self._without_traps(allowed, state, max_tokens)
             allowed = self._without_duplicates(allowed, narrowed is not None)
         bitmask[row].copy_(allowed)
 
@@ -120,6 +123,30 @@ class GrammarMatcher:
         if narrowed and not out.any():
             out = self._unique.ban(self._tracker, self._state, self._automaton.mask_row(self._state))
         return out
+
+    def _without_traps(self, allowed: torch.Tensor, state: State, max_tokens: int) -> torch.Tensor:
+        """A budget row less the tokens that make the string item being written equal to a
+        finished one of its unique array where the state after them has no slack (its bound
+        is all the tokens left): its fewest completion closes the string at once, which the
+        duplicate check refuses, and nothing is left to write the item on. A model that
+        repeats its items met this (SchemaStore's size-limit paths, cut off at max_tokens).
+        Kept where it is the only token."""
+        rests = self._unique.rests_to_seen(self._tracker)
+        if not rests:
+            return allowed
+        ids, out = self._automaton.info.ids_by_bytes, None
+        for rest in rests:
+            tok = ids.get(rest)
+            if tok is None or not (int(allowed[tok >> 5]) >> (tok & 31)) & 1:
+                continue
+            after = self._automaton.advance(state, rest)
+            if after is None or self._closing.bound(after) < max_tokens - 1:
+                continue  # room to write the item on
+            if out is None:
+                out = allowed.clone()
+            words = out.numpy().view(np.uint32)
+            words[tok >> 5] &= ~np.uint32(1 << (tok & 31))
+        return allowed if out is None or not out.any() else out
 
     def min_tokens_to_finish(self) -> float:
         """Tokens (EOS included) that suffice to finish from here: an upper bound on the

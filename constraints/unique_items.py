@@ -175,6 +175,23 @@ class UniqueItems:
         self._fresh: dict = {}  # (item prefix, finished texts) -> whether a new item goes on
 
     # -- following the output ---------------------------------------------------------------
+    def rests_to_seen(self, tracker: Tracker) -> list[bytes]:
+        """The bytes that would make the string item being written equal to a finished item
+        of its array (each finished string spelled as the grammar spells it, json.dumps's one
+        spelling, that begins with the item so far; the closing quote not included)."""
+        a = tracker.arrays[-1] if tracker.arrays else None
+        if a is None or a.item is None or a.depth != tracker.depth or not a.in_string_item or tracker.escaped:
+            return []
+        out = []
+        for value in a.seen:
+            text = value if isinstance(value, str) else value[1] if type(value) is tuple and value[:1] == ("string",) else None
+            if text is None:
+                continue
+            spelled = json.dumps(text, ensure_ascii=False).encode()[:-1]
+            if len(spelled) > len(a.item) and spelled.startswith(a.item):
+                out.append(spelled[len(a.item):])
+        return out
+
     def feed(self, tracker: Tracker, state, data: bytes) -> Tracker:
         """The tracker after ``data`` read from automaton ``state``; raises Duplicate, also
         where an item of closed objects has only its forced rest left and that rest finishes

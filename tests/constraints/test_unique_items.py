@@ -670,3 +670,39 @@ def test_walks_pulled_toward_repeats_never_dead_end_nor_repeat(byte_compiler, sc
             validate_with_formats(value, schema)
             items += len(value)
     assert items >= 40
+
+
+@pytest.mark.parametrize("schema", [STRINGS, MIXED], ids=["strings", "any-kind"])
+def test_near_the_budget_an_item_is_not_walked_into_a_repeat(compiler, hf_tokenizer, schema):
+    """A model that repeats its items (SchemaStore's size-limit paths: "dataType_json_data",
+    then one more "_data" each time, up to 384 tokens): where the tokens left are just enough
+    to close, the token that makes the item being written equal to a finished one is out of
+    the budget row, since closing it then would be a duplicate with nothing left to write it
+    on; with a token to spare it stays. The output closes with a new item in time. Items of
+    one type, and of several (compared as values)."""
+    grammar = compiler.compile_json_schema(schema)
+    info = grammar.automaton.info
+    repeat = info.ids_by_bytes[b"Type"]
+    bm = allocate_token_bitmask(1, grammar.vocab_size)
+    m = grammar.matcher()
+    assert m.accept_string(b'["dataType","data')
+    assert m.min_tokens_to_finish() == 1  # '"]', which ends the output
+
+    def allowed(left: int) -> set[int]:
+        m.fill_next_token_bitmask(bm, 0, max_tokens=left)
+        return set(np.nonzero(unpack_bitmask(bm[0], grammar.vocab_size))[0].tolist())
+
+    assert repeat in allowed(3) and repeat in allowed(50)
+    near = allowed(2)
+    assert repeat not in near and near
+    # greedy for the repeat wherever it is allowed, then for the closing
+    favourites, text = [repeat, info.ids_by_bytes[b'"]']], b'["dataType","data'
+    for left in (2, 1):
+        row = allowed(left)
+        tok = next(t for t in [*favourites, *sorted(row)] if t in row)
+        assert m.accept_token(tok)
+        text += info.token_bytes[tok]
+        if m.is_terminated():
+            break
+    assert m.is_terminated()
+    validate_with_formats(json.loads(text), schema)
