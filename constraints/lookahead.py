@@ -156,15 +156,16 @@ def _word_edge(budget: CompileBudget, at_end: bool) -> ByteDFA:
     """Any text that ends (``at_end``) or begins with a word character."""
     nfa = NFA(budget)
     start = nfa.new_state()
-
-    def any_text(n: NFA, x: int) -> int:
-        return emit_repeat(n, x, lambda n2, y: emit_code_point_ranges(n2, y, [(0, 0x10FFFF)]), 0, None)
-
     if at_end:
-        end = emit_code_point_ranges(nfa, any_text(nfa, start), _WORD)
+        end = emit_code_point_ranges(nfa, emit_any_text(nfa, start), _WORD)
     else:
-        end = any_text(nfa, emit_code_point_ranges(nfa, start, _WORD))
+        end = emit_any_text(nfa, emit_code_point_ranges(nfa, start, _WORD))
     return trim_and_minimize(determinize(nfa, start, end, budget))
+
+
+def emit_any_text(nfa: NFA, start: int) -> int:
+    """Any text (every code point, repeated): a search's padding, the text after a lookahead."""
+    return emit_repeat(nfa, start, lambda n, x: emit_code_point_ranges(n, x, [(0, 0x10FFFF)]), 0, None)
 
 
 def _then(items: list, tail, budget: CompileBudget, emit_regex) -> ByteDFA:
@@ -174,7 +175,7 @@ def _then(items: list, tail, budget: CompileBudget, emit_regex) -> ByteDFA:
     s = start = nfa.new_state()
     for item in items:
         if item is ANY:
-            s = emit_repeat(nfa, s, lambda n, x: emit_code_point_ranges(n, x, [(0, 0x10FFFF)]), 0, None)
+            s = emit_any_text(nfa, s)
         else:
             s = emit_regex(nfa, s, item[0], item[1])
     if tail is None:

@@ -1000,6 +1000,12 @@ static PyObject *py_walk_leaf(PyObject *self, PyObject *const *args, Py_ssize_t 
     return out;
 }
 
+/* rows [top + 1, words]: each row ORed with all above it (row c then holds rows 0..c). */
+static void cumulate(uint32_t *rows, int64_t top, int64_t words) {
+    for (int64_t c = 1; c <= top; c++)
+        for (int64_t w = 0; w < words; w++) rows[c * words + w] |= rows[(c - 1) * words + w];
+}
+
 /* rows_by_count(ids i64 [N], counts i64 [N], rows i32 [top + 1, words]) -> None: rows[c] gets
  * every id whose count is at most c (the rows come zeroed; counts in 0..top). */
 static PyObject *py_rows_by_count(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1018,8 +1024,7 @@ static PyObject *py_rows_by_count(PyObject *self, PyObject *const *args, Py_ssiz
         ok = count[i] >= 0 && count[i] <= top && id[i] >= 0 && id[i] < words * 32;
     if (ok) {
         for (int64_t i = 0; i < n; i++) set_bit(out + count[i] * words, id[i]);
-        for (int64_t c = 1; c <= top; c++)
-            for (int64_t k = 0; k < words; k++) out[c * words + k] |= out[(c - 1) * words + k];
+        cumulate(out, top, words);
     }
     PyBuffer_Release(&ids); PyBuffer_Release(&counts); PyBuffer_Release(&rows);
     if (!ok) { PyErr_SetString(PyExc_ValueError, "rows_by_count: a count or id out of range"); return NULL; }
@@ -1052,9 +1057,8 @@ static PyObject *py_bucket_rows(PyObject *self, PyObject *const *args, Py_ssize_
             uint8_t c = lex_count[i];
             if (c != 0xff) set_bit(rows[(c & COUNT_CLOSES) != 0] + (int64_t)(c & ~COUNT_CLOSES) * words, v->ids[i]);
         }
-        for (int k = 0; k < 2; k++)
-            for (int64_t c = 1; c <= top; c++)
-                for (int64_t w = 0; w < words; w++) rows[k][c * words + w] |= rows[k][(c - 1) * words + w];
+        cumulate(rows[0], top, words);
+        cumulate(rows[1], top, words);
     }
     for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
     if (got < 3) return NULL;

@@ -21,6 +21,7 @@ from .lookahead import (
     BOUNDARY_CHAR,
     END_CHAR,
     NOT_BOUNDARY_CHAR,
+    emit_any_text,
     has_lookaround,
     is_boundary,
     lookahead_dfa,
@@ -441,9 +442,6 @@ def _unanchored_lookaheads(pattern: str, budget: CompileBudget) -> ByteDFA:
 def _emit_search(nfa: NFA, start: int, alternative: str, absorbing: list[int]) -> int:
     """One alternative, padded with any text where it is unanchored; the state right after
     the match of an alternative with an unanchored end goes on ``absorbing``."""
-    def any_text(n: NFA, x: int) -> int:
-        return emit_repeat(n, x, lambda n2, y: emit_code_point_ranges(n2, y, [(0, 0x10FFFF)]), 0, None)
-
     anchored_start = alternative.startswith("^")
     anchored_end = alternative.endswith("$") and not _escaped_at(alternative, len(alternative) - 1)
     body = alternative[int(anchored_start): len(alternative) - int(anchored_end)]
@@ -451,11 +449,11 @@ def _emit_search(nfa: NFA, start: int, alternative: str, absorbing: list[int]) -
     if has_lookaround(node):  # a lookahead sees the text after the match too: one DFA
         items = [*([] if anchored_start else [ANY]), (node, ip.REFlags(0)), *([] if anchored_end else [ANY])]
         return embed_dfa(nfa, start, lookahead_dfa(items, nfa.budget, emit_regex))
-    s = emit_regex(nfa, start if anchored_start else any_text(nfa, start), node)
+    s = emit_regex(nfa, start if anchored_start else emit_any_text(nfa, start), node)
     if anchored_end:
         return s
     absorbing.append(s)
-    return any_text(nfa, s)
+    return emit_any_text(nfa, s)
 
 
 def _anchor_first(alternative: str) -> str:

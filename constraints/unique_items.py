@@ -183,9 +183,9 @@ class UniqueItems:
         if a is None or a.item is None or a.depth != tracker.depth or not a.in_string_item or tracker.escaped:
             return []
         out = []
-        for value in a.seen:
-            text = value if isinstance(value, str) else value[1] if type(value) is tuple and value[:1] == ("string",) else None
-            if text is None:
+        for value in a.seen:  # a string's value: itself ("string" items) or ("string", it)
+            text = value[1] if type(value) is tuple and value[:1] == ("string",) else value
+            if not isinstance(text, str):
                 continue
             spelled = json.dumps(text, ensure_ascii=False).encode()[:-1]
             if len(spelled) > len(a.item) and spelled.startswith(a.item):
